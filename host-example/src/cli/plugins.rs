@@ -1,0 +1,177 @@
+//! `rlx-host plugins` and `rlx-host plugins inspect PATH`.
+
+use super::CliResult;
+use rlx_plugin_api::host::{CandidateReport, CandidateState, LoadedPlugin, PluginSet};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn dtypes(d: &[rlx_plugin_api::DType]) -> String {
+    d.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")
+}
+
+fn candidate_json(c: &CandidateReport) -> Value {
+    let p = c.plugin();
+    json!({
+        "path": c.path.display().to_string(),
+        "source": c.source.to_string(),
+        "state": c.state.label(),
+        "reason": match &c.state {
+            CandidateState::Loaded(_) => Value::Null,
+            _ => Value::String(c.reason()),
+        },
+        "name": p.map(|p| p.descriptor().name.clone()),
+        "version": p.map(|p| p.descriptor().version.clone()),
+        "abi_version": p.map(|p| p.abi_version().to_string()),
+    })
+}
+
+pub fn list(explicit: Vec<PathBuf>, as_json: bool) -> CliResult {
+    let set = PluginSet::load_from_env(explicit);
+    if as_json {
+        let v =
+            json!({ "candidates": set.candidates.iter().map(candidate_json).collect::<Vec<_>>() });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+        return Ok(());
+    }
+    if set.candidates.is_empty() {
+        println!(
+            "no plugin candidates (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
+            rlx_plugin_api::host::ENV_PLUGINS
+        );
+        return Ok(());
+    }
+    let rows: Vec<[String; 6]> = set
+        .candidates
+        .iter()
+        .map(|c| {
+            let p = c.plugin();
+            [
+                p.map_or("-".into(), |p| p.descriptor().name.clone()),
+                p.map_or("-".into(), |p| p.descriptor().version.clone()),
+                p.map_or("-".into(), |p| p.abi_version().to_string()),
+                c.source.to_string(),
+                c.path.display().to_string(),
+                c.reason(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["NAME", "VERSION", "ABI", "SOURCE", "PATH", "STATE"],
+        &rows,
+    );
+    Ok(())
+}
+
+fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == N {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+/// Load exactly one file (no discovery) and fail with its reason.
+pub fn load_one(path: &Path) -> Result<std::sync::Arc<LoadedPlugin>, String> {
+    let c = rlx_plugin_api::host::Candidate {
+        path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+        source: rlx_plugin_api::host::Source::Explicit,
+        exists: path.exists(),
+    };
+    let set = PluginSet::load_candidates(vec![c]);
+    let report = &set.candidates[0];
+    report
+        .plugin()
+        .cloned()
+        .ok_or_else(|| format!("{}: {}", path.display(), report.reason()))
+}
+
+pub fn inspect(path: &Path, as_json: bool) -> CliResult {
+    let p = load_one(path)?;
+    let d = p.descriptor();
+    let custom = p.list_custom_ops();
+    if as_json {
+        let v = json!({
+            "path": p.path().display().to_string(),
+            "abi_version": p.abi_version().to_string(),
+            "descriptor": {
+                "name": d.name, "version": d.version, "description": d.description,
+                "devices": d.devices, "opsets": d.opsets,
+                "build_info": d.build_info.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+            },
+            "supported_ops": p.supported_ops().iter().map(|o| json!({
+                "op_kind": o.op_kind, "dtypes": o.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "lowering_table": p.lowering_table().iter().map(|l| json!({
+                "op_kind": l.op_kind, "dtypes": l.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+                "strategy": l.strategy.name(), "eager": l.eager, "note": l.note,
+            })).collect::<Vec<_>>(),
+            "custom_ops": match &custom {
+                Ok(ops) => Value::Array(ops.iter().map(|c| json!({
+                    "name": c.name, "description": c.description, "n_inputs": c.n_inputs,
+                    "n_outputs": c.n_outputs,
+                    "origin": if c.origin == rlx_plugin_api::Origin::Host { "host" } else { "plugin" },
+                })).collect()),
+                Err(_) => Value::Null,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+        return Ok(());
+    }
+    println!("plugin      {} {}", d.name, d.version);
+    println!("path        {}", p.path().display());
+    println!("abi         {}", p.abi_version());
+    println!("description {}", d.description);
+    println!("devices     {}", d.devices.join(", "));
+    println!("opsets      {:?}", d.opsets);
+    for (k, v) in &d.build_info {
+        println!("build       {k} = {v}");
+    }
+    println!("\nsupported ops ({}):", p.supported_ops().len());
+    for o in p.supported_ops() {
+        println!("  {:<28} {}", o.op_kind, dtypes(&o.dtypes));
+    }
+    let table = p.lowering_table();
+    println!("\nlowering table ({} entries):", table.len());
+    let rows: Vec<[String; 5]> = table
+        .iter()
+        .map(|l| {
+            [
+                l.op_kind.clone(),
+                l.strategy.name().into(),
+                dtypes(&l.dtypes),
+                if l.eager { "yes".into() } else { "no".into() },
+                l.note.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["OP", "STRATEGY", "DTYPES", "EAGER", "NOTE"], &rows);
+    match custom {
+        Ok(ops) => {
+            println!("\ncustom ops ({}):", ops.len());
+            for c in ops {
+                println!(
+                    "  {:<28} {} in, {} out  {}",
+                    c.name, c.n_inputs, c.n_outputs, c.description
+                );
+            }
+        }
+        Err(e) => println!("\ncustom ops: {}", e.message),
+    }
+    Ok(())
+}

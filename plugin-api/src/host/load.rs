@@ -1,0 +1,279 @@
+//! Loading one plugin file: dlopen → entry → version and layout checks →
+//! registration. Every way this can fail is a [`LoadError`] variant, and
+//! none of them takes the host down.
+//!
+//! Libraries are never unloaded, loaded or rejected: a library's
+//! constructors have run, its thread-local destructors may be registered
+//! and its statics may be referenced by threads it started (MLX keeps a
+//! thread pool and global caches), so `dlclose` could pull code out from
+//! under a running thread. Keeping the mapping costs only address space.
+
+use super::log_sink;
+use super::plugin::LoadedPlugin;
+use crate::error::{PluginError, StatusCode};
+use crate::strings::RlxStr;
+use crate::tables::*;
+use crate::version::{check_compatible, VersionMismatch, ABI_VERSION};
+use abi_stable::StableAbi;
+use std::fmt;
+use std::mem::size_of;
+use std::path::Path;
+
+/// Why a candidate was not loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoadError {
+    /// The path named explicitly or in `RLX_BACKEND_PLUGINS` does not exist.
+    NotFound,
+    /// The file is not a shared library at all (no ELF / Mach-O / PE header).
+    NotALibrary { detail: String },
+    /// It looks like a library but the loader refused it (truncated,
+    /// corrupt, wrong architecture).
+    InvalidLibrary { detail: String },
+    /// A library it links against could not be found.
+    MissingDependency { library: String, detail: String },
+    /// A library, but not an RLX plugin: no `rlx_plugin_entry`.
+    MissingEntrySymbol,
+    /// The entry returned null.
+    EntryReturnedNull,
+    /// The entry panicked (caught by the plugin and reported).
+    EntryPanicked { message: String },
+    /// ABI majors differ.
+    AbiMismatch(VersionMismatch),
+    /// The plugin refused this host (its own check of the host's version,
+    /// or another failure it reported from its entry).
+    Refused { code: StatusCode, message: String },
+    /// A Rust plugin's type layouts differ from this host's.
+    LayoutMismatch { detail: String },
+    /// The root table or descriptor is malformed (too small for its
+    /// version, a required function missing, invalid UTF-8).
+    InvalidTable { detail: String },
+    /// The plugin's registration (`init`) returned an error.
+    RegistrationFailed(PluginError),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::NotFound => write!(f, "no such file"),
+            LoadError::NotALibrary { detail } => write!(f, "not a shared library: {detail}"),
+            LoadError::InvalidLibrary { detail } => {
+                write!(f, "the dynamic loader refused the library (corrupt or truncated?): {detail}")
+            }
+            LoadError::MissingDependency { library, detail } => write!(
+                f,
+                "a library it depends on is missing: {library} (install it or put it on the \
+                 loader's search path); loader said: {detail}"
+            ),
+            LoadError::MissingEntrySymbol => write!(
+                f,
+                "not an RLX plugin: the library does not export `{ENTRY_SYMBOL}`"
+            ),
+            LoadError::EntryReturnedNull => write!(f, "the plugin's `{ENTRY_SYMBOL}` returned null"),
+            LoadError::EntryPanicked { message } => write!(f, "{message}"),
+            LoadError::AbiMismatch(m) => write!(f, "ABI version mismatch: {m}"),
+            LoadError::Refused { code, message } => write!(f, "the plugin refused to load ({code}): {message}"),
+            LoadError::LayoutMismatch { detail } => write!(
+                f,
+                "ABI layout mismatch: the plugin's table layouts differ from this host's although \
+                 both claim ABI {ABI_VERSION}; rebuild the plugin against this rlx-plugin-api. {detail}"
+            ),
+            LoadError::InvalidTable { detail } => write!(f, "malformed plugin table: {detail}"),
+            LoadError::RegistrationFailed(e) => write!(f, "registration failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Load one plugin file.
+pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
+    if !path.exists() {
+        return Err(LoadError::NotFound);
+    }
+    check_header(path)?;
+    let image = std::fs::read(path).map_err(|e| LoadError::NotALibrary {
+        detail: format!("cannot read the file: {e}"),
+    })?;
+    super::elf_check::check_elf_bounds(&image)
+        .map_err(|detail| LoadError::InvalidLibrary { detail })?;
+    drop(image);
+    let lib = open_library(path)?;
+    // Never unloaded (see the module docs).
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+    let entry: RlxEntryFn = unsafe {
+        *lib.get::<RlxEntryFn>(ENTRY_SYMBOL.as_bytes())
+            .map_err(|_| LoadError::MissingEntrySymbol)?
+    };
+
+    let label = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let log_ctx = log_sink::new_ctx(label);
+    let host: &'static RlxHostApi = Box::leak(Box::new(RlxHostApi {
+        struct_size: size_of::<RlxHostApi>(),
+        abi_version: ABI_VERSION,
+        host_name: RlxStr::from_static("rlx-plugin-api host"),
+        log_ctx: log_ctx as *const _ as *mut std::ffi::c_void,
+        log: Some(log_sink::host_log),
+        log_max_level: Some(log_sink::host_log_max_level),
+    }));
+
+    let root = unsafe { entry(host) };
+    if root.is_null() {
+        return Err(LoadError::EntryReturnedNull);
+    }
+    let api = unsafe { read_root(root)? };
+    let plugin = unsafe { LoadedPlugin::new(path.to_path_buf(), api)? };
+    if let Ok(mut l) = log_ctx.label.write() {
+        *l = plugin.descriptor().name.clone();
+    }
+    plugin.init()?;
+    Ok(plugin)
+}
+
+/// Refuse files that are not libraries before handing them to the loader.
+fn check_header(path: &Path) -> Result<(), LoadError> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut magic))
+        .map_err(|e| LoadError::NotALibrary {
+            detail: format!("cannot read the file: {e}"),
+        })?;
+    let known: [&[u8]; 6] = [
+        b"\x7fELF",
+        &[0xcf, 0xfa, 0xed, 0xfe],
+        &[0xce, 0xfa, 0xed, 0xfe],
+        &[0xca, 0xfe, 0xba, 0xbe],
+        &[0xbe, 0xba, 0xfe, 0xca],
+        b"MZ",
+    ];
+    if known.iter().any(|m| magic[..n].starts_with(m)) {
+        Ok(())
+    } else {
+        Err(LoadError::NotALibrary {
+            detail: format!(
+                "no ELF, Mach-O or PE header (first bytes {:02x?})",
+                &magic[..n]
+            ),
+        })
+    }
+}
+
+fn open_library(path: &Path) -> Result<libloading::Library, LoadError> {
+    #[cfg(unix)]
+    let opened = unsafe {
+        // RTLD_NOW: resolve every symbol now, so a missing dependency is a
+        // load error rather than a crash at first call. RTLD_LOCAL: two
+        // plugins may carry their own copies of the same symbols.
+        libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
+        )
+        .map(libloading::Library::from)
+    };
+    #[cfg(not(unix))]
+    let opened = unsafe { libloading::Library::new(path) };
+    opened.map_err(|e| classify_dlerror(path, &e.to_string()))
+}
+
+/// Tell a missing dependency from a broken file by the loader's message.
+fn classify_dlerror(path: &Path, msg: &str) -> LoadError {
+    const MARK: &str = ": cannot open shared object file";
+    let own = path.to_string_lossy();
+    if let Some(i) = msg.find(MARK) {
+        // glibc: "<what>: <dep>: cannot open shared object file: …"
+        let before = &msg[..i];
+        let dep = before.rsplit(": ").next().unwrap_or(before).trim();
+        if !dep.is_empty() && !own.ends_with(dep) {
+            return LoadError::MissingDependency {
+                library: dep.to_string(),
+                detail: msg.to_string(),
+            };
+        }
+    }
+    if msg.contains("Library not loaded") {
+        // macOS dyld: "Library not loaded: @rpath/libfoo.dylib"
+        let dep = msg
+            .split("Library not loaded:")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or("?");
+        return LoadError::MissingDependency {
+            library: dep.to_string(),
+            detail: msg.to_string(),
+        };
+    }
+    LoadError::InvalidLibrary {
+        detail: msg.to_string(),
+    }
+}
+
+/// Read the plugin's root table: header, version, refusal, size, layout.
+unsafe fn read_root(root: *const RlxPluginApi) -> Result<RlxPluginApi, LoadError> {
+    // The frozen header is the same in every major.
+    let declared = std::ptr::read_unaligned(root as *const usize);
+    if declared < PLUGIN_API_HEADER_SIZE {
+        return Err(LoadError::InvalidTable {
+            detail: format!(
+                "root table struct_size {declared} is smaller than the frozen header ({PLUGIN_API_HEADER_SIZE} bytes)"
+            ),
+        });
+    }
+    let header = &*root;
+    let version = header.abi_version;
+    check_compatible(ABI_VERSION, version).map_err(LoadError::AbiMismatch)?;
+    if header.refusal_code != 0 {
+        let code = StatusCode::from_raw(header.refusal_code);
+        let message = header.refusal_message.to_string_lossy();
+        return Err(if code == StatusCode::Panic {
+            LoadError::EntryPanicked { message }
+        } else {
+            LoadError::Refused { code, message }
+        });
+    }
+    let need = plugin_api_min_size(version.minor);
+    if declared < need {
+        return Err(LoadError::InvalidTable {
+            detail: format!(
+                "root table struct_size {declared} is smaller than ABI {version} requires ({need} bytes)"
+            ),
+        });
+    }
+    // Copy what both sides know; fields beyond the plugin's size stay zero
+    // (absent), fields beyond ours are ignored.
+    let mut copy = std::mem::MaybeUninit::<RlxPluginApi>::zeroed();
+    std::ptr::copy_nonoverlapping(
+        root as *const u8,
+        copy.as_mut_ptr() as *mut u8,
+        declared.min(size_of::<RlxPluginApi>()),
+    );
+    // SAFETY: every field is an integer, pointer, Option<fn> or RlxStr;
+    // zero is valid for each.
+    let api = copy.assume_init();
+    check_layout(&api)?;
+    Ok(api)
+}
+
+/// Compare a Rust plugin's type layouts with ours. Only meaningful when
+/// both claim the same major.minor: across minors the tables differ by
+/// design and `struct_size` governs.
+unsafe fn check_layout(api: &RlxPluginApi) -> Result<(), LoadError> {
+    let same_minor =
+        api.abi_version.major == ABI_VERSION.major && api.abi_version.minor == ABI_VERSION.minor;
+    let tag = api.rust_layout_tag.to_string_lossy();
+    if !same_minor || api.rust_layout.is_null() || tag != RUST_LAYOUT_TAG {
+        return Ok(());
+    }
+    let theirs = &*(api.rust_layout as *const abi_stable::type_layout::TypeLayout);
+    let ours = <RlxPluginApi as StableAbi>::LAYOUT;
+    abi_stable::abi_stability::abi_checking::check_layout_compatibility(ours, theirs).map_err(
+        |errs| {
+            let detail = errs.to_string();
+            // The full report is long; the first lines name the field.
+            let short: String = detail.lines().take(12).collect::<Vec<_>>().join("\n");
+            LoadError::LayoutMismatch { detail: short }
+        },
+    )
+}

@@ -1,0 +1,15 @@
+//! The host side: discover plugin files, load them, and use them safely.
+
+pub mod discover;
+mod elf_check;
+pub mod load;
+mod log_sink;
+pub mod plugin;
+pub mod set;
+
+pub use discover::{
+    discover, library_file_name, Candidate, DiscoveryConfig, Source, ENV_HOME, ENV_PLUGINS,
+};
+pub use load::{load_plugin, LoadError};
+pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport, PluginExecutable};
+pub use set::{CandidateReport, CandidateState, PluginSet};

@@ -1,0 +1,634 @@
+//! A loaded plugin, used safely: its descriptor and tables copied into
+//! Rust values, its functions wrapped so statuses become `PluginError`s.
+
+use super::load::LoadError;
+use crate::custom_ops::{CustomOpInfo, Origin};
+use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
+use crate::plugin::{Descriptor, Mode, Role, Strategy, ValueInfo};
+use crate::strings::RlxStr;
+use crate::tables::*;
+use crate::tensor::{ownership, DType, HostTensor, RlxDataType, RlxNamedTensor, RlxTensor};
+use crate::version::RlxAbiVersion;
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One supported op kind and its dtypes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpSupport {
+    pub op_kind: String,
+    pub dtypes: Vec<DType>,
+}
+
+/// One row of a plugin's lowering table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoweringInfo {
+    pub op_kind: String,
+    pub dtypes: Vec<DType>,
+    pub strategy: Strategy,
+    pub note: String,
+    pub eager: bool,
+}
+
+/// A plugin that passed every check. Cheap to share (`Arc`).
+pub struct LoadedPlugin {
+    path: PathBuf,
+    api: RlxPluginApi,
+    descriptor: Descriptor,
+    ops: std::sync::OnceLock<Vec<OpSupport>>,
+    lowering: std::sync::OnceLock<Vec<(LoweringInfo, Option<(RlxExecuteOpFn, usize)>)>>,
+    custom: Option<RlxCustomOpApi>,
+}
+
+// The tables are immutable process-lifetime data and the ABI requires the
+// root functions to be thread-safe (docs/ABI.md, threading).
+unsafe impl Send for LoadedPlugin {}
+unsafe impl Sync for LoadedPlugin {}
+
+fn required<T: Copy>(f: Option<T>, name: &str) -> Result<T, LoadError> {
+    f.ok_or_else(|| LoadError::InvalidTable {
+        detail: format!("required function `{name}` is null"),
+    })
+}
+
+unsafe fn strs(p: *const RlxStr, n: usize) -> Vec<String> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    std::slice::from_raw_parts(p, n)
+        .iter()
+        .map(|s| s.to_string_lossy())
+        .collect()
+}
+
+unsafe fn dtypes(p: *const RlxDataType, n: usize) -> Result<Vec<DType>, String> {
+    if p.is_null() || n == 0 {
+        return Ok(Vec::new());
+    }
+    std::slice::from_raw_parts(p, n)
+        .iter()
+        .map(|d| DType::from_dl(*d).map_err(|e| e.message))
+        .collect()
+}
+
+/// Copy a struct that starts with `struct_size`, zero-filling the fields a
+/// smaller (older) writer lacks.
+unsafe fn read_sized<T>(p: *const T) -> Option<T> {
+    if p.is_null() {
+        return None;
+    }
+    let declared = std::ptr::read_unaligned(p as *const usize);
+    let mut copy = std::mem::MaybeUninit::<T>::zeroed();
+    std::ptr::copy_nonoverlapping(
+        p as *const u8,
+        copy.as_mut_ptr() as *mut u8,
+        declared.min(std::mem::size_of::<T>()),
+    );
+    Some(copy.assume_init())
+}
+
+impl LoadedPlugin {
+    /// Validate the root table's required functions and read the descriptor.
+    pub(crate) unsafe fn new(path: PathBuf, api: RlxPluginApi) -> Result<LoadedPlugin, LoadError> {
+        required(api.status_new, "status_new")?;
+        required(api.status_code, "status_code")?;
+        required(api.status_message, "status_message")?;
+        required(api.status_free, "status_free")?;
+        required(api.init, "init")?;
+        required(api.supported_ops, "supported_ops")?;
+        required(api.lowering_table, "lowering_table")?;
+        required(api.compile, "compile")?;
+        required(api.executable_destroy, "executable_destroy")?;
+        required(api.executable_signature, "executable_signature")?;
+        required(api.executable_bind_param, "executable_bind_param")?;
+        required(api.executable_run, "executable_run")?;
+        let d = read_sized(api.descriptor).ok_or_else(|| LoadError::InvalidTable {
+            detail: "the descriptor is null".into(),
+        })?;
+        let build_info = if d.build_info.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(d.build_info, d.n_build_info)
+                .iter()
+                .map(|kv| (kv.key.to_string_lossy(), kv.value.to_string_lossy()))
+                .collect()
+        };
+        let opsets = if d.opsets.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(d.opsets, d.n_opsets).to_vec()
+        };
+        let descriptor = Descriptor {
+            name: d.name.to_string_lossy(),
+            version: d.version.to_string_lossy(),
+            description: d.description.to_string_lossy(),
+            devices: strs(d.devices, d.n_devices),
+            build_info,
+            opsets,
+        };
+        if descriptor.name.is_empty() {
+            return Err(LoadError::InvalidTable {
+                detail: "the descriptor has an empty name".into(),
+            });
+        }
+        if semver::Version::parse(&descriptor.version).is_err() {
+            return Err(LoadError::InvalidTable {
+                detail: format!("plugin version {:?} is not semver", descriptor.version),
+            });
+        }
+        let custom = read_sized(api.custom_ops);
+        Ok(LoadedPlugin {
+            path,
+            api,
+            descriptor,
+            ops: Default::default(),
+            lowering: Default::default(),
+            custom,
+        })
+    }
+
+    /// Registration, then read the op list and lowering table.
+    pub(crate) fn init(&self) -> Result<(), LoadError> {
+        unsafe { self.check((self.api.init.unwrap())()) }.map_err(LoadError::RegistrationFailed)?;
+        let ops = self
+            .read_ops()
+            .map_err(|e| LoadError::InvalidTable { detail: e })?;
+        let lowering = self
+            .read_lowering()
+            .map_err(|e| LoadError::InvalidTable { detail: e })?;
+        let _ = self.ops.set(ops);
+        let _ = self.lowering.set(lowering);
+        Ok(())
+    }
+
+    fn read_ops(&self) -> Result<Vec<OpSupport>, String> {
+        let mut list = RlxOpList {
+            struct_size: 0,
+            ops: std::ptr::null(),
+            n_ops: 0,
+        };
+        unsafe { self.check((self.api.supported_ops.unwrap())(&mut list)) }
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for i in 0..list.n_ops {
+            let op = unsafe { read_sized(*list.ops.add(i)) }.ok_or("null op entry")?;
+            out.push(OpSupport {
+                op_kind: unsafe { op.op_kind.to_string_lossy() },
+                dtypes: unsafe { dtypes(op.dtypes, op.n_dtypes)? },
+            });
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn read_lowering(
+        &self,
+    ) -> Result<Vec<(LoweringInfo, Option<(RlxExecuteOpFn, usize)>)>, String> {
+        let mut t = RlxLoweringTable {
+            struct_size: 0,
+            entries: std::ptr::null(),
+            n_entries: 0,
+        };
+        unsafe { self.check((self.api.lowering_table.unwrap())(&mut t)) }
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for i in 0..t.n_entries {
+            let e = unsafe { read_sized(*t.entries.add(i)) }.ok_or("null lowering entry")?;
+            let op_kind = unsafe { e.op_kind.to_string_lossy() };
+            let strategy = Strategy::from_raw(e.strategy).ok_or_else(|| {
+                format!(
+                    "lowering entry {op_kind} has unknown strategy {}",
+                    e.strategy
+                )
+            })?;
+            out.push((
+                LoweringInfo {
+                    op_kind,
+                    dtypes: unsafe { dtypes(e.dtypes, e.n_dtypes)? },
+                    strategy,
+                    note: unsafe { e.note.to_string_lossy() },
+                    eager: e.execute.is_some(),
+                },
+                e.execute.map(|f| (f, e.execute_ctx as usize)),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Turn a status into a result, releasing it.
+    pub(crate) fn check(&self, s: *mut RlxStatus) -> PluginResult<()> {
+        if s.is_null() {
+            return Ok(());
+        }
+        unsafe {
+            let code = StatusCode::from_raw((self.api.status_code.unwrap())(s));
+            let message = (self.api.status_message.unwrap())(s).to_string_lossy();
+            (self.api.status_free.unwrap())(s);
+            Err(PluginError::new(code, message))
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn abi_version(&self) -> RlxAbiVersion {
+        self.api.abi_version
+    }
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+    pub fn supported_ops(&self) -> &[OpSupport] {
+        self.ops.get().map(Vec::as_slice).unwrap_or(&[])
+    }
+    pub fn lowering_table(&self) -> Vec<LoweringInfo> {
+        self.lowering
+            .get()
+            .map(|v| v.iter().map(|(i, _)| i.clone()).collect())
+            .unwrap_or_default()
+    }
+    /// Does the plugin offer a custom-op registry (ABI 1.1+)?
+    pub fn has_custom_ops(&self) -> bool {
+        self.custom.is_some()
+    }
+
+    /// Execute one op eagerly through its lowering-table entry. `node` is
+    /// a `.rlxmodel` graph holding just that op.
+    pub fn execute_op(
+        &self,
+        op_kind: &str,
+        node: &str,
+        inputs: &[HostTensor],
+    ) -> PluginResult<Vec<HostTensor>> {
+        let (f, ctx) = self
+            .lowering
+            .get()
+            .and_then(|v| v.iter().find(|(i, _)| i.op_kind == op_kind))
+            .ok_or_else(|| {
+                PluginError::unsupported(format!(
+                    "{} has no lowering for {op_kind}",
+                    self.descriptor.name
+                ))
+            })?
+            .1
+            .ok_or_else(|| PluginError::unsupported(format!("{op_kind} has no eager entry")))?;
+        let views: Vec<_> = inputs
+            .iter()
+            .map(|t| t.as_raw(ownership::BORROWED))
+            .collect();
+        let raws: Vec<RlxTensor> = views.iter().map(|v| v.raw).collect();
+        // Generous: no rlx op has more outputs than this.
+        let mut slots = vec![RlxTensor::empty(); 16];
+        let mut n = 0usize;
+        self.check(unsafe {
+            f(
+                ctx as *const c_void,
+                RlxStr::from_str(node),
+                raws.as_ptr(),
+                raws.len(),
+                slots.as_mut_ptr(),
+                slots.len(),
+                &mut n,
+            )
+        })?;
+        take_outputs(slots.into_iter().take(n))
+    }
+
+    /// Compile `.rlxmodel` text. A graph from an opset the plugin does not
+    /// read is refused here, before the plugin sees it.
+    pub fn compile(self: &Arc<Self>, graph: &str, mode: Mode) -> PluginResult<PluginExecutable> {
+        if let Some(opset) = graph_opset(graph) {
+            if !self.descriptor.opsets.contains(&opset) {
+                return Err(PluginError::unsupported(format!(
+                    "the graph uses .rlxmodel opset {opset} but plugin {} {} reads opsets {:?}; \
+                     upgrade the plugin or re-export the model for an older opset",
+                    self.descriptor.name, self.descriptor.version, self.descriptor.opsets
+                )));
+            }
+        }
+        let opts = RlxCompileOptions {
+            struct_size: std::mem::size_of::<RlxCompileOptions>(),
+            mode: mode.to_raw(),
+        };
+        let mut exe: *mut RlxExecutable = std::ptr::null_mut();
+        self.check(unsafe {
+            (self.api.compile.unwrap())(RlxStr::from_str(graph), &opts, &mut exe)
+        })?;
+        if exe.is_null() {
+            return Err(PluginError::internal(
+                "compile succeeded but returned no executable",
+            ));
+        }
+        let mut pe = PluginExecutable {
+            plugin: self.clone(),
+            exe,
+            signature: Vec::new(),
+            keep_alive: Vec::new(),
+        };
+        pe.signature = pe.read_signature()?;
+        Ok(pe)
+    }
+
+    // ---- custom ops ----
+
+    fn custom(&self) -> PluginResult<&RlxCustomOpApi> {
+        self.custom.as_ref().ok_or_else(|| {
+            PluginError::unsupported(format!(
+                "plugin {} (ABI {}) has no custom-op registry (added in ABI 1.1)",
+                self.descriptor.name, self.api.abi_version
+            ))
+        })
+    }
+
+    fn custom_fn<T: Copy>(f: Option<T>, name: &str) -> PluginResult<T> {
+        f.ok_or_else(|| PluginError::unsupported(format!("the custom-op registry lacks `{name}`")))
+    }
+
+    /// Register a host kernel as a custom op in the plugin's registry.
+    pub fn register_custom_op(
+        &self,
+        name: &str,
+        description: &str,
+        n_inputs: u32,
+        n_outputs: u32,
+        kernel: impl Fn(&[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync + 'static,
+    ) -> PluginResult<()> {
+        let api = self.custom()?;
+        let register = Self::custom_fn(api.register, "register")?;
+        let ctx = Box::new(HostKernel {
+            status_new: self.api.status_new.unwrap(),
+            kernel: Box::new(kernel),
+        });
+        let desc = RlxCustomOpDesc {
+            struct_size: std::mem::size_of::<RlxCustomOpDesc>(),
+            name: RlxStr::from_str(name),
+            description: RlxStr::from_str(description),
+            n_inputs,
+            n_outputs,
+            kernel: Some(host_kernel_trampoline),
+            kernel_ctx: Box::into_raw(ctx) as *mut c_void,
+            kernel_ctx_drop: Some(drop_host_kernel),
+        };
+        self.check(unsafe { register(&desc) })
+    }
+
+    pub fn unregister_custom_op(&self, name: &str) -> PluginResult<()> {
+        let f = Self::custom_fn(self.custom()?.unregister, "unregister")?;
+        self.check(unsafe { f(RlxStr::from_str(name)) })
+    }
+
+    pub fn lookup_custom_op(&self, name: &str) -> PluginResult<CustomOpInfo> {
+        let f = Self::custom_fn(self.custom()?.lookup, "lookup")?;
+        let mut found: Vec<CustomOpInfo> = Vec::new();
+        let visitor = RlxCustomOpVisitor {
+            struct_size: std::mem::size_of::<RlxCustomOpVisitor>(),
+            ctx: &mut found as *mut _ as *mut c_void,
+            visit: Some(collect_info),
+        };
+        self.check(unsafe { f(RlxStr::from_str(name), &visitor) })?;
+        found
+            .pop()
+            .ok_or_else(|| PluginError::not_found(format!("no custom op named {name:?}")))
+    }
+
+    pub fn list_custom_ops(&self) -> PluginResult<Vec<CustomOpInfo>> {
+        let f = Self::custom_fn(self.custom()?.list, "list")?;
+        let mut found: Vec<CustomOpInfo> = Vec::new();
+        let visitor = RlxCustomOpVisitor {
+            struct_size: std::mem::size_of::<RlxCustomOpVisitor>(),
+            ctx: &mut found as *mut _ as *mut c_void,
+            visit: Some(collect_info),
+        };
+        self.check(unsafe { f(&visitor) })?;
+        Ok(found)
+    }
+
+    pub fn execute_custom_op(
+        &self,
+        name: &str,
+        inputs: &[HostTensor],
+        n_outputs: usize,
+    ) -> PluginResult<Vec<HostTensor>> {
+        let f = Self::custom_fn(self.custom()?.execute, "execute")?;
+        let views: Vec<_> = inputs
+            .iter()
+            .map(|t| t.as_raw(ownership::BORROWED))
+            .collect();
+        let raws: Vec<RlxTensor> = views.iter().map(|v| v.raw).collect();
+        let mut slots = vec![RlxTensor::empty(); n_outputs];
+        self.check(unsafe {
+            f(
+                RlxStr::from_str(name),
+                raws.as_ptr(),
+                raws.len(),
+                slots.as_mut_ptr(),
+                slots.len(),
+            )
+        })?;
+        take_outputs(slots.into_iter())
+    }
+}
+
+fn take_outputs(slots: impl Iterator<Item = RlxTensor>) -> PluginResult<Vec<HostTensor>> {
+    // Take every slot (so each is released) before reporting an error.
+    let taken: Vec<PluginResult<HostTensor>> =
+        slots.map(|s| unsafe { HostTensor::take_raw(s) }).collect();
+    taken.into_iter().collect()
+}
+
+/// The `opset N` line of `.rlxmodel` text, if present.
+pub fn graph_opset(text: &str) -> Option<u32> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .take(4)
+        .find_map(|l| l.strip_prefix("opset ").and_then(|n| n.trim().parse().ok()))
+}
+
+unsafe extern "C" fn collect_info(ctx: *mut c_void, info: *const RlxCustomOpInfo) {
+    let (Some(out), Some(i)) = ((ctx as *mut Vec<CustomOpInfo>).as_mut(), info.as_ref()) else {
+        return;
+    };
+    out.push(CustomOpInfo {
+        name: i.name.to_string_lossy(),
+        description: i.description.to_string_lossy(),
+        n_inputs: i.n_inputs,
+        n_outputs: i.n_outputs,
+        origin: Origin::from_raw(i.origin),
+    });
+}
+
+type HostKernelFn = dyn Fn(&[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync;
+
+struct HostKernel {
+    /// The plugin's status allocator: a kernel's error must be the plugin's.
+    status_new: unsafe extern "C" fn(u32, RlxStr) -> *mut RlxStatus,
+    kernel: Box<HostKernelFn>,
+}
+
+unsafe extern "C" fn host_kernel_trampoline(
+    ctx: *mut c_void,
+    inputs: *const RlxTensor,
+    n_inputs: usize,
+    outputs: *mut RlxTensor,
+    n_outputs: usize,
+) -> *mut RlxStatus {
+    let Some(hk) = (ctx as *const HostKernel).as_ref() else {
+        return std::ptr::null_mut();
+    };
+    let status = |e: PluginError| (hk.status_new)(e.code as u32, RlxStr::from_str(&e.message));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PluginResult<()> {
+        let ins: Vec<HostTensor> = (0..n_inputs)
+            .map(|i| HostTensor::copy_from_raw(&*inputs.add(i)))
+            .collect::<PluginResult<_>>()?;
+        let outs = (hk.kernel)(&ins)?;
+        if outs.len() != n_outputs {
+            return Err(PluginError::internal(format!(
+                "host kernel returned {} outputs, {n_outputs} expected",
+                outs.len()
+            )));
+        }
+        for (i, t) in outs.into_iter().enumerate() {
+            outputs.add(i).write(t.into_raw_owned());
+        }
+        Ok(())
+    }));
+    match result {
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(e)) => status(e),
+        Err(p) => status(PluginError::new(
+            StatusCode::Panic,
+            format!("host kernel panicked: {}", crate::error::panic_message(&*p)),
+        )),
+    }
+}
+
+unsafe extern "C" fn drop_host_kernel(ctx: *mut c_void) {
+    if !ctx.is_null() {
+        drop(Box::from_raw(ctx as *mut HostKernel));
+    }
+}
+
+/// A compiled graph in a plugin. Released on drop.
+pub struct PluginExecutable {
+    plugin: Arc<LoadedPlugin>,
+    exe: *mut RlxExecutable,
+    signature: Vec<ValueInfo>,
+    /// Params bound without a copy; dropped after the executable.
+    keep_alive: Vec<Arc<HostTensor>>,
+}
+
+// One call at a time per executable is the ABI's contract; `&mut self`
+// enforces it, so moving the handle between threads is fine.
+unsafe impl Send for PluginExecutable {}
+
+unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) {
+    let (Some(out), Some(i)) = (
+        (ctx as *mut Vec<PluginResult<ValueInfo>>).as_mut(),
+        info.as_ref(),
+    ) else {
+        return;
+    };
+    let shape = if i.shape.is_null() || i.ndim <= 0 {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(i.shape, i.ndim as usize)
+            .iter()
+            .map(|&d| (d >= 0).then_some(d as usize))
+            .collect()
+    };
+    let role = match i.role {
+        role::INPUT => Role::Input,
+        role::PARAM => Role::Param,
+        _ => Role::Output,
+    };
+    out.push(DType::from_dl(i.dtype).map(|dtype| ValueInfo {
+        role,
+        name: i.name.to_string_lossy(),
+        dtype,
+        shape,
+    }));
+}
+
+impl PluginExecutable {
+    fn read_signature(&self) -> PluginResult<Vec<ValueInfo>> {
+        let mut out: Vec<PluginResult<ValueInfo>> = Vec::new();
+        let visitor = RlxValueVisitor {
+            struct_size: std::mem::size_of::<RlxValueVisitor>(),
+            ctx: &mut out as *mut _ as *mut c_void,
+            visit: Some(collect_value),
+        };
+        self.plugin.check(unsafe {
+            (self.plugin.api.executable_signature.unwrap())(self.exe, &visitor)
+        })?;
+        out.into_iter().collect()
+    }
+
+    pub fn signature(&self) -> &[ValueInfo] {
+        &self.signature
+    }
+
+    pub fn values(&self, role: Role) -> impl Iterator<Item = &ValueInfo> {
+        self.signature.iter().filter(move |v| v.role == role)
+    }
+
+    fn bind_raw(&mut self, name: &str, raw: &RlxTensor) -> PluginResult<()> {
+        self.plugin.check(unsafe {
+            (self.plugin.api.executable_bind_param.unwrap())(self.exe, RlxStr::from_str(name), raw)
+        })
+    }
+
+    /// Bind a param; the plugin copies it.
+    pub fn bind_param(&mut self, name: &str, t: &HostTensor) -> PluginResult<()> {
+        let view = t.as_raw(ownership::BORROWED);
+        self.bind_raw(name, &view.raw)
+    }
+
+    /// Bind a param without a copy: the tensor is kept alive here until
+    /// after the executable is destroyed.
+    pub fn bind_param_shared(&mut self, name: &str, t: Arc<HostTensor>) -> PluginResult<()> {
+        let view = t.as_raw(ownership::BORROWED_PERSISTENT);
+        self.bind_raw(name, &view.raw)?;
+        self.keep_alive.push(t);
+        Ok(())
+    }
+
+    /// Run with named inputs.
+    pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> PluginResult<Vec<HostTensor>> {
+        let views: Vec<_> = inputs
+            .iter()
+            .map(|(_, t)| t.as_raw(ownership::BORROWED))
+            .collect();
+        let named: Vec<RlxNamedTensor> = inputs
+            .iter()
+            .zip(&views)
+            .map(|((n, _), v)| RlxNamedTensor {
+                struct_size: std::mem::size_of::<RlxNamedTensor>(),
+                name: RlxStr::from_str(n),
+                tensor: v.raw,
+            })
+            .collect();
+        let n_out = self.values(Role::Output).count();
+        let mut slots = vec![RlxTensor::empty(); n_out];
+        self.plugin.check(unsafe {
+            (self.plugin.api.executable_run.unwrap())(
+                self.exe,
+                named.as_ptr(),
+                named.len(),
+                slots.as_mut_ptr(),
+                slots.len(),
+            )
+        })?;
+        take_outputs(slots.into_iter())
+    }
+
+    pub fn plugin(&self) -> &Arc<LoadedPlugin> {
+        &self.plugin
+    }
+}
+
+impl Drop for PluginExecutable {
+    fn drop(&mut self) {
+        unsafe { (self.plugin.api.executable_destroy.unwrap())(self.exe) };
+        // keep_alive drops after this body: the plugin no longer aliases it.
+    }
+}

@@ -1,0 +1,34 @@
+//! The stable C ABI between an RLX runtime (the host) and backend plugins
+//! loaded at run time, and the Rust on both sides of it.
+//!
+//! - Plugin authors implement [`Plugin`] and write `export_plugin!(…)`;
+//!   the crate provides every `extern "C"` function behind the tables.
+//! - Hosts (feature `host`) discover plugin libraries, load them, check
+//!   versions and layouts, and use them through safe wrappers
+//!   ([`host::PluginSet`], [`host::LoadedPlugin`]).
+//!
+//! The normative description of the ABI is `docs/ABI.md`.
+
+pub mod convert;
+pub mod custom_ops;
+pub mod error;
+pub mod export;
+pub mod log;
+pub mod plugin;
+pub mod strings;
+pub mod tables;
+pub mod tensor;
+pub mod version;
+
+#[cfg(feature = "host")]
+pub mod host;
+
+pub use custom_ops::{CustomKernel, CustomOpInfo, CustomOpRegistry, Origin};
+pub use error::{PluginError, PluginResult, RlxStatus, StatusCode};
+pub use plugin::{
+    BoundParam, Descriptor, Executable, ExecuteOp, LoweringEntry, Mode, ParamBytes, Plugin, Role,
+    Strategy, ValueInfo,
+};
+pub use strings::RlxStr;
+pub use tensor::{DType, HostTensor, RlxTensor, TensorRef};
+pub use version::{RlxAbiVersion, ABI_VERSION};

@@ -1,0 +1,194 @@
+//! What a plugin author implements, in plain Rust. `export_plugin!` turns
+//! an implementation into the C ABI (see `export.rs`).
+
+use crate::custom_ops::CustomOpRegistry;
+use crate::error::PluginResult;
+use crate::tensor::{DType, HostTensor, TensorRef};
+use std::sync::Arc;
+
+/// Who the plugin is (published once, at load).
+#[derive(Clone, Debug, Default)]
+pub struct Descriptor {
+    /// Unique name (`"mlx"`).
+    pub name: String,
+    /// The plugin's own semver version.
+    pub version: String,
+    pub description: String,
+    pub devices: Vec<String>,
+    /// Free-form facts such as `("mlx.version", "0.32.4")`.
+    pub build_info: Vec<(String, String)>,
+    /// The `.rlxmodel` opsets the plugin reads.
+    pub opsets: Vec<u32>,
+}
+
+/// How a lowering computes its op (see `tables::strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    Native,
+    Composite,
+    HostEvaluated,
+}
+
+impl Strategy {
+    pub fn to_raw(self) -> u32 {
+        match self {
+            Strategy::Native => crate::tables::strategy::NATIVE,
+            Strategy::Composite => crate::tables::strategy::COMPOSITE,
+            Strategy::HostEvaluated => crate::tables::strategy::HOST_EVALUATED,
+        }
+    }
+    pub fn from_raw(raw: u32) -> Option<Strategy> {
+        [
+            Strategy::Native,
+            Strategy::Composite,
+            Strategy::HostEvaluated,
+        ]
+        .into_iter()
+        .find(|s| s.to_raw() == raw)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Native => "native",
+            Strategy::Composite => "composite",
+            Strategy::HostEvaluated => "host-evaluated",
+        }
+    }
+}
+
+/// Eager execution of one op: the `.rlxmodel` text of a graph holding just
+/// that op, and its inputs in order.
+pub type ExecuteOp =
+    Arc<dyn Fn(&str, &[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync>;
+
+/// One row of the lowering table.
+#[derive(Clone)]
+pub struct LoweringEntry {
+    /// The rlx-ir op-kind name.
+    pub op_kind: String,
+    pub dtypes: Vec<DType>,
+    pub strategy: Strategy,
+    pub note: String,
+    /// None for entries that cannot run alone (graph inputs, params).
+    pub execute: Option<ExecuteOp>,
+}
+
+/// Execution modes (see `tables::mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Lazy,
+    Eager,
+    Compiled,
+}
+
+impl Mode {
+    pub fn to_raw(self) -> u32 {
+        match self {
+            Mode::Lazy => crate::tables::mode::LAZY,
+            Mode::Eager => crate::tables::mode::EAGER,
+            Mode::Compiled => crate::tables::mode::COMPILED,
+        }
+    }
+    pub fn from_raw(raw: u32) -> Option<Mode> {
+        [Mode::Lazy, Mode::Eager, Mode::Compiled]
+            .into_iter()
+            .find(|m| m.to_raw() == raw)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Lazy => "lazy",
+            Mode::Eager => "eager",
+            Mode::Compiled => "compiled",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Mode> {
+        [Mode::Lazy, Mode::Eager, Mode::Compiled]
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+    }
+}
+
+/// The role of a value in an executable's signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Input,
+    Param,
+    Output,
+}
+
+/// One input, param or output of an executable. A size of `None` is known
+/// only at run time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueInfo {
+    pub role: Role,
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<Option<usize>>,
+}
+
+/// A param's bytes as the executable receives them.
+pub enum ParamBytes {
+    /// The plugin's own copy.
+    Copied(Vec<u8>),
+    /// The host's memory, guaranteed by the host to outlive the executable
+    /// (`BORROWED_PERSISTENT`): use without copying.
+    Persistent(&'static [u8]),
+    /// An owned descriptor moved to the plugin; released on drop.
+    Owned {
+        bytes: &'static [u8],
+        raw: crate::tensor::RlxTensor,
+    },
+}
+
+/// A param handed to [`Executable::bind_param`]: compact row-major bytes.
+pub struct BoundParam {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub bytes: ParamBytes,
+}
+
+impl BoundParam {
+    pub fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            ParamBytes::Copied(v) => v,
+            ParamBytes::Persistent(b) => b,
+            ParamBytes::Owned { bytes, .. } => bytes,
+        }
+    }
+    /// True when the bytes are the host's own memory (no copy was made).
+    pub fn is_zero_copy(&self) -> bool {
+        !matches!(self.bytes, ParamBytes::Copied(_))
+    }
+}
+
+impl Drop for BoundParam {
+    fn drop(&mut self) {
+        if let ParamBytes::Owned { raw, .. } = &self.bytes {
+            // SAFETY: ownership of `raw` moved to us in bind_param.
+            unsafe { crate::tensor::release(*raw) };
+        }
+    }
+}
+
+// A BoundParam's memory is either ours or guaranteed by the host to stay
+// valid and unmodified while bound.
+unsafe impl Send for BoundParam {}
+
+/// A compiled graph.
+pub trait Executable: Send {
+    /// Inputs, then params, then outputs.
+    fn signature(&self) -> Vec<ValueInfo>;
+    fn bind_param(&mut self, name: &str, param: BoundParam) -> PluginResult<()>;
+    /// Run with named inputs; returns one tensor per output.
+    fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>>;
+}
+
+/// A backend plugin.
+pub trait Plugin: Send + Sync + 'static {
+    fn descriptor(&self) -> Descriptor;
+    /// Registration: return the lowering table (the supported-op list is
+    /// derived from it) and register any custom ops the plugin provides.
+    fn init(&self, custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;
+    /// Compile `.rlxmodel` text.
+    fn compile(&self, graph: &str, mode: Mode) -> PluginResult<Box<dyn Executable>>;
+}

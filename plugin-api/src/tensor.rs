@@ -1,0 +1,569 @@
+//! Tensor descriptors: DLPack's layout, with ownership written down.
+//!
+//! [`RlxDlTensor`] is field for field DLPack's `DLTensor` (so `&t.dl` can be
+//! handed to any DLPack consumer), [`RlxDataType`] is `DLDataType` and
+//! [`RlxDevice`] is `DLDevice`. [`RlxTensor`] wraps it with the struct size
+//! every ABI struct starts with, an ownership tag, and DLPack's
+//! `manager_ctx` / `deleter` pair. Unlike DLPack, the deleter takes
+//! `manager_ctx` (not the struct's address), so an `RlxTensor` may be copied
+//! freely: the struct is plain data, the buffer belongs to the manager.
+
+use crate::error::{PluginError, PluginResult};
+use abi_stable::StableAbi;
+use std::ffi::c_void;
+use std::fmt;
+
+/// DLPack `DLDataType`: type code, bits per lane, lanes.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RlxDataType {
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+}
+
+/// DLPack type codes (`DLDataTypeCode`).
+pub mod dl_code {
+    pub const INT: u8 = 0;
+    pub const UINT: u8 = 1;
+    pub const FLOAT: u8 = 2;
+    pub const BFLOAT: u8 = 4;
+    pub const COMPLEX: u8 = 5;
+    pub const BOOL: u8 = 6;
+}
+
+/// DLPack `DLDevice`. Only the host CPU (`device_type == 1`, `kDLCPU`)
+/// crosses this ABI today: plugins copy device memory to the host.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RlxDevice {
+    pub device_type: i32,
+    pub device_id: i32,
+}
+
+impl RlxDevice {
+    pub const CPU: RlxDevice = RlxDevice {
+        device_type: 1,
+        device_id: 0,
+    };
+}
+
+/// DLPack `DLTensor`, field for field.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct RlxDlTensor {
+    /// Start of the buffer; the first element is at `data + byte_offset`.
+    pub data: *mut c_void,
+    pub device: RlxDevice,
+    pub ndim: i32,
+    pub dtype: RlxDataType,
+    /// `ndim` sizes. Owned like `data`.
+    pub shape: *mut i64,
+    /// `ndim` strides in elements, or null for compact row-major.
+    pub strides: *mut i64,
+    pub byte_offset: u64,
+}
+
+/// How the receiver of an [`RlxTensor`] may treat its memory.
+pub mod ownership {
+    /// Valid only during the call that receives it; the receiver copies
+    /// whatever it keeps.
+    pub const BORROWED: u32 = 0;
+    /// Borrowed, and the sender guarantees the memory outlives whatever the
+    /// receiver binds it to (for `executable_bind_param`: the executable).
+    /// The receiver may alias it without copying.
+    pub const BORROWED_PERSISTENT: u32 = 1;
+    /// Ownership moves to the receiver, which calls `deleter(manager_ctx)`
+    /// exactly once when it no longer needs `data`, `shape` and `strides`.
+    pub const OWNED: u32 = 2;
+}
+
+/// A tensor crossing the ABI. See [`ownership`] for who frees what.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct RlxTensor {
+    pub struct_size: usize,
+    /// One of [`ownership`].
+    pub ownership: u32,
+    pub dl: RlxDlTensor,
+    /// The manager's state; passed to `deleter`. Null when borrowed.
+    pub manager_ctx: *mut c_void,
+    /// Frees `data`/`shape`/`strides` when `ownership == OWNED`.
+    pub deleter: Option<unsafe extern "C" fn(manager_ctx: *mut c_void)>,
+}
+
+impl RlxTensor {
+    /// An all-null slot to be filled by a callee (outputs).
+    pub fn empty() -> RlxTensor {
+        RlxTensor {
+            struct_size: std::mem::size_of::<RlxTensor>(),
+            ownership: ownership::BORROWED,
+            dl: RlxDlTensor {
+                data: std::ptr::null_mut(),
+                device: RlxDevice::CPU,
+                ndim: 0,
+                dtype: DType::F32.to_dl(),
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: None,
+        }
+    }
+}
+
+/// A named tensor (run inputs).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct RlxNamedTensor {
+    pub struct_size: usize,
+    /// Borrowed for the call.
+    pub name: crate::RlxStr,
+    pub tensor: RlxTensor,
+}
+
+/// Element types the ABI names. Anything else DLPack can describe is
+/// refused with a clear error rather than misread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U32,
+    Bool,
+    C64,
+}
+
+impl DType {
+    pub const ALL: [DType; 12] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::Bool,
+        DType::C64,
+    ];
+
+    /// Lower-case name, as rlx writes dtypes in `.rlxmodel` (`f32`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+            DType::C64 => "c64",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<DType> {
+        let lower = name.to_ascii_lowercase();
+        Self::ALL.into_iter().find(|d| d.name() == lower)
+    }
+
+    pub fn size_bytes(self) -> usize {
+        self.to_dl().bits as usize / 8
+    }
+
+    pub fn to_dl(self) -> RlxDataType {
+        use dl_code::*;
+        let (code, bits) = match self {
+            DType::F32 => (FLOAT, 32),
+            DType::F16 => (FLOAT, 16),
+            DType::BF16 => (BFLOAT, 16),
+            DType::F64 => (FLOAT, 64),
+            DType::I8 => (INT, 8),
+            DType::I16 => (INT, 16),
+            DType::I32 => (INT, 32),
+            DType::I64 => (INT, 64),
+            DType::U8 => (UINT, 8),
+            DType::U32 => (UINT, 32),
+            DType::Bool => (BOOL, 8),
+            DType::C64 => (COMPLEX, 64),
+        };
+        RlxDataType {
+            code,
+            bits,
+            lanes: 1,
+        }
+    }
+
+    pub fn from_dl(dt: RlxDataType) -> PluginResult<DType> {
+        Self::ALL
+            .into_iter()
+            .find(|d| d.to_dl() == dt)
+            .ok_or_else(|| {
+                PluginError::unsupported(format!(
+                    "DLPack dtype (code {}, bits {}, lanes {}) is not an RLX dtype",
+                    dt.code, dt.bits, dt.lanes
+                ))
+            })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A tensor in plain Rust: dtype, shape, compact row-major little-endian bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl HostTensor {
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> PluginResult<HostTensor> {
+        let want = shape.iter().product::<usize>() * dtype.size_bytes();
+        if data.len() != want {
+            return Err(PluginError::invalid_argument(format!(
+                "tensor {dtype}{shape:?} needs {want} bytes, got {}",
+                data.len()
+            )));
+        }
+        Ok(HostTensor { dtype, shape, data })
+    }
+
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> PluginResult<HostTensor> {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::new(DType::F32, shape, data)
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The values as f32, converting from any float or integer dtype.
+    pub fn to_f32_vec(&self) -> PluginResult<Vec<f32>> {
+        crate::convert::bytes_to_f32(self.dtype, &self.data)
+    }
+
+    /// A borrowed descriptor of this tensor. The returned value borrows
+    /// `self`; the descriptor inside is valid while it lives.
+    pub fn as_raw(&self, own: u32) -> RawView<'_> {
+        let mut shape: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
+        let mut raw = RlxTensor::empty();
+        raw.ownership = own;
+        raw.dl.data = self.data.as_ptr() as *mut c_void;
+        raw.dl.ndim = shape.len() as i32;
+        raw.dl.dtype = self.dtype.to_dl();
+        raw.dl.shape = shape.as_mut_ptr();
+        RawView {
+            raw,
+            _shape: shape,
+            _data: std::marker::PhantomData,
+        }
+    }
+
+    /// Move this tensor into an owned descriptor whose deleter frees it.
+    pub fn into_raw_owned(self) -> RlxTensor {
+        struct Managed {
+            _data: Vec<u8>,
+            _shape: Vec<i64>,
+        }
+        unsafe extern "C" fn drop_managed(ctx: *mut c_void) {
+            if !ctx.is_null() {
+                drop(Box::from_raw(ctx as *mut Managed));
+            }
+        }
+        let mut shape: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
+        let mut data = self.data;
+        let mut raw = RlxTensor::empty();
+        raw.ownership = ownership::OWNED;
+        raw.dl.data = data.as_mut_ptr() as *mut c_void;
+        raw.dl.ndim = shape.len() as i32;
+        raw.dl.dtype = self.dtype.to_dl();
+        raw.dl.shape = shape.as_mut_ptr();
+        // Moving the Vecs into the box keeps their heap buffers where they are.
+        let managed = Box::new(Managed {
+            _data: data,
+            _shape: shape,
+        });
+        raw.manager_ctx = Box::into_raw(managed) as *mut c_void;
+        raw.deleter = Some(drop_managed);
+        raw
+    }
+
+    /// Copy a descriptor's elements into a `HostTensor` (any strides and
+    /// byte offset; the result is compact). Does not take ownership.
+    ///
+    /// # Safety
+    /// `raw` must describe readable memory as DLPack defines it.
+    pub unsafe fn copy_from_raw(raw: &RlxTensor) -> PluginResult<HostTensor> {
+        let view = TensorRef::from_raw(raw)?;
+        Ok(HostTensor {
+            dtype: view.dtype,
+            shape: view.shape.clone(),
+            data: view.to_compact_bytes(),
+        })
+    }
+
+    /// Take an owned descriptor: copy it, then release it through its
+    /// deleter. A borrowed descriptor is only copied.
+    ///
+    /// # Safety
+    /// As for [`HostTensor::copy_from_raw`]; an owned `raw` must not be
+    /// used again.
+    pub unsafe fn take_raw(raw: RlxTensor) -> PluginResult<HostTensor> {
+        let out = Self::copy_from_raw(&raw);
+        release(raw);
+        out
+    }
+}
+
+/// Release an owned descriptor (no-op for borrowed ones).
+///
+/// # Safety
+/// `raw` must not be used afterwards if it was owned.
+pub unsafe fn release(raw: RlxTensor) {
+    if raw.ownership == ownership::OWNED {
+        if let Some(del) = raw.deleter {
+            del(raw.manager_ctx);
+        }
+    }
+}
+
+/// A borrowed descriptor of a [`HostTensor`], keeping its shape array alive.
+pub struct RawView<'a> {
+    pub raw: RlxTensor,
+    _shape: Vec<i64>,
+    _data: std::marker::PhantomData<&'a [u8]>,
+}
+
+/// A validated, read-only view of a descriptor's memory.
+#[derive(Debug)]
+pub struct TensorRef<'a> {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Element strides (compact row-major when the descriptor had none).
+    pub strides: Vec<i64>,
+    /// Base of element 0.
+    base: *const u8,
+    /// The smallest byte range containing every element, relative to base.
+    span: (isize, isize),
+    _life: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> TensorRef<'a> {
+    /// Validate a descriptor: non-null shape when ndim > 0, non-negative
+    /// sizes, a known dtype, host memory, non-null data when non-empty.
+    ///
+    /// # Safety
+    /// `raw` must describe readable memory for `'a`.
+    pub unsafe fn from_raw(raw: &RlxTensor) -> PluginResult<TensorRef<'a>> {
+        if raw.struct_size < std::mem::size_of::<RlxTensor>() {
+            return Err(PluginError::invalid_argument(format!(
+                "tensor descriptor struct_size {} is smaller than {}",
+                raw.struct_size,
+                std::mem::size_of::<RlxTensor>()
+            )));
+        }
+        let dl = &raw.dl;
+        if dl.device.device_type != RlxDevice::CPU.device_type {
+            return Err(PluginError::unsupported(format!(
+                "tensor on DLPack device type {}: only host memory (kDLCPU) crosses this ABI",
+                dl.device.device_type
+            )));
+        }
+        let dtype = DType::from_dl(dl.dtype)?;
+        if dl.ndim < 0 || (dl.ndim > 0 && dl.shape.is_null()) {
+            return Err(PluginError::invalid_argument(format!(
+                "tensor has ndim {} and {} shape pointer",
+                dl.ndim,
+                if dl.shape.is_null() { "a null" } else { "a" }
+            )));
+        }
+        let ndim = dl.ndim as usize;
+        let dims: &[i64] = if ndim == 0 {
+            &[]
+        } else {
+            std::slice::from_raw_parts(dl.shape, ndim)
+        };
+        if let Some(d) = dims.iter().find(|d| **d < 0) {
+            return Err(PluginError::invalid_argument(format!(
+                "tensor shape {dims:?} has a negative size {d}"
+            )));
+        }
+        let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let strides: Vec<i64> = if dl.strides.is_null() {
+            compact_strides(&shape)
+        } else {
+            std::slice::from_raw_parts(dl.strides, ndim).to_vec()
+        };
+        let numel: usize = shape.iter().product();
+        let esize = dtype.size_bytes() as isize;
+        let mut lo = 0isize;
+        let mut hi = 0isize;
+        if numel > 0 {
+            for (d, s) in shape.iter().zip(&strides) {
+                let ext = (*d as isize - 1) * (*s as isize) * esize;
+                if ext < 0 {
+                    lo += ext;
+                } else {
+                    hi += ext;
+                }
+            }
+            hi += esize;
+            if dl.data.is_null() {
+                return Err(PluginError::invalid_argument(format!(
+                    "tensor {dtype}{shape:?} has a null data pointer"
+                )));
+            }
+        }
+        Ok(TensorRef {
+            dtype,
+            shape,
+            strides,
+            base: (dl.data as *const u8).wrapping_add(dl.byte_offset as usize),
+            span: (lo, hi),
+            _life: std::marker::PhantomData,
+        })
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_compact(&self) -> bool {
+        self.numel() <= 1 || self.strides == compact_strides(&self.shape)
+    }
+
+    /// The bytes when the view is compact row-major, without a copy.
+    pub fn compact_bytes(&self) -> Option<&'a [u8]> {
+        if !self.is_compact() {
+            return None;
+        }
+        let n = self.numel() * self.dtype.size_bytes();
+        if n == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: from_raw's contract: `base` addresses numel elements.
+        Some(unsafe { std::slice::from_raw_parts(self.base, n) })
+    }
+
+    /// The elements in row-major order, gathered through the strides.
+    pub fn to_compact_bytes(&self) -> Vec<u8> {
+        if let Some(b) = self.compact_bytes() {
+            return b.to_vec();
+        }
+        let es = self.dtype.size_bytes();
+        let numel = self.numel();
+        let mut out = Vec::with_capacity(numel * es);
+        let mut idx = vec![0usize; self.shape.len()];
+        for _ in 0..numel {
+            let off: isize = idx
+                .iter()
+                .zip(&self.strides)
+                .map(|(i, s)| *i as isize * *s as isize)
+                .sum::<isize>()
+                * es as isize;
+            debug_assert!(off >= self.span.0 && off + es as isize <= self.span.1);
+            // SAFETY: off lies within the span validated in from_raw.
+            let p = unsafe { self.base.offset(off) };
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, es) });
+            for ax in (0..idx.len()).rev() {
+                idx[ax] += 1;
+                if idx[ax] < self.shape[ax] {
+                    break;
+                }
+                idx[ax] = 0;
+            }
+        }
+        out
+    }
+}
+
+/// Row-major strides, in elements.
+pub fn compact_strides(shape: &[usize]) -> Vec<i64> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1] as i64;
+    }
+    strides
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtypes_round_trip_through_dlpack_codes() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_dl(d.to_dl()).unwrap(), d);
+            assert_eq!(DType::from_name(d.name()), Some(d));
+        }
+        assert_eq!(
+            DType::BF16.to_dl(),
+            RlxDataType {
+                code: 4,
+                bits: 16,
+                lanes: 1
+            }
+        );
+        let err = DType::from_dl(RlxDataType {
+            code: 2,
+            bits: 32,
+            lanes: 4,
+        })
+        .unwrap_err();
+        assert!(err.message.contains("lanes 4"), "{err}");
+    }
+
+    #[test]
+    fn owned_descriptor_round_trips_and_frees() {
+        let t = HostTensor::from_f32(vec![2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
+        let raw = t.clone().into_raw_owned();
+        assert_eq!(raw.ownership, ownership::OWNED);
+        let back = unsafe { HostTensor::take_raw(raw) }.unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn strided_view_is_gathered_row_major() {
+        // A 2x3 buffer read as its 3x2 transpose via strides.
+        let t = HostTensor::from_f32(vec![2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
+        let mut view = t.as_raw(ownership::BORROWED);
+        let mut shape = [3i64, 2];
+        let mut strides = [1i64, 3];
+        view.raw.dl.shape = shape.as_mut_ptr();
+        view.raw.dl.strides = strides.as_mut_ptr();
+        let tt = unsafe { HostTensor::copy_from_raw(&view.raw) }.unwrap();
+        assert_eq!(tt.shape, vec![3, 2]);
+        assert_eq!(tt.to_f32_vec().unwrap(), vec![1., 4., 2., 5., 3., 6.]);
+    }
+
+    #[test]
+    fn malformed_descriptors_are_refused() {
+        let t = HostTensor::from_f32(vec![2], &[1., 2.]).unwrap();
+        let mut view = t.as_raw(ownership::BORROWED);
+        view.raw.dl.data = std::ptr::null_mut();
+        let e = unsafe { TensorRef::from_raw(&view.raw) }.unwrap_err();
+        assert!(e.message.contains("null data"), "{e}");
+        let mut view = t.as_raw(ownership::BORROWED);
+        view.raw.dl.device.device_type = 2;
+        assert!(unsafe { TensorRef::from_raw(&view.raw) }.is_err());
+        assert!(HostTensor::new(DType::F32, vec![3], vec![0; 8]).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! The fixture backend: a tiny f32 interpreter over `.rlxmodel` graphs for
+//! Input, Param, Constant, Binary (Add/Sub/Mul/Div), Activation (Relu) and
+//! 2-D MatMul, with one custom op of its own (`fixture.scale2`, x * 2).
+//! Test plugins build on it with different names, versions and faults.
+
+use rlx_ir::op::{Activation, BinaryOp};
+use rlx_ir::{Graph, Op};
+use rlx_plugin_api::{
+    BoundParam, CustomOpInfo, CustomOpRegistry, DType, Descriptor, Executable, HostTensor,
+    LoweringEntry, Mode, Origin, Plugin, PluginError, PluginResult, Role, Strategy, TensorRef,
+    ValueInfo,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a fixture plugin looks like and which fault it has.
+#[derive(Clone, Debug)]
+pub struct FixtureConfig {
+    pub name: &'static str,
+    pub version: &'static str,
+    /// `init` (registration) fails with this message.
+    pub fail_init: Option<&'static str>,
+}
+
+impl Default for FixtureConfig {
+    fn default() -> Self {
+        FixtureConfig {
+            name: "fixture",
+            version: "0.1.0",
+            fail_init: None,
+        }
+    }
+}
+
+pub struct FixturePlugin {
+    cfg: FixtureConfig,
+}
+
+impl FixturePlugin {
+    pub fn new(cfg: FixtureConfig) -> Self {
+        FixturePlugin { cfg }
+    }
+}
+
+fn eager(graph_text: &str, inputs: &[HostTensor]) -> PluginResult<Vec<HostTensor>> {
+    let mut exe = FixtureExecutable::parse(graph_text)?;
+    let names: Vec<String> = exe.inputs.iter().map(|(n, _)| n.clone()).collect();
+    if names.len() != inputs.len() {
+        return Err(PluginError::invalid_argument(format!(
+            "the node takes {} inputs, got {}",
+            names.len(),
+            inputs.len()
+        )));
+    }
+    let views: Vec<_> = inputs
+        .iter()
+        .map(|t| t.as_raw(rlx_plugin_api::tensor::ownership::BORROWED))
+        .collect();
+    let refs: Vec<TensorRef> = views
+        .iter()
+        .map(|v| unsafe { TensorRef::from_raw(&v.raw) })
+        .collect::<PluginResult<_>>()?;
+    let named: Vec<(&str, TensorRef)> = names.iter().map(String::as_str).zip(refs).collect();
+    exe.run(&named)
+}
+
+impl Plugin for FixturePlugin {
+    fn descriptor(&self) -> Descriptor {
+        Descriptor {
+            name: self.cfg.name.into(),
+            version: self.cfg.version.into(),
+            description: "pure-Rust f32 test backend".into(),
+            devices: vec!["cpu".into()],
+            build_info: vec![("backend".into(), "fixture interpreter".into())],
+            opsets: vec![1],
+        }
+    }
+
+    fn init(&self, custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>> {
+        if let Some(msg) = self.cfg.fail_init {
+            log::error!("fixture registration is set up to fail");
+            return Err(PluginError::internal(msg));
+        }
+        custom_ops.register(
+            CustomOpInfo {
+                name: "fixture.scale2".into(),
+                description: "x * 2".into(),
+                n_inputs: 1,
+                n_outputs: 1,
+                origin: Origin::Plugin,
+            },
+            Arc::new(|ins: &[HostTensor]| {
+                let v: Vec<f32> = ins[0].to_f32_vec()?.iter().map(|x| x * 2.0).collect();
+                Ok(vec![HostTensor::from_f32(ins[0].shape.clone(), &v)?])
+            }),
+        )?;
+        let exec: rlx_plugin_api::ExecuteOp = Arc::new(eager);
+        let row = |op: &str, strategy, note: &str, eager: bool| LoweringEntry {
+            op_kind: op.into(),
+            dtypes: vec![DType::F32],
+            strategy,
+            note: note.into(),
+            execute: eager.then(|| exec.clone()),
+        };
+        let table = vec![
+            row("Input", Strategy::Native, "graph input", false),
+            row("Param", Strategy::Native, "bound weight", false),
+            row("Constant", Strategy::Native, "inline data", false),
+            row("Binary", Strategy::Native, "Add, Sub, Mul, Div", true),
+            row("Activation", Strategy::Native, "Relu", true),
+            row("MatMul", Strategy::Native, "2-D", true),
+        ];
+        log::info!("fixture registered {} lowerings", table.len());
+        log::debug!("fixture lowerings: Input Param Constant Binary Activation MatMul");
+        log::trace!("fixture trace record");
+        Ok(table)
+    }
+
+    fn compile(&self, graph: &str, mode: Mode) -> PluginResult<Box<dyn Executable>> {
+        log::debug!("fixture compiling a graph in {} mode", mode.name());
+        Ok(Box::new(FixtureExecutable::parse(graph)?))
+    }
+}
+
+struct FixtureExecutable {
+    graph: Graph,
+    inputs: Vec<(String, Vec<usize>)>,
+    params: HashMap<String, (Vec<usize>, Option<Vec<f32>>)>,
+}
+
+fn static_dims(g: &Graph, id: rlx_ir::NodeId) -> PluginResult<Vec<usize>> {
+    g.shape(id)
+        .dims()
+        .iter()
+        .map(|d| match d {
+            rlx_ir::Dim::Static(n) => Ok(*n),
+            rlx_ir::Dim::Dynamic(_) => Err(PluginError::unsupported(
+                "the fixture backend needs static shapes",
+            )),
+        })
+        .collect()
+}
+
+impl FixtureExecutable {
+    fn parse(text: &str) -> PluginResult<FixtureExecutable> {
+        let graph = rlx_ir::rlxmodel::from_text(text)
+            .map_err(|e| PluginError::invalid_argument(e.to_string()))?;
+        let mut inputs = Vec::new();
+        let mut params = HashMap::new();
+        for n in graph.nodes() {
+            match &n.op {
+                Op::Input { name } => inputs.push((name.clone(), static_dims(&graph, n.id)?)),
+                Op::Param { name } => {
+                    params.insert(name.clone(), (static_dims(&graph, n.id)?, None));
+                }
+                Op::Constant { .. }
+                | Op::Binary(_)
+                | Op::Activation(Activation::Relu)
+                | Op::MatMul => {}
+                other => {
+                    return Err(PluginError::unsupported(format!(
+                        "node {} ({:?}): the fixture backend does not lower this op",
+                        n.id,
+                        other.kind()
+                    )))
+                }
+            }
+            if graph.shape(n.id).dtype() != rlx_ir::DType::F32 {
+                return Err(PluginError::unsupported(format!(
+                    "node {}: the fixture backend is f32 only",
+                    n.id
+                )));
+            }
+        }
+        Ok(FixtureExecutable {
+            graph,
+            inputs,
+            params,
+        })
+    }
+}
+
+fn binary(op: BinaryOp, a: &[f32], b: &[f32]) -> PluginResult<Vec<f32>> {
+    let f: fn(f32, f32) -> f32 = match op {
+        BinaryOp::Add => |x, y| x + y,
+        BinaryOp::Sub => |x, y| x - y,
+        BinaryOp::Mul => |x, y| x * y,
+        BinaryOp::Div => |x, y| x / y,
+        other => return Err(PluginError::unsupported(format!("Binary {other:?}"))),
+    };
+    Ok(match (a.len(), b.len()) {
+        (n, m) if n == m => a.iter().zip(b).map(|(x, y)| f(*x, *y)).collect(),
+        (_, 1) => a.iter().map(|x| f(*x, b[0])).collect(),
+        (1, _) => b.iter().map(|y| f(a[0], *y)).collect(),
+        (n, m) => {
+            return Err(PluginError::unsupported(format!(
+                "the fixture backend broadcasts only scalars ({n} vs {m} elements)"
+            )))
+        }
+    })
+}
+
+impl Executable for FixtureExecutable {
+    fn signature(&self) -> Vec<ValueInfo> {
+        let dims = |d: &[usize]| d.iter().map(|x| Some(*x)).collect();
+        let mut v: Vec<ValueInfo> = self
+            .inputs
+            .iter()
+            .map(|(n, d)| ValueInfo {
+                role: Role::Input,
+                name: n.clone(),
+                dtype: DType::F32,
+                shape: dims(d),
+            })
+            .collect();
+        let mut params: Vec<_> = self.params.iter().collect();
+        params.sort_by(|a, b| a.0.cmp(b.0));
+        v.extend(params.into_iter().map(|(n, (d, _))| ValueInfo {
+            role: Role::Param,
+            name: n.clone(),
+            dtype: DType::F32,
+            shape: dims(d),
+        }));
+        v.extend(self.graph.outputs.iter().enumerate().map(|(i, id)| {
+            ValueInfo {
+                role: Role::Output,
+                name: self
+                    .graph
+                    .output_name(i)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("output{i}")),
+                dtype: DType::F32,
+                shape: static_dims(&self.graph, *id)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|x| Some(*x))
+                    .collect(),
+            }
+        }));
+        v
+    }
+
+    fn bind_param(&mut self, name: &str, p: BoundParam) -> PluginResult<()> {
+        let (dims, slot) = self.params.get_mut(name).ok_or_else(|| {
+            PluginError::not_found(format!("the graph has no param named {name:?}"))
+        })?;
+        if p.shape != *dims || p.dtype != DType::F32 {
+            return Err(PluginError::invalid_argument(format!(
+                "param {name:?} is f32{dims:?}, got {}{:?}",
+                p.dtype, p.shape
+            )));
+        }
+        *slot = Some(rlx_plugin_api::convert::bytes_to_f32(p.dtype, p.bytes())?);
+        Ok(())
+    }
+
+    fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
+        let g = &self.graph;
+        let mut vals: HashMap<u32, Vec<f32>> = HashMap::new();
+        for n in g.nodes() {
+            let arg = |i: usize| -> &Vec<f32> { &vals[&n.inputs[i].0] };
+            let v = match &n.op {
+                Op::Input { name } => {
+                    let (_, t) = inputs.iter().find(|(k, _)| k == name).ok_or_else(|| {
+                        PluginError::invalid_argument(format!("missing input {name:?}"))
+                    })?;
+                    let want = static_dims(g, n.id)?;
+                    if t.shape != want || t.dtype != DType::F32 {
+                        return Err(PluginError::invalid_argument(format!(
+                            "input {name:?} is f32{want:?}, got {}{:?}",
+                            t.dtype, t.shape
+                        )));
+                    }
+                    rlx_plugin_api::convert::bytes_to_f32(t.dtype, &t.to_compact_bytes())?
+                }
+                Op::Param { name } => self.params[name].1.clone().ok_or_else(|| {
+                    PluginError::invalid_argument(format!("param {name:?} is not bound"))
+                })?,
+                Op::Constant { data } => rlx_plugin_api::convert::bytes_to_f32(DType::F32, data)?,
+                Op::Binary(op) => binary(*op, arg(0), arg(1))?,
+                Op::Activation(_) => arg(0).iter().map(|x| x.max(0.0)).collect(),
+                Op::MatMul => {
+                    let (a, b) = (static_dims(g, n.inputs[0])?, static_dims(g, n.inputs[1])?);
+                    if a.len() != 2 || b.len() != 2 || a[1] != b[0] {
+                        return Err(PluginError::unsupported(format!(
+                            "MatMul {a:?} x {b:?}: 2-D only"
+                        )));
+                    }
+                    let (m, k, nn) = (a[0], a[1], b[1]);
+                    let (x, w) = (arg(0), arg(1));
+                    let mut out = vec![0f32; m * nn];
+                    for i in 0..m {
+                        for j in 0..nn {
+                            out[i * nn + j] = (0..k).map(|p| x[i * k + p] * w[p * nn + j]).sum();
+                        }
+                    }
+                    out
+                }
+                _ => unreachable!("rejected in parse"),
+            };
+            vals.insert(n.id.0, v);
+        }
+        g.outputs
+            .iter()
+            .map(|id| HostTensor::from_f32(static_dims(g, *id)?, &vals[&id.0]))
+            .collect()
+    }
+}

@@ -1,0 +1,85 @@
+//! Helpers shared by the integration tests: where the built plugin
+//! libraries are, temp plugin directories, and a log capture.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// The cargo profile directory the tests were built into (`target/debug`):
+/// test binaries live in `<profile>/deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary directory");
+    deps.parent().expect("profile directory").to_path_buf()
+}
+
+/// The built test plugin `rlx_test_<name>` (e.g. `fixture`, `null_entry`).
+pub fn test_plugin(name: &str) -> PathBuf {
+    let file = rlx_plugin_api::host::library_file_name(&format!("rlx_test_{name}"));
+    let p = profile_dir().join(&file);
+    assert!(
+        p.exists(),
+        "{} is missing: the test plugins are built by `cargo build --workspace` (run the README's test command)",
+        p.display()
+    );
+    p
+}
+
+/// A fresh temp directory holding copies of `files` as `(source, file name)`.
+pub fn plugins_dir(files: &[(&Path, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (src, name) in files {
+        std::fs::copy(src, dir.path().join(name)).expect("copy plugin");
+    }
+    dir
+}
+
+/// A discovery configuration that searches only `dir` (as if it were named
+/// in `RLX_BACKEND_PLUGINS`), ignoring the machine's default directories.
+pub fn only_dir(dir: &Path) -> rlx_plugin_api::host::DiscoveryConfig {
+    rlx_plugin_api::host::DiscoveryConfig {
+        env_plugins: Some(dir.as_os_str().to_owned()),
+        ..Default::default()
+    }
+}
+
+/// One captured log record.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    pub level: log::Level,
+    pub target: String,
+    pub message: String,
+}
+
+struct Capture(Mutex<Vec<Captured>>);
+
+impl log::Log for Capture {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::max_level()
+    }
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            self.0.lock().unwrap().push(Captured {
+                level: r.level(),
+                target: r.target().to_string(),
+                message: r.args().to_string(),
+            });
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn capture() -> &'static Capture {
+    static C: OnceLock<&'static Capture> = OnceLock::new();
+    C.get_or_init(|| {
+        let c: &'static Capture = Box::leak(Box::new(Capture(Mutex::new(Vec::new()))));
+        log::set_logger(c).expect("no other logger in this test binary");
+        c
+    })
+}
+
+/// Install the capturing logger (once) at `level` and return a reader.
+pub fn capture_logs(level: log::LevelFilter) -> impl Fn() -> Vec<Captured> {
+    let c = capture();
+    log::set_max_level(level);
+    move || c.0.lock().unwrap().clone()
+}

@@ -1,0 +1,213 @@
+//! ABI tests on raw tables, without the safe host wrapper: sizes, the
+//! frozen header, last fields, version refusal from the plugin's side,
+//! a host table with null optional slots, and status ownership.
+
+use rlx_plugin_api::tables::*;
+use rlx_plugin_api::version::{RlxAbiVersion, ABI_VERSION};
+use rlx_plugin_api::{RlxStr, StatusCode};
+use rlx_plugin_tests::{plugins_dir, test_plugin};
+use std::mem::{offset_of, size_of};
+
+/// A private copy of the fixture, opened raw: each copy has its own
+/// statics, so every test gets a fresh handshake.
+fn raw_fixture(name: &str) -> (tempfile::TempDir, RlxEntryFn) {
+    let file = format!("lib{name}.so");
+    let dir = plugins_dir(&[(&test_plugin("fixture"), &file)]);
+    let lib = unsafe { libloading::Library::new(dir.path().join(&file)) }.unwrap();
+    let entry: RlxEntryFn = unsafe { *lib.get::<RlxEntryFn>(ENTRY_SYMBOL.as_bytes()).unwrap() };
+    std::mem::forget(lib); // never unloaded, as the host does
+    (dir, entry)
+}
+
+/// A host table of `size` bytes with no log functions.
+fn host_table(version: RlxAbiVersion, size: usize) -> Box<RlxHostApi> {
+    Box::new(RlxHostApi {
+        struct_size: size,
+        abi_version: version,
+        host_name: RlxStr::from_static("raw test host"),
+        log_ctx: std::ptr::null_mut(),
+        log: None,
+        log_max_level: None,
+    })
+}
+
+#[test]
+fn struct_sizes_and_header_are_as_documented() {
+    // The frozen header: struct_size, abi_version, refusal_code, refusal_message.
+    assert_eq!(offset_of!(RlxPluginApi, struct_size), 0);
+    assert_eq!(offset_of!(RlxPluginApi, abi_version), size_of::<usize>());
+    assert_eq!(
+        PLUGIN_API_HEADER_SIZE,
+        offset_of!(RlxPluginApi, rust_layout_tag)
+    );
+    assert_eq!(size_of::<RlxAbiVersion>(), 12);
+    assert_eq!(size_of::<RlxStr>(), 2 * size_of::<usize>());
+    // ABI 1.0 ends where 1.1's custom_ops begins; 1.1 is the whole table.
+    assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
+    assert_eq!(plugin_api_min_size(1), size_of::<RlxPluginApi>());
+    assert_eq!(plugin_api_min_size(7), size_of::<RlxPluginApi>());
+    // DLPack layout: RlxDlTensor is DLTensor field for field.
+    use rlx_plugin_api::tensor::RlxDlTensor;
+    assert_eq!(offset_of!(RlxDlTensor, data), 0);
+    assert_eq!(offset_of!(RlxDlTensor, device), 8);
+    assert_eq!(offset_of!(RlxDlTensor, ndim), 16);
+    assert_eq!(offset_of!(RlxDlTensor, dtype), 20);
+    assert_eq!(offset_of!(RlxDlTensor, shape), 24);
+    assert_eq!(offset_of!(RlxDlTensor, strides), 32);
+    assert_eq!(offset_of!(RlxDlTensor, byte_offset), 40);
+    assert_eq!(size_of::<RlxDlTensor>(), 48);
+}
+
+#[test]
+fn the_root_table_of_a_current_plugin() {
+    let (_d, entry) = raw_fixture("rootcheck");
+    let host = host_table(ABI_VERSION, size_of::<RlxHostApi>());
+    let root = unsafe { &*entry(&*host) };
+    assert_eq!(root.struct_size, size_of::<RlxPluginApi>());
+    assert_eq!(root.abi_version, ABI_VERSION);
+    assert_eq!(root.refusal_code, 0);
+    assert_eq!(
+        unsafe { root.rust_layout_tag.to_str() }.unwrap(),
+        RUST_LAYOUT_TAG
+    );
+    assert!(
+        !root.rust_layout.is_null() && !root.descriptor.is_null() && !root.custom_ops.is_null()
+    );
+    let d = unsafe { &*root.descriptor };
+    assert_eq!(d.struct_size, size_of::<RlxPluginDescriptor>());
+    assert_eq!(unsafe { d.name.to_str() }.unwrap(), "fixture");
+    // Calling the entry again returns the same table.
+    assert!(std::ptr::eq(root, unsafe { entry(&*host) }));
+
+    // Tables are unavailable before registration, then complete.
+    let mut ops = RlxOpList {
+        struct_size: 0,
+        ops: std::ptr::null(),
+        n_ops: 0,
+    };
+    let st = unsafe { root.supported_ops.unwrap()(&mut ops) };
+    assert!(!st.is_null());
+    assert_eq!(
+        unsafe { root.status_code.unwrap()(st) },
+        StatusCode::InvalidArgument as u32
+    );
+    let msg = unsafe { root.status_message.unwrap()(st).to_string_lossy() };
+    assert!(msg.contains("call `init`"), "{msg}");
+    unsafe { root.status_free.unwrap()(st) };
+    assert!(unsafe { root.init.unwrap()() }.is_null());
+    assert!(
+        unsafe { root.init.unwrap()() }.is_null(),
+        "init is idempotent"
+    );
+    assert!(unsafe { root.supported_ops.unwrap()(&mut ops) }.is_null());
+    assert_eq!(ops.n_ops, 6);
+    assert_eq!(
+        unsafe { (**ops.ops).struct_size },
+        size_of::<RlxOpSupport>()
+    );
+
+    // Null out-pointers are errors, not crashes.
+    let st = unsafe {
+        root.compile.unwrap()(
+            RlxStr::from_static("x"),
+            std::ptr::null(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(
+        unsafe { root.status_code.unwrap()(st) },
+        StatusCode::InvalidArgument as u32
+    );
+    unsafe { root.status_free.unwrap()(st) };
+    let st = unsafe {
+        root.executable_run.unwrap()(
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            0,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(
+        unsafe { root.status_message.unwrap()(st).to_string_lossy() },
+        "executable is null"
+    );
+    unsafe { root.status_free.unwrap()(st) };
+    // Destroying null and freeing a null status are no-ops.
+    unsafe { root.executable_destroy.unwrap()(std::ptr::null_mut()) };
+    unsafe { root.status_free.unwrap()(std::ptr::null_mut()) };
+
+    // status_new copies its message; the receiver frees it once.
+    let text = String::from("made by the host");
+    let st =
+        unsafe { root.status_new.unwrap()(StatusCode::NotFound as u32, RlxStr::from_str(&text)) };
+    drop(text);
+    assert_eq!(
+        unsafe { root.status_code.unwrap()(st) },
+        StatusCode::NotFound as u32
+    );
+    assert_eq!(
+        unsafe { root.status_message.unwrap()(st).to_string_lossy() },
+        "made by the host"
+    );
+    unsafe { root.status_free.unwrap()(st) };
+}
+
+#[test]
+fn an_older_host_table_without_optional_slots_is_accepted() {
+    let (_d, entry) = raw_fixture("oldhost");
+    // A host table that ends right after host_name: log_ctx, log and
+    // log_max_level are absent (and must be treated as null).
+    let mut host = host_table(
+        RlxAbiVersion {
+            minor: 0,
+            ..ABI_VERSION
+        },
+        offset_of!(RlxHostApi, log_ctx),
+    );
+    host.log = Some(poison_log); // beyond struct_size: must not be called
+    let root = unsafe { &*entry(&*host) };
+    assert_eq!(root.refusal_code, 0);
+    assert!(unsafe { root.init.unwrap()() }.is_null()); // init logs: nothing may reach poison_log
+}
+
+unsafe extern "C" fn poison_log(_: *mut std::ffi::c_void, _: *const RlxLogRecord) {
+    panic!("the plugin read a host field beyond struct_size");
+}
+
+#[test]
+fn the_plugin_refuses_a_host_of_another_major() {
+    let (_d, entry) = raw_fixture("newhost");
+    let host = host_table(
+        RlxAbiVersion {
+            major: ABI_VERSION.major + 1,
+            minor: 0,
+            patch: 0,
+        },
+        size_of::<RlxHostApi>(),
+    );
+    let root = unsafe { &*entry(&*host) };
+    assert_eq!(root.refusal_code, StatusCode::VersionMismatch as u32);
+    assert_eq!(root.struct_size, PLUGIN_API_HEADER_SIZE);
+    let msg = unsafe { root.refusal_message.to_string_lossy() };
+    assert!(
+        msg.contains(&format!("{}.0.0", ABI_VERSION.major + 1))
+            && msg.contains(&ABI_VERSION.to_string()),
+        "{msg}"
+    );
+    assert!(
+        root.init.is_none() && root.compile.is_none(),
+        "a refused table offers nothing"
+    );
+}
+
+#[test]
+fn a_null_host_table_is_refused() {
+    let (_d, entry) = raw_fixture("nullhost");
+    let root = unsafe { &*entry(std::ptr::null()) };
+    assert_eq!(root.refusal_code, StatusCode::InvalidArgument as u32);
+    assert_eq!(
+        unsafe { root.refusal_message.to_string_lossy() },
+        "the host table is null"
+    );
+}
