@@ -1,0 +1,90 @@
+// Array handle, dtype mapping, construction from host memory, read-out.
+#pragma once
+
+#include "rlx-mlx-shim/include/common.h"
+
+namespace rlx {
+
+// Shared enum, defined by the cxx bridge in src/array.rs (the generated
+// header repeats this declaration with its enumerators).
+enum class DType : std::uint8_t;
+
+// One MLX array (a refcounted graph node). Copying the handle is cheap.
+struct Array {
+  mx::array a;
+  explicit Array(mx::array x) : a(std::move(x)) {}
+};
+
+// An ordered list of arrays (inputs/outputs of multi-array functions).
+struct ArrayList {
+  std::vector<mx::array> v;
+
+  ArrayList() = default;
+  explicit ArrayList(std::vector<mx::array> xs) : v(std::move(xs)) {}
+
+  void push(const Array& a) { v.push_back(a.a); }
+  std::size_t len() const { return v.size(); }
+  std::unique_ptr<Array> get(std::size_t i) const {
+    if (i >= v.size()) {
+      throw std::out_of_range(
+          "[rlx shim] ArrayList index " + std::to_string(i) +
+          " out of range for length " + std::to_string(v.size()));
+    }
+    return std::make_unique<Array>(v[i]);
+  }
+  void clear() { v.clear(); }
+};
+
+inline std::unique_ptr<Array> wrap(mx::array x) {
+  return std::make_unique<Array>(std::move(x));
+}
+
+inline std::unique_ptr<ArrayList> wrap_list(std::vector<mx::array> xs) {
+  return std::make_unique<ArrayList>(std::move(xs));
+}
+
+mx::Dtype to_mlx(DType d);
+DType from_mlx(mx::Dtype d);
+
+void init();
+bool default_device_is_cpu();
+
+std::unique_ptr<ArrayList> new_array_list();
+
+// Construction.
+std::unique_ptr<Array> array_from_bytes(
+    rust::Slice<const uint8_t> data,
+    rust::Slice<const int32_t> shape,
+    DType dtype);
+std::unique_ptr<Array> array_from_borrowed(
+    std::size_t ptr,
+    std::size_t nbytes,
+    rust::Slice<const int32_t> shape,
+    DType dtype);
+bool borrow_is_zero_copy();
+std::unique_ptr<Array> scalar_f64(double v, DType dtype);
+std::unique_ptr<Array> full(
+    rust::Slice<const int32_t> shape,
+    double v,
+    DType dtype);
+std::unique_ptr<Array> arange(double start, double stop, double step, DType dtype);
+std::unique_ptr<Array> array_clone(const Array& a);
+
+// Metadata (never throws: reads the array descriptor only).
+rust::Vec<int32_t> array_shape(const Array& a);
+rust::Vec<int64_t> array_strides(const Array& a);
+DType array_dtype(const Array& a);
+std::size_t array_size(const Array& a);
+std::size_t array_nbytes(const Array& a);
+std::size_t array_ndim(const Array& a);
+std::size_t array_itemsize(const Array& a);
+std::size_t array_id(const Array& a);
+std::size_t array_data_ptr(const Array& a);
+
+// Evaluation and read-out.
+void eval(const Array& a);
+void eval_list(const ArrayList& l);
+void array_copy_into(const Array& a, rust::Slice<uint8_t> out);
+double array_item_f64(const Array& a);
+
+}  // namespace rlx

@@ -1,0 +1,308 @@
+// Array handle: dtype mapping, construction, read-out.
+#include "rlx-mlx-shim/include/array.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "rlx-mlx-shim/src/array.rs.h"
+
+namespace rlx {
+
+void ensure_init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      mx::set_default_device(mx::Device(mx::Device::DeviceType::cpu));
+    } catch (...) {
+      // Ops name the CPU device explicitly, so a failure here is harmless.
+    }
+  });
+}
+
+void init() {
+  ensure_init();
+  mx::set_default_device(mx::Device(mx::Device::DeviceType::cpu));
+}
+
+bool default_device_is_cpu() {
+  return mx::default_device() == mx::Device::DeviceType::cpu;
+}
+
+namespace {
+// Makes the CPU the default device as soon as the shim is loaded, so that
+// even MLX entry points without a device argument use it.
+const bool kInitAtLoad = [] {
+  ensure_init();
+  return true;
+}();
+}  // namespace
+
+mx::Dtype to_mlx(DType d) {
+  switch (d) {
+    case DType::Bool:
+      return mx::bool_;
+    case DType::U8:
+      return mx::uint8;
+    case DType::U16:
+      return mx::uint16;
+    case DType::U32:
+      return mx::uint32;
+    case DType::U64:
+      return mx::uint64;
+    case DType::I8:
+      return mx::int8;
+    case DType::I16:
+      return mx::int16;
+    case DType::I32:
+      return mx::int32;
+    case DType::I64:
+      return mx::int64;
+    case DType::F16:
+      return mx::float16;
+    case DType::BF16:
+      return mx::bfloat16;
+    case DType::F32:
+      return mx::float32;
+    case DType::F64:
+      return mx::float64;
+    case DType::C64:
+      return mx::complex64;
+  }
+  throw std::invalid_argument(
+      "[rlx shim] unknown DType code " +
+      std::to_string(static_cast<int>(static_cast<std::uint8_t>(d))));
+}
+
+DType from_mlx(mx::Dtype d) {
+  switch (d.val()) {
+    case mx::Dtype::Val::bool_:
+      return DType::Bool;
+    case mx::Dtype::Val::uint8:
+      return DType::U8;
+    case mx::Dtype::Val::uint16:
+      return DType::U16;
+    case mx::Dtype::Val::uint32:
+      return DType::U32;
+    case mx::Dtype::Val::uint64:
+      return DType::U64;
+    case mx::Dtype::Val::int8:
+      return DType::I8;
+    case mx::Dtype::Val::int16:
+      return DType::I16;
+    case mx::Dtype::Val::int32:
+      return DType::I32;
+    case mx::Dtype::Val::int64:
+      return DType::I64;
+    case mx::Dtype::Val::float16:
+      return DType::F16;
+    case mx::Dtype::Val::float32:
+      return DType::F32;
+    case mx::Dtype::Val::float64:
+      return DType::F64;
+    case mx::Dtype::Val::bfloat16:
+      return DType::BF16;
+    case mx::Dtype::Val::complex64:
+      return DType::C64;
+  }
+  // Unreachable for MLX 0.32.4; keep the compiler happy.
+  return DType::U8;
+}
+
+std::unique_ptr<ArrayList> new_array_list() {
+  return std::make_unique<ArrayList>();
+}
+
+namespace {
+std::size_t checked_nbytes(const mx::Shape& shape, mx::Dtype dt) {
+  std::size_t n = mx::size_of(dt);
+  for (auto d : shape) {
+    n *= static_cast<std::size_t>(d);
+  }
+  return n;
+}
+}  // namespace
+
+std::unique_ptr<Array> array_from_bytes(
+    rust::Slice<const uint8_t> data,
+    rust::Slice<const int32_t> shape,
+    DType dtype) {
+  auto dt = to_mlx(dtype);
+  auto sh = to_shape(shape);
+  auto n = checked_nbytes(sh, dt);
+  if (data.size() != n) {
+    throw std::invalid_argument(
+        "[rlx shim] array_from_bytes: got " + std::to_string(data.size()) +
+        " bytes, shape and dtype need " + std::to_string(n));
+  }
+  mx::array x(mx::allocator::malloc(n), std::move(sh), dt);
+  if (n > 0) {
+    std::memcpy(x.data<uint8_t>(), data.data(), n);
+  }
+  return wrap(std::move(x));
+}
+
+std::unique_ptr<Array> array_from_borrowed(
+    std::size_t ptr,
+    std::size_t nbytes,
+    rust::Slice<const int32_t> shape,
+    DType dtype) {
+  auto dt = to_mlx(dtype);
+  auto sh = to_shape(shape);
+  auto n = checked_nbytes(sh, dt);
+  if (nbytes != n) {
+    throw std::invalid_argument(
+        "[rlx shim] array_from_borrowed: buffer has " + std::to_string(nbytes) +
+        " bytes, shape and dtype need " + std::to_string(n));
+  }
+  if (ptr == 0 && n > 0) {
+    throw std::invalid_argument("[rlx shim] array_from_borrowed: null pointer");
+  }
+  if (n == 0) {
+    // Nothing to borrow: MLX would still hand the (possibly null) pointer to
+    // its allocator, so build an empty owned array instead.
+    return wrap(mx::array(mx::allocator::malloc(0), std::move(sh), dt));
+  }
+  // The deleter does nothing: the caller owns the buffer and guarantees it
+  // outlives every array built from it.
+  return wrap(mx::array(
+      reinterpret_cast<void*>(ptr), std::move(sh), dt, [](void*) {}));
+}
+
+bool borrow_is_zero_copy() {
+  static const bool zero_copy = [] {
+    alignas(16) float probe[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    mx::array x(static_cast<void*>(probe), mx::Shape{4}, mx::float32,
+                [](void*) {});
+    mx::eval({x});
+    return static_cast<const void*>(x.data<float>()) ==
+        static_cast<const void*>(probe);
+  }();
+  return zero_copy;
+}
+
+std::unique_ptr<Array> scalar_f64(double v, DType dtype) {
+  return wrap(mx::array(v, to_mlx(dtype)));
+}
+
+std::unique_ptr<Array> full(
+    rust::Slice<const int32_t> shape,
+    double v,
+    DType dtype) {
+  auto dt = to_mlx(dtype);
+  return wrap(mx::full(to_shape(shape), mx::array(v, dt), dt, cpu()));
+}
+
+std::unique_ptr<Array> arange(
+    double start,
+    double stop,
+    double step,
+    DType dtype) {
+  return wrap(mx::arange(start, stop, step, to_mlx(dtype), cpu()));
+}
+
+std::unique_ptr<Array> array_clone(const Array& a) {
+  return wrap(a.a);
+}
+
+rust::Vec<int32_t> array_shape(const Array& a) {
+  rust::Vec<int32_t> out;
+  out.reserve(a.a.ndim());
+  for (auto d : a.a.shape()) {
+    out.push_back(d);
+  }
+  return out;
+}
+
+rust::Vec<int64_t> array_strides(const Array& a) {
+  rust::Vec<int64_t> out;
+  out.reserve(a.a.ndim());
+  for (auto s : a.a.strides()) {
+    out.push_back(s);
+  }
+  return out;
+}
+
+DType array_dtype(const Array& a) {
+  return from_mlx(a.a.dtype());
+}
+
+std::size_t array_size(const Array& a) {
+  return a.a.size();
+}
+
+std::size_t array_nbytes(const Array& a) {
+  return a.a.nbytes();
+}
+
+std::size_t array_ndim(const Array& a) {
+  return a.a.ndim();
+}
+
+std::size_t array_itemsize(const Array& a) {
+  return a.a.itemsize();
+}
+
+std::size_t array_id(const Array& a) {
+  return static_cast<std::size_t>(a.a.id());
+}
+
+std::size_t array_data_ptr(const Array& a) {
+  mx::array x = a.a;
+  mx::eval({x});
+  return reinterpret_cast<std::size_t>(x.data<uint8_t>());
+}
+
+void eval(const Array& a) {
+  mx::eval({a.a});
+}
+
+void eval_list(const ArrayList& l) {
+  mx::eval(l.v);
+}
+
+void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
+  mx::array x = a.a;
+  const std::size_t n = x.nbytes();
+  if (out.size() != n) {
+    throw std::invalid_argument(
+        "[rlx shim] array_copy_into: output buffer has " +
+        std::to_string(out.size()) + " bytes, array has " + std::to_string(n));
+  }
+  mx::eval({x});
+  if (n == 0) {
+    return;
+  }
+  if (!x.flags().row_contiguous) {
+    // Transposed, sliced with strides, broadcast...: materialise a
+    // row-major copy first.
+    x = mx::contiguous(x, /*allow_col_major=*/false, cpu());
+    mx::eval({x});
+    if (!x.flags().row_contiguous) {
+      x = mx::copy(mx::reshape(x, {-1}, cpu()), cpu());
+      mx::eval({x});
+      if (!x.flags().row_contiguous) {
+        throw std::runtime_error(
+            "[rlx shim] array_copy_into: could not obtain a row-contiguous "
+            "copy");
+      }
+    }
+  }
+  std::memcpy(out.data(), x.data<uint8_t>(), n);
+}
+
+double array_item_f64(const Array& a) {
+  mx::array x = a.a;
+  if (x.size() != 1) {
+    throw std::invalid_argument(
+        "[rlx shim] item: array has " + std::to_string(x.size()) +
+        " elements, expected 1");
+  }
+  if (x.dtype() == mx::complex64) {
+    throw std::invalid_argument("[rlx shim] item: complex arrays have no f64 value");
+  }
+  x = mx::astype(mx::reshape(x, {}, cpu()), mx::float64, cpu());
+  mx::eval({x});
+  return *x.data<double>();
+}
+
+}  // namespace rlx

@@ -1,0 +1,382 @@
+//! The `Array` handle, dtypes, construction from host memory, evaluation and
+//! read-out, and `ArrayList`.
+//!
+//! `ffi` is the raw cxx bridge (errors are `cxx::Exception`); the free
+//! functions of this module are the safe wrappers whose errors are
+//! [`ShimError`]s naming the operation.
+
+use crate::ShimError;
+use cxx::UniquePtr;
+
+#[cxx::bridge(namespace = "rlx")]
+pub mod ffi {
+    /// Element type of an array. Values 0..=11 are the set every backend
+    /// supports; `U16`/`U64` exist so that any MLX array's dtype can be
+    /// reported.
+    #[derive(Debug, Hash)]
+    #[repr(u8)]
+    enum DType {
+        Bool = 0,
+        U8 = 1,
+        U32 = 2,
+        I8 = 3,
+        I16 = 4,
+        I32 = 5,
+        I64 = 6,
+        F16 = 7,
+        BF16 = 8,
+        F32 = 9,
+        F64 = 10,
+        C64 = 11,
+        U16 = 12,
+        U64 = 13,
+    }
+
+    unsafe extern "C++" {
+        include!("rlx-mlx-shim/include/array.h");
+
+        /// One MLX array (a node of MLX's lazy graph). Cheap to clone with
+        /// [`array_clone`].
+        type Array;
+        /// An ordered list of arrays.
+        type ArrayList;
+
+        /// Makes the CPU MLX's default device. Idempotent; optional (every
+        /// shim op names the CPU device itself).
+        fn init() -> Result<()>;
+        fn default_device_is_cpu() -> bool;
+
+        fn new_array_list() -> UniquePtr<ArrayList>;
+        fn push(self: Pin<&mut ArrayList>, a: &Array);
+        fn len(self: &ArrayList) -> usize;
+        fn get(self: &ArrayList, i: usize) -> Result<UniquePtr<Array>>;
+        fn clear(self: Pin<&mut ArrayList>);
+
+        /// Copies `data` (row-major, native endian) into a new array.
+        fn array_from_bytes(data: &[u8], shape: &[i32], dtype: DType) -> Result<UniquePtr<Array>>;
+        /// Wraps caller memory without copying. See
+        /// [`super::array_from_borrowed`] for the safety contract.
+        fn array_from_borrowed(
+            ptr: usize,
+            nbytes: usize,
+            shape: &[i32],
+            dtype: DType,
+        ) -> Result<UniquePtr<Array>>;
+        /// Whether `array_from_borrowed` really shares the caller's memory
+        /// with this MLX build (false for the CPU allocator of MLX 0.32.4,
+        /// which copies once at construction).
+        fn borrow_is_zero_copy() -> Result<bool>;
+        fn scalar_f64(v: f64, dtype: DType) -> Result<UniquePtr<Array>>;
+        fn full(shape: &[i32], v: f64, dtype: DType) -> Result<UniquePtr<Array>>;
+        fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<UniquePtr<Array>>;
+        /// A new handle to the same array (refcount copy).
+        fn array_clone(a: &Array) -> UniquePtr<Array>;
+
+        fn array_shape(a: &Array) -> Vec<i32>;
+        /// Element strides of the array's current layout (meaningful after
+        /// evaluation).
+        fn array_strides(a: &Array) -> Vec<i64>;
+        fn array_dtype(a: &Array) -> DType;
+        fn array_size(a: &Array) -> usize;
+        fn array_nbytes(a: &Array) -> usize;
+        fn array_ndim(a: &Array) -> usize;
+        fn array_itemsize(a: &Array) -> usize;
+        /// MLX's unique id of the array node.
+        fn array_id(a: &Array) -> usize;
+        /// Evaluates, then returns the address of the first element.
+        fn array_data_ptr(a: &Array) -> Result<usize>;
+
+        fn eval(a: &Array) -> Result<()>;
+        fn eval_list(l: &ArrayList) -> Result<()>;
+        /// Evaluates and copies the array, row-major and contiguous, into
+        /// `out` (whose length must equal `array_nbytes`).
+        fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;
+        /// Evaluates a one-element array and converts its value to f64.
+        fn array_item_f64(a: &Array) -> Result<f64>;
+    }
+}
+
+pub use ffi::{Array, ArrayList, DType};
+
+// SAFETY: an `Array` is a refcounted handle to an MLX graph node and an
+// `ArrayList` a vector of such handles; MLX's refcounts are atomic, so a
+// handle may move to another thread. The shim's threading assumption is that
+// one graph (and one compiled executable) is used by one thread at a time,
+// which is why neither type is `Sync`.
+unsafe impl Send for Array {}
+unsafe impl Send for ArrayList {}
+
+impl DType {
+    /// Size of one element in bytes.
+    pub fn size_of(self) -> usize {
+        match self {
+            DType::Bool | DType::U8 | DType::I8 => 1,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
+            DType::U32 | DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::U64 | DType::F64 | DType::C64 => 8,
+            _ => 0,
+        }
+    }
+
+    /// Short lower-case name (`"f32"`, `"bf16"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::C64 => "c64",
+            _ => "unknown",
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Rust element types that map one-to-one onto a [`DType`].
+pub trait Element: Copy + 'static {
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: DType = DType::$d; })*
+    };
+}
+
+element! {
+    bool => Bool, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64,
+    half::f16 => F16, half::bf16 => BF16, f32 => F32, f64 => F64,
+}
+
+fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: every `Element` is a plain-old-data type without padding
+    // (bool is one byte holding 0 or 1), so its bytes may be read as u8.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+impl Array {
+    /// Copies a typed slice into a new array of the matching dtype.
+    pub fn from_slice<T: Element>(
+        data: &[T],
+        shape: &[i32],
+    ) -> Result<UniquePtr<Array>, ShimError> {
+        array_from_bytes(as_bytes(data), shape, T::DTYPE)
+    }
+
+    pub fn shape(&self) -> Vec<i32> {
+        ffi::array_shape(self)
+    }
+
+    pub fn dtype(&self) -> DType {
+        ffi::array_dtype(self)
+    }
+
+    pub fn size(&self) -> usize {
+        ffi::array_size(self)
+    }
+
+    pub fn ndim(&self) -> usize {
+        ffi::array_ndim(self)
+    }
+
+    pub fn nbytes(&self) -> usize {
+        ffi::array_nbytes(self)
+    }
+
+    /// A new handle to the same array.
+    pub fn clone_handle(&self) -> UniquePtr<Array> {
+        ffi::array_clone(self)
+    }
+
+    pub fn eval(&self) -> Result<(), ShimError> {
+        eval(self)
+    }
+
+    /// Evaluates and returns the contents, row-major.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ShimError> {
+        array_to_bytes(self)
+    }
+
+    /// Evaluates and returns the contents as `T`, which must match the
+    /// array's dtype exactly.
+    pub fn to_vec<T: Element + Default>(&self) -> Result<Vec<T>, ShimError> {
+        if self.dtype() != T::DTYPE {
+            return Err(ShimError::new(
+                "to_vec",
+                format!("array has dtype {}, requested {}", self.dtype(), T::DTYPE),
+            ));
+        }
+        let mut out = vec![T::default(); self.size()];
+        // SAFETY: `out` is a properly aligned buffer of `size` elements of
+        // `T`; every byte pattern MLX writes is a valid value of `T` (bools
+        // are 0/1 in MLX).
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr() as *mut u8,
+                std::mem::size_of_val(out.as_slice()),
+            )
+        };
+        array_copy_into(self, bytes)?;
+        Ok(out)
+    }
+
+    /// Evaluates a one-element array and converts its value to f64.
+    pub fn item_f64(&self) -> Result<f64, ShimError> {
+        ffi::array_item_f64(self).map_err(|e| ShimError::new("item", e))
+    }
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Array(shape={:?}, dtype={})", self.shape(), self.dtype())
+    }
+}
+
+impl ArrayList {
+    /// A new list holding handles to `arrays`.
+    pub fn from_arrays<'a, I>(arrays: I) -> UniquePtr<ArrayList>
+    where
+        I: IntoIterator<Item = &'a Array>,
+    {
+        let mut l = ffi::new_array_list();
+        for a in arrays {
+            l.pin_mut().push(a);
+        }
+        l
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Handles to all elements.
+    pub fn to_vec(&self) -> Vec<UniquePtr<Array>> {
+        (0..self.len())
+            .map(|i| self.get(i).expect("index in range"))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for ArrayList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.to_vec().iter().map(|a| &**a))
+            .finish()
+    }
+}
+
+wrappers! {
+    /// Makes the CPU MLX's default device (idempotent, optional).
+    fn init() -> ();
+    /// Copies `data` (row-major, native endian) into a new array; `data.len()`
+    /// must equal `product(shape) * dtype.size_of()`.
+    fn array_from_bytes(data: &[u8], shape: &[i32], dtype: DType) -> UniquePtr<Array>;
+    /// A 0-d array holding `v` converted to `dtype`.
+    fn scalar_f64(v: f64, dtype: DType) -> UniquePtr<Array>;
+    /// An array of `shape` filled with `v` converted to `dtype`.
+    fn full(shape: &[i32], v: f64, dtype: DType) -> UniquePtr<Array>;
+    /// `[start, stop)` with `step`, as `dtype`.
+    fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> UniquePtr<Array>;
+    /// Evaluates the array (runs its graph).
+    fn eval(a: &Array) -> ();
+    /// Evaluates all arrays of the list together.
+    fn eval_list(l: &ArrayList) -> ();
+    /// Evaluates `a` and copies it row-major into `out` (length must be
+    /// `array_nbytes(a)`); strided/broadcast arrays are made contiguous
+    /// first.
+    fn array_copy_into(a: &Array, out: &mut [u8]) -> ();
+    /// Evaluates `a` and returns the address of its first element.
+    fn array_data_ptr(a: &Array) -> usize;
+    /// Evaluates a one-element array and converts its value to f64.
+    fn array_item_f64(a: &Array) -> f64;
+    /// Whether [`array_from_borrowed`] shares the caller's memory with this
+    /// MLX build (it copies once, at construction, on MLX 0.32.4's CPU
+    /// allocator).
+    fn borrow_is_zero_copy() -> bool;
+}
+
+/// Wraps `nbytes` bytes of caller memory at address `ptr` as an array of
+/// `shape`/`dtype` through MLX's raw-pointer constructor with a do-nothing
+/// deleter, which adopts the memory WITHOUT copying where MLX's allocator can
+/// (e.g. Metal's unified memory). MLX 0.32.4's CPU allocator cannot adopt
+/// foreign memory, so there the constructor copies the bytes once, during
+/// this call; [`borrow_is_zero_copy`] tells which case applies.
+///
+/// # Safety
+/// The caller guarantees that the buffer is valid for reads of `nbytes`
+/// bytes, suitably aligned for `dtype`, not mutated while any array built
+/// from it (directly or through ops) may still read it, and that it outlives
+/// every such array, including arrays captured by compiled functions. MLX
+/// never writes into a borrowed buffer (it is not "owned", so never donated).
+pub unsafe fn array_from_borrowed(
+    ptr: usize,
+    nbytes: usize,
+    shape: &[i32],
+    dtype: DType,
+) -> Result<UniquePtr<Array>, ShimError> {
+    ffi::array_from_borrowed(ptr, nbytes, shape, dtype)
+        .map_err(|e| ShimError::new("array_from_borrowed", e))
+}
+
+/// Evaluates `a` and returns its contents row-major (contiguous copy of a
+/// strided/broadcast array).
+pub fn array_to_bytes(a: &Array) -> Result<Vec<u8>, ShimError> {
+    let mut out = vec![0u8; a.nbytes()];
+    ffi::array_copy_into(a, &mut out).map_err(|e| ShimError::new("array_to_bytes", e))?;
+    Ok(out)
+}
+
+/// A new, empty list.
+pub fn new_array_list() -> UniquePtr<ArrayList> {
+    ffi::new_array_list()
+}
+
+pub fn array_clone(a: &Array) -> UniquePtr<Array> {
+    ffi::array_clone(a)
+}
+pub fn array_shape(a: &Array) -> Vec<i32> {
+    ffi::array_shape(a)
+}
+pub fn array_strides(a: &Array) -> Vec<i64> {
+    ffi::array_strides(a)
+}
+pub fn array_dtype(a: &Array) -> DType {
+    ffi::array_dtype(a)
+}
+pub fn array_size(a: &Array) -> usize {
+    ffi::array_size(a)
+}
+pub fn array_nbytes(a: &Array) -> usize {
+    ffi::array_nbytes(a)
+}
+pub fn array_ndim(a: &Array) -> usize {
+    ffi::array_ndim(a)
+}
+pub fn array_itemsize(a: &Array) -> usize {
+    ffi::array_itemsize(a)
+}
+pub fn array_id(a: &Array) -> usize {
+    ffi::array_id(a)
+}
+pub fn default_device_is_cpu() -> bool {
+    ffi::default_device_is_cpu()
+}

@@ -1,0 +1,44 @@
+//! MLX version, the BLAS/LAPACK actually loaded, and memory counters.
+
+#[cxx::bridge(namespace = "rlx")]
+pub mod ffi {
+    unsafe extern "C++" {
+        include!("rlx-mlx-shim/include/info.h");
+
+        /// `mlx::core::version()`, e.g. `"0.32.4"`.
+        fn mlx_version() -> String;
+        /// File of the loaded libmlx (via `dladdr`), empty if unknown.
+        fn mlx_library_path() -> String;
+        /// File of the loaded BLAS (the library defining `cblas_sgemm` /
+        /// `sgemm_` as seen from libmlx, else from `/proc/self/maps`), empty
+        /// if unknown.
+        fn blas_library_path() -> String;
+        /// File of the loaded LAPACK, empty if unknown.
+        fn lapack_library_path() -> String;
+        /// One line: BLAS and LAPACK paths and the vendor if identifiable.
+        fn blas_info() -> String;
+
+        fn active_memory() -> usize;
+        fn peak_memory() -> usize;
+        fn reset_peak_memory() -> Result<()>;
+        fn cache_memory() -> usize;
+        fn clear_cache() -> Result<()>;
+        /// Returns the previous limit.
+        fn set_memory_limit(limit: usize) -> Result<usize>;
+        /// Returns the previous limit.
+        fn set_cache_limit(limit: usize) -> Result<usize>;
+    }
+}
+
+pub use ffi::{
+    active_memory, blas_info, blas_library_path, cache_memory, lapack_library_path,
+    mlx_library_path, mlx_version, peak_memory,
+};
+
+wrappers! {
+    fn reset_peak_memory() -> ();
+    /// Frees MLX's buffer cache.
+    fn clear_cache() -> ();
+    fn set_memory_limit(limit: usize) -> usize;
+    fn set_cache_limit(limit: usize) -> usize;
+}
