@@ -1,1 +1,17 @@
-//! placeholder
+//! The MLX backend for RLX as a plugin: `librlx_mlx.so`.
+//!
+//! A `.rlxmodel` graph is parsed with rlx-ir, checked against the lowering
+//! table (op kind → MLX computation, one file per op family under
+//! `lower/`), and compiled into an [`executable::MlxExecutable`] that runs
+//! lazily (one MLX graph, one eval), eagerly (node by node) or through
+//! `mx::compile`. MLX itself is reached only through `rlx-mlx-shim`.
+
+pub mod blas;
+pub mod dtype;
+pub mod eager;
+pub mod executable;
+pub mod graph_check;
+pub mod lower;
+pub mod plugin;
+
+rlx_plugin_api::export_plugin!(plugin::MlxPlugin::new());

@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests: where the built plugin
-//! libraries are, temp plugin directories, and a log capture.
+//! libraries are, temp plugin directories, a log capture, and the parity
+//! harness.
+
+pub mod parity;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};

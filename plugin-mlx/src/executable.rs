@@ -1,0 +1,367 @@
+//! A compiled graph: params bound by name, run many times with named
+//! inputs, in one of three modes (lazy, eager, compiled).
+
+use crate::dtype::{ir_to_abi, ir_to_mx};
+use crate::graph_check::{describe, leaves, lowering_for, parse_and_check, shape_str};
+use crate::lower::{static_dims, Ctx, A};
+use rlx_ir::{Graph, NodeId, Op};
+use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
+use rlx_plugin_api::{
+    BoundParam, Executable, HostTensor, Mode, PluginError, PluginResult, Role, TensorRef, ValueInfo,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Evaluate every node of `graph` in order. `leaf` supplies Input and Param
+/// values. In eager mode each node is evaluated as soon as it is built, so
+/// an MLX error names the node. Returns the outputs (unevaluated in lazy
+/// mode).
+pub fn evaluate(
+    graph: &Graph,
+    leaf: &dyn Fn(NodeId) -> PluginResult<A>,
+    eager: bool,
+) -> PluginResult<Vec<A>> {
+    // Drop each intermediate after its last use.
+    let mut uses = vec![0usize; graph.len()];
+    for n in graph.nodes() {
+        for i in &n.inputs {
+            uses[i.0 as usize] += 1;
+        }
+    }
+    for o in &graph.outputs {
+        uses[o.0 as usize] += 1;
+    }
+    let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
+    for n in graph.nodes() {
+        let v = match &n.op {
+            Op::Input { .. } | Op::Param { .. } => leaf(n.id)?,
+            _ => {
+                let l = lowering_for(graph, n)?;
+                let lower = l.lower.ok_or_else(|| {
+                    PluginError::internal(format!("{}: no lowering function", describe(graph, n)))
+                })?;
+                let args: Vec<&Array> = n
+                    .inputs
+                    .iter()
+                    .map(|i| vals[i.0 as usize].as_deref().expect("inputs precede users"))
+                    .collect();
+                let cx = Ctx { graph, node: n };
+                let out = lower(&cx, &args).map_err(|e| {
+                    PluginError::new(
+                        if e.0.contains("not lowered") || e.0.contains("not supported") {
+                            rlx_plugin_api::StatusCode::Unsupported
+                        } else {
+                            rlx_plugin_api::StatusCode::InvalidArgument
+                        },
+                        format!("{}: {}", describe(graph, n), e.0),
+                    )
+                })?;
+                conform(graph, n.id, out)?
+            }
+        };
+        if eager {
+            v.eval()
+                .map_err(|e| PluginError::internal(format!("{}: {e}", describe(graph, n))))?;
+        }
+        for i in &n.inputs {
+            let k = i.0 as usize;
+            uses[k] -= 1;
+            if uses[k] == 0 {
+                vals[k] = None;
+            }
+        }
+        vals[n.id.0 as usize] = Some(v);
+    }
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let v = vals[o.0 as usize].as_deref().expect("outputs are nodes");
+            Ok(v.clone_handle())
+        })
+        .collect()
+}
+
+/// Hold a lowering to the node's declared shape and dtype.
+fn conform(graph: &Graph, id: NodeId, out: A) -> PluginResult<A> {
+    let n = graph.node(id);
+    let want = static_dims(graph.shape(id).dims());
+    let got = out.shape();
+    if got != want {
+        return Err(PluginError::internal(format!(
+            "{}: the lowering produced shape {got:?} but the node declares {}",
+            describe(graph, n),
+            shape_str(graph, id)
+        )));
+    }
+    let dt = ir_to_mx(graph.shape(id).dtype()).expect("checked");
+    if out.dtype() != dt {
+        return ops::astype(&out, dt)
+            .map_err(|e| PluginError::internal(format!("{}: {e}", describe(graph, n))));
+    }
+    Ok(out)
+}
+
+/// Zeros of a node's declared shape and dtype (for the compile-time trial).
+fn zeros_like(graph: &Graph, id: NodeId) -> PluginResult<A> {
+    let dims = static_dims(graph.shape(id).dims());
+    let dt = ir_to_mx(graph.shape(id).dtype()).expect("checked");
+    array::full(&dims, 0.0, dt).map_err(|e| PluginError::internal(e.to_string()))
+}
+
+struct Bound {
+    array: A,
+    /// Keeps the host's memory (or our copy) alive while bound.
+    _source: BoundParam,
+}
+
+pub struct MlxExecutable {
+    graph: Arc<Graph>,
+    mode: Mode,
+    inputs: Vec<(String, NodeId)>,
+    params: Vec<(String, NodeId)>,
+    bound: HashMap<NodeId, Bound>,
+    compiled: Option<Compiled>,
+}
+
+// MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
+// time per executable.
+unsafe impl Send for MlxExecutable {}
+
+impl MlxExecutable {
+    pub fn compile(text: &str, mode: Mode) -> PluginResult<MlxExecutable> {
+        let graph = Arc::new(parse_and_check(text)?);
+        let (inputs, params) = leaves(&graph);
+        for list in [&inputs, &params] {
+            let mut names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
+            names.sort();
+            if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+                return Err(PluginError::invalid_argument(format!(
+                    "two graph leaves are named {:?}",
+                    w[0]
+                )));
+            }
+        }
+        // Build the whole MLX graph once on zeros, without evaluating: every
+        // op variant, attribute and shape is checked now, with the node named.
+        evaluate(&graph, &|id| zeros_like(&graph, id), false)?;
+        let compiled = match mode {
+            Mode::Compiled => Some(compile_graph(graph.clone(), &inputs, &params)?),
+            _ => None,
+        };
+        log::debug!(
+            "compiled graph {:?}: {} nodes, {} inputs, {} params, {} mode",
+            graph.name,
+            graph.len(),
+            inputs.len(),
+            params.len(),
+            mode.name()
+        );
+        Ok(MlxExecutable {
+            graph,
+            mode,
+            inputs,
+            params,
+            bound: HashMap::new(),
+            compiled,
+        })
+    }
+
+    fn value_info(&self, role: Role, name: String, id: NodeId) -> ValueInfo {
+        let s = self.graph.shape(id);
+        ValueInfo {
+            role,
+            name,
+            dtype: ir_to_abi(s.dtype()).expect("checked"),
+            shape: static_dims(s.dims())
+                .iter()
+                .map(|d| Some(*d as usize))
+                .collect(),
+        }
+    }
+
+    /// Check a host tensor against a leaf and make an MLX array of it.
+    fn leaf_array(
+        &self,
+        what: &str,
+        name: &str,
+        id: NodeId,
+        dtype: rlx_plugin_api::DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> PluginResult<A> {
+        let s = self.graph.shape(id);
+        let want_dt = ir_to_abi(s.dtype()).expect("checked");
+        let want: Vec<usize> = static_dims(s.dims()).iter().map(|d| *d as usize).collect();
+        if dtype != want_dt || shape != want.as_slice() {
+            return Err(PluginError::invalid_argument(format!(
+                "{what} {name:?} is {}, got {dtype}{shape:?}",
+                shape_str(&self.graph, id)
+            )));
+        }
+        let dims: Vec<i32> = shape.iter().map(|d| *d as i32).collect();
+        array::array_from_bytes(bytes, &dims, ir_to_mx(s.dtype()).expect("checked"))
+            .map_err(|e| PluginError::internal(format!("{what} {name:?}: {e}")))
+    }
+}
+
+/// `mx::compile` over the graph: inputs, then params, are the compiled
+/// function's arguments, so rebinding a param needs no recompilation.
+fn compile_graph(
+    graph: Arc<Graph>,
+    inputs: &[(String, NodeId)],
+    params: &[(String, NodeId)],
+) -> PluginResult<Compiled> {
+    let slot: HashMap<NodeId, usize> = inputs
+        .iter()
+        .chain(params)
+        .enumerate()
+        .map(|(i, (_, id))| (*id, i))
+        .collect();
+    rlx_mlx_shim::compile(move |args: &ArrayList| {
+        let leaf = |id: NodeId| -> PluginResult<A> {
+            args.get(slot[&id])
+                .map_err(|e| PluginError::internal(e.to_string()))
+        };
+        let outs = evaluate(&graph, &leaf, false).map_err(|e| e.message)?;
+        Ok(ArrayList::from_arrays(outs.iter().map(|a| &**a)))
+    })
+    .map_err(|e| PluginError::internal(e.to_string()))
+}
+
+impl Executable for MlxExecutable {
+    fn signature(&self) -> Vec<ValueInfo> {
+        let mut v: Vec<ValueInfo> = Vec::new();
+        v.extend(
+            self.inputs
+                .iter()
+                .map(|(n, id)| self.value_info(Role::Input, n.clone(), *id)),
+        );
+        v.extend(
+            self.params
+                .iter()
+                .map(|(n, id)| self.value_info(Role::Param, n.clone(), *id)),
+        );
+        v.extend(self.graph.outputs.iter().enumerate().map(|(i, id)| {
+            let name = self
+                .graph
+                .output_name(i)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("output{i}"));
+            self.value_info(Role::Output, name, *id)
+        }));
+        v
+    }
+
+    fn bind_param(&mut self, name: &str, p: BoundParam) -> PluginResult<()> {
+        let id = self
+            .params
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| *id)
+            .ok_or_else(|| {
+                PluginError::not_found(format!(
+                    "the graph has no param named {name:?} (params: {})",
+                    self.params
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        // MLX 0.32.4's CPU allocator cannot adopt foreign memory, so the
+        // array is made from the bytes once here (the host's buffer, when
+        // persistent, is read in place without an intermediate copy).
+        let arr = self.leaf_array("param", name, id, p.dtype, &p.shape, p.bytes())?;
+        self.bound.insert(
+            id,
+            Bound {
+                array: arr,
+                _source: p,
+            },
+        );
+        Ok(())
+    }
+
+    fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
+        let mut leaves: HashMap<NodeId, A> = HashMap::new();
+        for (name, t) in inputs {
+            let id = self
+                .inputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, id)| *id)
+                .ok_or_else(|| {
+                    PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
+                })?;
+            if leaves.contains_key(&id) {
+                return Err(PluginError::invalid_argument(format!(
+                    "input {name:?} is given twice"
+                )));
+            }
+            let bytes = t.to_compact_bytes();
+            leaves.insert(
+                id,
+                self.leaf_array("input", name, id, t.dtype, &t.shape, &bytes)?,
+            );
+        }
+        if let Some((n, _)) = self.inputs.iter().find(|(_, id)| !leaves.contains_key(id)) {
+            return Err(PluginError::invalid_argument(format!(
+                "missing input {n:?}"
+            )));
+        }
+        if let Some((n, _)) = self
+            .params
+            .iter()
+            .find(|(_, id)| !self.bound.contains_key(id))
+        {
+            return Err(PluginError::invalid_argument(format!(
+                "param {n:?} is not bound"
+            )));
+        }
+        let leaf = |id: NodeId| -> PluginResult<A> {
+            Ok(leaves
+                .get(&id)
+                .map(|a| a.clone_handle())
+                .unwrap_or_else(|| self.bound[&id].array.clone_handle()))
+        };
+        let outs = match (&self.compiled, self.mode) {
+            (Some(c), _) => {
+                let args: Vec<&Array> = self
+                    .inputs
+                    .iter()
+                    .map(|(_, id)| &*leaves[id])
+                    .chain(self.params.iter().map(|(_, id)| &*self.bound[id].array))
+                    .collect();
+                c.call_arrays(&args).map_err(|e| {
+                    PluginError::internal(format!(
+                        "compiled graph: {e} (run in eager mode to find the node)"
+                    ))
+                })?
+            }
+            (None, mode) => evaluate(&self.graph, &leaf, mode == Mode::Eager)?,
+        };
+        if self.mode != Mode::Eager {
+            let list = ArrayList::from_arrays(outs.iter().map(|a| &**a));
+            array::eval_list(&list).map_err(|e| {
+                PluginError::internal(format!(
+                    "MLX evaluation failed: {e} (run in eager mode to find the node)"
+                ))
+            })?;
+        }
+        outs.iter()
+            .zip(&self.graph.outputs)
+            .map(|(a, id)| {
+                let s = self.graph.shape(*id);
+                let data = a
+                    .to_bytes()
+                    .map_err(|e| PluginError::internal(e.to_string()))?;
+                HostTensor::new(
+                    ir_to_abi(s.dtype()).expect("checked"),
+                    static_dims(s.dims()).iter().map(|d| *d as usize).collect(),
+                    data,
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,108 @@
+//! Reading a `.rlxmodel` graph and checking it against the lowering table
+//! before anything runs: every error names the node, its op and shapes.
+
+use crate::lower::{self, Lowering};
+use rlx_ir::{Graph, Node, NodeId, Op};
+use rlx_plugin_api::{PluginError, PluginResult};
+
+/// A node as errors show it: `%3 "q_proj" (MatMul f32[2, 4] → f32[2, 8])`.
+pub fn describe(g: &Graph, n: &Node) -> String {
+    let ins: Vec<String> = n.inputs.iter().map(|i| shape_str(g, *i)).collect();
+    let name = n
+        .name
+        .as_deref()
+        .map(|s| format!(" {s:?}"))
+        .unwrap_or_default();
+    format!(
+        "node {}{name} ({:?} {} -> {})",
+        n.id,
+        n.op.kind(),
+        if ins.is_empty() {
+            "()".to_string()
+        } else {
+            ins.join(", ")
+        },
+        shape_str(g, n.id)
+    )
+}
+
+pub fn shape_str(g: &Graph, id: NodeId) -> String {
+    let s = g.shape(id);
+    let dims: Vec<String> = s
+        .dims()
+        .iter()
+        .map(|d| match d {
+            rlx_ir::Dim::Static(n) => n.to_string(),
+            rlx_ir::Dim::Dynamic(k) => format!("?{k}"),
+        })
+        .collect();
+    format!(
+        "{}[{}]",
+        format!("{:?}", s.dtype()).to_lowercase(),
+        dims.join(", ")
+    )
+}
+
+/// Parse text and check every node: a lowering exists, takes the node's
+/// dtype, shapes are static, and inputs come before their users.
+pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
+    let graph = rlx_ir::rlxmodel::from_text(text)
+        .map_err(|e| PluginError::invalid_argument(format!("cannot read the graph: {e}")))?;
+    for n in graph.nodes() {
+        lowering_for(&graph, n)?;
+        if !graph.shape(n.id).is_static() {
+            return Err(PluginError::unsupported(format!(
+                "{}: dynamic dims are not supported by the MLX plugin; bind them before compiling",
+                describe(&graph, n)
+            )));
+        }
+        if let Some(bad) = n.inputs.iter().find(|i| i.0 >= n.id.0) {
+            return Err(PluginError::invalid_argument(format!(
+                "{}: input {bad} is not defined before it is used",
+                describe(&graph, n)
+            )));
+        }
+    }
+    if graph.outputs.is_empty() {
+        return Err(PluginError::invalid_argument("the graph has no outputs"));
+    }
+    Ok(graph)
+}
+
+pub fn lowering_for(g: &Graph, n: &Node) -> PluginResult<&'static Lowering> {
+    let kind = n.op.kind();
+    let l = lower::find(kind).ok_or_else(|| {
+        PluginError::unsupported(format!(
+            "{}: the MLX plugin does not lower {kind:?}",
+            describe(g, n)
+        ))
+    })?;
+    let dt = g.shape(n.id).dtype();
+    if !l.dtypes.contains(&dt) {
+        return Err(PluginError::unsupported(format!(
+            "{}: the MLX plugin lowers {kind:?} for {} but not {}",
+            describe(g, n),
+            l.dtypes
+                .iter()
+                .map(|d| format!("{d:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join(", "),
+            format!("{dt:?}").to_lowercase()
+        )));
+    }
+    Ok(l)
+}
+
+/// The graph's inputs and params in node order: `(name, node id)`.
+pub fn leaves(g: &Graph) -> (Vec<(String, NodeId)>, Vec<(String, NodeId)>) {
+    let mut inputs = Vec::new();
+    let mut params = Vec::new();
+    for n in g.nodes() {
+        match &n.op {
+            Op::Input { name } => inputs.push((name.clone(), n.id)),
+            Op::Param { name } => params.push((name.clone(), n.id)),
+            _ => {}
+        }
+    }
+    (inputs, params)
+}

@@ -1,0 +1,36 @@
+//! Graph leaves: inputs and params are bound by the executable; constants
+//! carry their bytes inline.
+
+use super::{Ctx, LResult, Lowering};
+use crate::dtype::ALL;
+use crate::row;
+use rlx_ir::Op;
+use rlx_mlx_shim::Array;
+
+pub fn entries() -> Vec<Lowering> {
+    vec![
+        row!(Input, ALL, Native, "bound at run time", leaf),
+        row!(Param, ALL, Native, "bound by name (bind_param)", leaf),
+        row!(Constant, ALL, Native, "array from inline bytes", constant),
+    ]
+}
+
+fn constant(cx: &Ctx, _args: &[&Array]) -> LResult {
+    let Op::Constant { data } = &cx.node.op else {
+        unreachable!()
+    };
+    let dims = cx.out_dims();
+    let want = dims.iter().map(|d| *d as usize).product::<usize>() * cx.out_ir_dtype().size_bytes();
+    if data.len() != want {
+        return Err(format!(
+            "constant holds {} bytes, its shape needs {want}",
+            data.len()
+        )
+        .into());
+    }
+    Ok(rlx_mlx_shim::array::array_from_bytes(
+        data,
+        &dims,
+        cx.out_dtype(),
+    )?)
+}

@@ -1,0 +1,182 @@
+//! The lowering table: rlx-ir op kind → MLX computation. It is data: one
+//! [`Lowering`] per op kind, gathered from one file per op family. The
+//! supported-op list the plugin registers is derived from it.
+//!
+//! A lowering receives the node (its op, its declared output shape and
+//! dtype) and its input arrays, and returns one MLX array. The executable
+//! checks the result against the node's declared shape and casts it to the
+//! declared dtype, so a lowering can never silently return a wrong shape.
+
+pub mod attention;
+pub mod elementwise;
+pub mod fused;
+pub mod io;
+pub mod linalg;
+pub mod norm;
+pub mod reduce;
+pub mod shape;
+
+use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
+use rlx_mlx_shim::{Array, DType as MxDType, ShimError, UniquePtr};
+use rlx_plugin_api::Strategy;
+use std::sync::OnceLock;
+
+/// An owned MLX array.
+pub type A = UniquePtr<Array>;
+
+/// Why a lowering failed; the executable adds the node's context.
+#[derive(Debug, Clone)]
+pub struct LowerError(pub String);
+
+impl From<ShimError> for LowerError {
+    fn from(e: ShimError) -> Self {
+        LowerError(e.to_string())
+    }
+}
+
+impl From<String> for LowerError {
+    fn from(e: String) -> Self {
+        LowerError(e)
+    }
+}
+
+impl From<&str> for LowerError {
+    fn from(e: &str) -> Self {
+        LowerError(e.to_string())
+    }
+}
+
+pub type LResult<T = A> = Result<T, LowerError>;
+
+/// What a lowering knows about the node it lowers.
+pub struct Ctx<'a> {
+    pub graph: &'a Graph,
+    pub node: &'a Node,
+}
+
+impl<'a> Ctx<'a> {
+    /// The declared output dims.
+    pub fn out_dims(&self) -> Vec<i32> {
+        static_dims(&self.node.shape.dims().to_vec())
+    }
+    pub fn out_ir_dtype(&self) -> IrDType {
+        self.node.shape.dtype()
+    }
+    pub fn out_dtype(&self) -> MxDType {
+        crate::dtype::ir_to_mx(self.out_ir_dtype()).expect("checked at compile")
+    }
+    /// Declared dims of input `i`.
+    pub fn in_dims(&self, i: usize) -> Vec<i32> {
+        static_dims(&self.graph.shape(self.input(i)).dims().to_vec())
+    }
+    pub fn in_dtype(&self, i: usize) -> IrDType {
+        self.graph.shape(self.input(i)).dtype()
+    }
+    pub fn input(&self, i: usize) -> NodeId {
+        self.node.inputs[i]
+    }
+    /// A scalar of the output dtype.
+    pub fn scalar(&self, v: f64) -> LResult {
+        scalar(v, self.out_dtype())
+    }
+}
+
+/// A 0-d array.
+pub fn scalar(v: f64, dtype: MxDType) -> LResult {
+    Ok(rlx_mlx_shim::array::full(&[], v, dtype)?)
+}
+
+/// Dims as MLX wants them (shapes are static: checked at compile).
+pub fn static_dims(d: &[Dim]) -> Vec<i32> {
+    d.iter()
+        .map(|d| match d {
+            Dim::Static(n) => *n as i32,
+            Dim::Dynamic(_) => -1,
+        })
+        .collect()
+}
+
+/// Normalise a possibly negative axis against `rank`.
+pub fn axis(a: i64, rank: usize) -> LResult<i32> {
+    let r = rank as i64;
+    let n = if a < 0 { a + r } else { a };
+    if n < 0 || n >= r.max(1) {
+        return Err(format!("axis {a} is out of range for rank {rank}").into());
+    }
+    Ok(n as i32)
+}
+
+/// Check the number of inputs.
+pub fn arity(args: &[&Array], n: usize, op: &str) -> LResult<()> {
+    if args.len() != n {
+        return Err(format!("{op} takes {n} inputs, got {}", args.len()).into());
+    }
+    Ok(())
+}
+
+pub type LowerFn = fn(&Ctx, &[&Array]) -> LResult;
+
+/// One row of the lowering table.
+pub struct Lowering {
+    pub op_kind: OpKind,
+    pub dtypes: &'static [IrDType],
+    pub strategy: Strategy,
+    pub note: &'static str,
+    /// None for graph leaves (Input, Param), which the executable binds.
+    pub lower: Option<LowerFn>,
+}
+
+impl Lowering {
+    pub fn name(&self) -> String {
+        format!("{:?}", self.op_kind)
+    }
+}
+
+/// `row!(Kind, dtypes, Native|Composite|HostEvaluated, "note", fn)`.
+#[macro_export]
+macro_rules! row {
+    ($kind:ident, $dtypes:expr, $strategy:ident, $note:expr, leaf) => {
+        $crate::lower::Lowering {
+            op_kind: rlx_ir::OpKind::$kind,
+            dtypes: $dtypes,
+            strategy: rlx_plugin_api::Strategy::$strategy,
+            note: $note,
+            lower: None,
+        }
+    };
+    ($kind:ident, $dtypes:expr, $strategy:ident, $note:expr, $f:expr) => {
+        $crate::lower::Lowering {
+            op_kind: rlx_ir::OpKind::$kind,
+            dtypes: $dtypes,
+            strategy: rlx_plugin_api::Strategy::$strategy,
+            note: $note,
+            lower: Some($f),
+        }
+    };
+}
+
+/// The whole table, in family order.
+pub fn table() -> &'static [Lowering] {
+    static TABLE: OnceLock<Vec<Lowering>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Vec::new();
+        for family in [
+            io::entries(),
+            elementwise::entries(),
+            linalg::entries(),
+            shape::entries(),
+            reduce::entries(),
+            norm::entries(),
+            attention::entries(),
+            fused::entries(),
+        ] {
+            t.extend(family);
+        }
+        t
+    })
+}
+
+/// The lowering for an op kind.
+pub fn find(kind: OpKind) -> Option<&'static Lowering> {
+    table().iter().find(|l| l.op_kind == kind)
+}

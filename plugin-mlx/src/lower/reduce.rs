@@ -1,0 +1,7 @@
+//! reduce ops.
+
+use super::Lowering;
+
+pub fn entries() -> Vec<Lowering> {
+    vec![]
+}

@@ -1,0 +1,284 @@
+//! Parity against rlx-runtime's CPU backend, through the path a user
+//! takes: the MLX plugin loaded from its plugin directory, graphs passed
+//! as `.rlxmodel` text, run in every execution mode.
+
+use rand::{Rng, SeedableRng};
+use rlx_ir::{DType as IrDType, Graph, Op};
+use rlx_plugin_api::host::{CandidateState, LoadedPlugin, PluginSet};
+use rlx_plugin_api::{DType, HostTensor, Mode};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// The assembled MLX plugin directory in the build tree. The plugin-mlx
+/// build script lays out the MLX runtime there; the freshly built
+/// `librlx_mlx.so` is copied in here (the same step `scripts/demo.sh`
+/// does for release builds).
+pub fn mlx_plugin_dir() -> PathBuf {
+    let profile = crate::profile_dir();
+    let dir = profile.join("plugins").join("mlx");
+    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
+    let built = profile.join(&file);
+    assert!(
+        built.exists() && dir.join("mlx").exists(),
+        "{} or {} is missing: run `cargo build --workspace` first",
+        built.display(),
+        dir.display()
+    );
+    static COPIED: OnceLock<()> = OnceLock::new();
+    COPIED.get_or_init(|| {
+        let dst = dir.join(&file);
+        // Copy to a temp name and rename, so a concurrent test binary never
+        // sees a half-written library.
+        let tmp = dir.join(format!(".{file}.{}", std::process::id()));
+        std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
+        std::fs::rename(&tmp, &dst).expect("install librlx_mlx");
+    });
+    dir
+}
+
+/// The MLX plugin, loaded once per test binary through discovery.
+pub fn mlx() -> Arc<LoadedPlugin> {
+    static P: OnceLock<Arc<LoadedPlugin>> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = mlx_plugin_dir();
+        let set = PluginSet::load(&crate::only_dir(&dir));
+        for c in &set.candidates {
+            if let CandidateState::Rejected(e) = &c.state {
+                panic!("{}: {e}", c.path.display());
+            }
+        }
+        set.get("mlx").expect("the mlx plugin loads")
+    })
+    .clone()
+}
+
+/// A tolerance: |got - want| <= abs + rel * |want|, elementwise.
+#[derive(Clone, Copy, Debug)]
+pub struct Tol {
+    pub abs: f32,
+    pub rel: f32,
+}
+
+impl Tol {
+    /// Per-dtype defaults for single ops (a few ulps of the dtype around
+    /// values of order 1). Tests of long reductions state their own.
+    pub fn for_dtype(d: IrDType) -> Tol {
+        match d {
+            IrDType::F16 => Tol {
+                abs: 2e-3,
+                rel: 2e-3,
+            },
+            IrDType::BF16 => Tol {
+                abs: 1.6e-2,
+                rel: 1.6e-2,
+            },
+            _ => Tol {
+                abs: 1e-5,
+                rel: 1e-5,
+            },
+        }
+    }
+}
+
+/// Compare; on failure the message names the worst element.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: Tol) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs reference {}",
+        got.len(),
+        want.len()
+    );
+    let mut worst: Option<(usize, f32)> = None;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= tol.abs + tol.rel * w.abs()
+        };
+        if !ok {
+            let excess = (g - w).abs();
+            if worst.is_none_or(|(_, e)| excess > e || excess.is_nan()) {
+                worst = Some((i, excess));
+            }
+        }
+    }
+    if let Some((i, _)) = worst {
+        panic!(
+            "{what}: element {i}: got {} want {} (tol abs {} rel {}); got[..8]={:?} want[..8]={:?}",
+            got[i],
+            want[i],
+            tol.abs,
+            tol.rel,
+            &got[..got.len().min(8)],
+            &want[..want.len().min(8)]
+        );
+    }
+    // A reference of all zeros proves nothing (a skipped CPU kernel leaves
+    // zeros): refuse it unless the plugin agrees exactly and the test says so.
+    assert!(
+        want.is_empty() || want.iter().any(|v| *v != 0.0) || got.iter().all(|v| *v == 0.0),
+        "{what}: the reference is all zeros"
+    );
+}
+
+pub fn abi_dtype(d: IrDType) -> DType {
+    DType::from_name(&format!("{d:?}")).unwrap_or_else(|| panic!("dtype {d:?}"))
+}
+
+/// Seeded values in [lo, hi), rounded to `dtype`, as f32 (what both sides
+/// see).
+pub fn random_values(n: usize, dtype: IrDType, lo: f32, hi: f32, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(lo..hi)).collect();
+    round_to(&v, dtype)
+}
+
+/// Round f32 values through `dtype` (identity for f32).
+pub fn round_to(v: &[f32], dtype: IrDType) -> Vec<f32> {
+    let d = abi_dtype(dtype);
+    rlx_plugin_api::convert::bytes_to_f32(d, &rlx_plugin_api::convert::f32_to_bytes(d, v).unwrap())
+        .unwrap()
+}
+
+/// A named value bound to a graph leaf, as f32 (converted to the leaf's
+/// dtype for the plugin).
+#[derive(Clone, Debug)]
+pub struct Feed {
+    pub name: String,
+    pub values: Vec<f32>,
+}
+
+/// One leaf (Input or Param) of a graph.
+pub struct Leaf {
+    pub name: String,
+    pub is_param: bool,
+    pub dtype: IrDType,
+    pub dims: Vec<usize>,
+}
+
+pub fn leaves(g: &Graph) -> Vec<Leaf> {
+    g.nodes()
+        .iter()
+        .filter_map(|n| {
+            let (name, is_param) = match &n.op {
+                Op::Input { name } => (name.clone(), false),
+                Op::Param { name } => (name.clone(), true),
+                _ => return None,
+            };
+            let s = g.shape(n.id);
+            let dims = s
+                .dims()
+                .iter()
+                .map(|d| match d {
+                    rlx_ir::Dim::Static(n) => *n,
+                    rlx_ir::Dim::Dynamic(_) => panic!("parity graphs are static"),
+                })
+                .collect();
+            Some(Leaf {
+                name,
+                is_param,
+                dtype: s.dtype(),
+                dims,
+            })
+        })
+        .collect()
+}
+
+/// Random feeds for every leaf: uniform in [-1, 1), rounded to its dtype.
+pub fn random_feeds(g: &Graph, seed: u64) -> Vec<Feed> {
+    leaves(g)
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Feed {
+            name: l.name.clone(),
+            values: random_values(
+                l.dims.iter().product(),
+                l.dtype,
+                -1.0,
+                1.0,
+                seed.wrapping_add(i as u64 * 7919),
+            ),
+        })
+        .collect()
+}
+
+/// Run on rlx-runtime's CPU backend (the reference).
+pub fn run_cpu(g: &Graph, feeds: &[Feed]) -> Vec<Vec<f32>> {
+    let ls = leaves(g);
+    let mut compiled = rlx_runtime::Session::new(rlx_runtime::Device::Cpu).compile(g.clone());
+    let mut inputs: Vec<(&str, &[f32])> = Vec::new();
+    for f in feeds {
+        let l = ls
+            .iter()
+            .find(|l| l.name == f.name)
+            .expect("feed names a leaf");
+        if l.is_param {
+            compiled.set_param(&f.name, &f.values);
+        } else {
+            inputs.push((f.name.as_str(), &f.values));
+        }
+    }
+    compiled.run(&inputs)
+}
+
+/// Run on the MLX plugin in `mode`.
+pub fn run_mlx(
+    g: &Graph,
+    feeds: &[Feed],
+    mode: Mode,
+) -> Result<Vec<HostTensor>, rlx_plugin_api::PluginError> {
+    let text = rlx_ir::rlxmodel::to_text(g).expect("graph to text");
+    let ls = leaves(g);
+    let mut exe = mlx().compile(&text, mode)?;
+    let mut inputs: Vec<(String, HostTensor)> = Vec::new();
+    for f in feeds {
+        let l = ls
+            .iter()
+            .find(|l| l.name == f.name)
+            .expect("feed names a leaf");
+        let d = abi_dtype(l.dtype);
+        let t = HostTensor::new(
+            d,
+            l.dims.clone(),
+            rlx_plugin_api::convert::f32_to_bytes(d, &f.values).unwrap(),
+        )
+        .unwrap();
+        if l.is_param {
+            exe.bind_param_shared(&f.name, Arc::new(t))?;
+        } else {
+            inputs.push((f.name.clone(), t));
+        }
+    }
+    let refs: Vec<(&str, &HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    exe.run(&refs)
+}
+
+pub const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
+
+/// Check `g` on the plugin in every mode against `reference` outputs.
+pub fn check_against(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32>], tol: Tol) {
+    for mode in MODES {
+        let outs =
+            run_mlx(g, feeds, mode).unwrap_or_else(|e| panic!("{what} [{}]: {e}", mode.name()));
+        assert_eq!(outs.len(), reference.len(), "{what}: output count");
+        for (i, (o, r)) in outs.iter().zip(reference).enumerate() {
+            let got = o.to_f32_vec().unwrap();
+            assert_close(
+                &format!("{what} [{}] output {i}", mode.name()),
+                &got,
+                r,
+                tol,
+            );
+        }
+    }
+}
+
+/// Check `g` with random feeds against the CPU backend, in every mode.
+pub fn check_parity(what: &str, g: &Graph, seed: u64, tol: Tol) {
+    let feeds = random_feeds(g, seed);
+    let reference = run_cpu(g, &feeds);
+    check_against(what, g, &feeds, &reference, tol);
+}
