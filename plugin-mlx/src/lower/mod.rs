@@ -8,12 +8,14 @@
 //! declared dtype, so a lowering can never silently return a wrong shape.
 
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod fused;
 pub mod io;
 pub mod linalg;
 pub mod norm;
 pub mod reduce;
+pub mod scan;
 pub mod shape;
 
 use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
@@ -169,6 +171,8 @@ pub fn table() -> &'static [Lowering] {
             norm::entries(),
             attention::entries(),
             fused::entries(),
+            scan::entries(),
+            conv::entries(),
         ] {
             t.extend(family);
         }
