@@ -1,8 +1,9 @@
 //! Command-line interface.
 
-mod plugins;
+pub mod plugins;
 
 use clap::{Parser, Subcommand};
+use rlx_plugin_api::Mode;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -34,6 +35,47 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a `.rlxmodel` on a backend with seeded random inputs (and
+    /// params, unless --params gives them), optionally comparing with
+    /// rlx-runtime's CPU backend.
+    Run {
+        /// The model (`.rlxmodel` text, one graph).
+        model: PathBuf,
+        /// A loaded plugin's name (e.g. `mlx`), or `cpu` for rlx-runtime's
+        /// CPU backend. A plugin runs through `Session::new(Device::Mlx)`.
+        #[arg(long)]
+        backend: String,
+        /// The plugin's execution mode: lazy, eager or compiled.
+        #[arg(long, default_value = "lazy")]
+        mode: String,
+        /// Also run on this reference backend (only `cpu`) and report the
+        /// max abs / max rel error of each output.
+        #[arg(long, value_name = "BACKEND")]
+        compare: Option<String>,
+        /// Seed of the random inputs and params.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Params from a safetensors file (by name; shapes must match).
+        #[arg(long, value_name = "FILE.safetensors")]
+        params: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Discover plugins, then run a small decoder transformer on the `mlx`
+    /// plugin in every mode and on rlx-runtime's CPU backend: parity and
+    /// timing.
+    Demo {
+        /// Timed runs per backend (after compile; the mean is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Seed of the random tokens and weights.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The plugin to run the model on.
+        #[arg(long, default_value = "mlx")]
+        backend: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -57,5 +99,87 @@ pub fn dispatch(cli: Cli) -> CliResult {
             action: Some(PluginsAction::Inspect { path, json: j }),
             json,
         } => plugins::inspect(&path, json || j),
+        Command::Run {
+            model,
+            backend,
+            mode,
+            compare,
+            seed,
+            params,
+            json,
+        } => {
+            let mode = Mode::from_name(&mode).ok_or_else(|| {
+                format!("unknown mode {mode:?} (expected lazy, eager or compiled)")
+            })?;
+            let opts = crate::run::RunOptions {
+                backend,
+                mode,
+                compare,
+                seed,
+                params,
+                plugins: cli.plugins,
+            };
+            let report = crate::run::run_model_file(&model, &opts)?;
+            if json {
+                println!("{}", report.to_json());
+            } else {
+                report.print_text(&model);
+            }
+            Ok(())
+        }
+        Command::Demo {
+            runs,
+            seed,
+            backend,
+        } => crate::demo::demo(cli.plugins, &backend, runs, seed),
     }
+}
+
+/// Print rows under a header, columns padded to their widest cell.
+pub fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == N {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+/// A minimal stderr logger: `-v` shows info, `-vv` debug, `-vvv` trace.
+pub fn init_logging(verbosity: u8) {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::max_level()
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                eprintln!("[{} {}] {}", r.level(), r.target(), r.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stderr = Stderr;
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(match verbosity {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        2 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    });
 }

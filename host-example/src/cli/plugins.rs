@@ -1,6 +1,6 @@
 //! `rlx-host plugins` and `rlx-host plugins inspect PATH`.
 
-use super::CliResult;
+use super::{print_table, CliResult};
 use rlx_plugin_api::host::{CandidateReport, CandidateState, LoadedPlugin, PluginSet};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -33,12 +33,18 @@ pub fn list(explicit: Vec<PathBuf>, as_json: bool) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
         return Ok(());
     }
+    print_candidates(&set);
+    Ok(())
+}
+
+/// The plugin table: one row per candidate with its state.
+pub fn print_candidates(set: &PluginSet) {
     if set.candidates.is_empty() {
         println!(
             "no plugin candidates (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
             rlx_plugin_api::host::ENV_PLUGINS
         );
-        return Ok(());
+        return;
     }
     let rows: Vec<[String; 6]> = set
         .candidates
@@ -59,31 +65,6 @@ pub fn list(explicit: Vec<PathBuf>, as_json: bool) -> CliResult {
         &["NAME", "VERSION", "ABI", "SOURCE", "PATH", "STATE"],
         &rows,
     );
-    Ok(())
-}
-
-fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == N {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        println!("{}", s.trim_end());
-    };
-    line(header.to_vec());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
 }
 
 /// Load exactly one file (no discovery) and fail with its reason.

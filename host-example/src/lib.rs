@@ -1,0 +1,21 @@
+//! `rlx_host`: an RLX runtime host for backend plugins.
+//!
+//! - [`rlx_backend`]: the adapter that registers a loaded plugin as an
+//!   rlx-runtime backend (`register_plugin_backend`), so
+//!   `rlx_runtime::Session::new(device)` compiles and runs through it;
+//! - [`models`]: deterministic graph builders (an MLP, a small decoder
+//!   transformer, a fixture-sized matmul graph);
+//! - [`run`]: seeded data, safetensors params, running on a device and
+//!   parity against rlx-runtime's CPU backend (`rlx-host run`);
+//! - [`demo`]: `rlx-host demo`;
+//! - [`cli`]: the command line (`plugins`, `plugins inspect`, `run`, `demo`);
+//! - [`guard`]: panics from rlx-runtime as one-line errors.
+
+pub mod cli;
+pub mod demo;
+pub mod guard;
+pub mod models;
+pub mod rlx_backend;
+pub mod run;
+
+pub use rlx_backend::{register_plugin_backend, set_plugin_mode, with_mode};

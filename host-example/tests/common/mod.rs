@@ -1,0 +1,41 @@
+//! Shared by rlx-host's integration tests.
+#![allow(dead_code)]
+
+use rlx_plugin_api::host::{DiscoveryConfig, LoadedPlugin, PluginSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The cargo profile directory (`target/debug`): test binaries live in
+/// `<profile>/deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("profile directory")
+        .to_path_buf()
+}
+
+/// The working test plugin, built by `cargo build --workspace`.
+pub fn fixture_path() -> PathBuf {
+    let p = profile_dir().join(rlx_plugin_api::host::library_file_name("rlx_test_fixture"));
+    assert!(
+        p.exists(),
+        "{} is missing: the test plugins are built by `cargo build --workspace` (run the README's test command)",
+        p.display()
+    );
+    p
+}
+
+/// The fixture plugin, loaded with no other discovery.
+pub fn fixture() -> Arc<LoadedPlugin> {
+    let set = PluginSet::load(&DiscoveryConfig {
+        explicit: vec![fixture_path()],
+        ..Default::default()
+    });
+    set.get("fixture").unwrap_or_else(|| {
+        panic!(
+            "fixture plugin did not load: {}",
+            set.candidates[0].reason()
+        )
+    })
+}
