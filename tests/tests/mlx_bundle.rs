@@ -107,3 +107,54 @@ fn rlx_host_links_no_mlx() {
     assert!(!text.is_empty());
     assert!(!text.to_lowercase().contains("mlx"), "rlx-host links MLX:\n{text}");
 }
+
+#[test]
+fn rlx_host_run_through_discovery_only_matches_the_cpu_backend() {
+    use rlx_ir::op::BinaryOp;
+    use rlx_ir::{DType, Graph, Shape};
+    let sb = Sandbox::new();
+    // x·w + b → softmax over the last axis.
+    let f = |d: &[usize]| Shape::new(d, DType::F32);
+    let mut g = Graph::new("affine_softmax");
+    let x = g.input("x", f(&[4, 16]));
+    let w = g.param("w", f(&[16, 10]));
+    let b = g.param("b", f(&[10]));
+    let m = g.matmul(x, w, f(&[4, 10]));
+    let a = g.binary(BinaryOp::Add, m, b, f(&[4, 10]));
+    let s = g.softmax(a, 1, f(&[4, 10]));
+    g.set_outputs(vec![s]);
+    let model = sb.dir.path().join("model.rlxmodel");
+    std::fs::write(&model, rlx_ir::rlxmodel::to_text(&g).unwrap()).unwrap();
+    for mode in ["lazy", "eager", "compiled"] {
+        let (ok, out, err) = sb.rlx_host(&[
+            "run",
+            model.to_str().unwrap(),
+            "--backend",
+            "mlx",
+            "--mode",
+            mode,
+            "--compare",
+            "cpu",
+            "--seed",
+            "7",
+            "--json",
+        ]);
+        assert!(ok, "[{mode}] {err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(v["backend"], "mlx");
+        assert_eq!(v["mode"], mode);
+        let outs = v["outputs"].as_array().unwrap();
+        assert_eq!(outs.len(), 1);
+        assert_eq!(outs[0]["shape"], serde_json::json!([4, 10]));
+        assert_eq!(outs[0]["dtype"], "f32");
+        let abs = outs[0]["max_abs_err"].as_f64().unwrap();
+        assert!(abs < 1e-5, "[{mode}] max abs err {abs}");
+        assert!(v["compile_ms"].as_f64().unwrap() >= 0.0 && v["run_ms"].as_f64().unwrap() >= 0.0);
+    }
+    // A model the plugin cannot run fails with one line naming the cause.
+    let bad = sb.dir.path().join("bad.rlxmodel");
+    std::fs::write(&bad, "rlxmodel 1\nopset 1\ngraph @g { oops }\n").unwrap();
+    let (ok, out, err) = sb.rlx_host(&["run", bad.to_str().unwrap(), "--backend", "mlx", "--json"]);
+    assert!(!ok && out.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
