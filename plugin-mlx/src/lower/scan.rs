@@ -1,8 +1,377 @@
 //! Ordering, selection and scans: Reverse, Cumsum, ArgMax/ArgMin, TopK,
 //! StopGradient, and DotGeneral.
+//!
+//! Semantics are rlx-cpu's (rlx 0.2.19):
+//! - the CPU backend widens f16/bf16 (and i32) to an f32 arena, so scans and
+//!   contractions on half dtypes accumulate in f32 here too and round once;
+//! - ArgMax/ArgMin keep the first hit of a strict `>`/`<` scan started at
+//!   element 0: a NaN at element 0 wins, any other NaN is skipped;
+//! - TopK is repeated argmax with masking to -inf: values sorted descending,
+//!   ties to the smaller index, a NaN at element 0 comes first, other NaNs
+//!   and -inf are never chosen and the slots left over read index 0.
 
-use super::Lowering;
+use super::{arity, axis, scalar, Ctx, LResult, Lowering, A};
+use crate::row;
+use rlx_ir::{DType as IrDType, Op};
+use rlx_mlx_shim::{array, ops, Array, DType as MxDType};
+
+/// Pure data movement: every dtype rlx-cpu moves by bytes and MLX holds.
+const MOVE: &[IrDType] = &[
+    IrDType::F32,
+    IrDType::F16,
+    IrDType::BF16,
+    IrDType::F64,
+    IrDType::I32,
+    IrDType::I64,
+];
+/// rlx-cpu's Cumsum kernel: f32 (f16/bf16 widened to it), i32, i64.
+const CUMSUM: &[IrDType] = &[
+    IrDType::F32,
+    IrDType::F16,
+    IrDType::BF16,
+    IrDType::I32,
+    IrDType::I64,
+];
+/// Index outputs rlx-cpu writes correctly: f32-encoded (and the dtypes the
+/// CPU arena widens to f32); TopK also writes i64.
+const ARG_OUT: &[IrDType] = &[IrDType::F32, IrDType::F16, IrDType::BF16, IrDType::I32];
+const TOPK_OUT: &[IrDType] = &[
+    IrDType::F32,
+    IrDType::F16,
+    IrDType::BF16,
+    IrDType::I32,
+    IrDType::I64,
+];
+/// Inputs the CPU's argreduce/top-k kernels read correctly (as f32).
+const SELECT_IN: &[IrDType] = &[IrDType::F32, IrDType::F16, IrDType::BF16, IrDType::I32];
+const FLOATS: &[IrDType] = &[IrDType::F32, IrDType::F16, IrDType::BF16];
 
 pub fn entries() -> Vec<Lowering> {
-    vec![]
+    vec![
+        row!(
+            DotGeneral,
+            FLOATS,
+            Composite,
+            "transpose to (batch, free, contract), reshape, mx::matmul, reshape to (batch, lhs free, rhs free); f16/bf16 accumulate in f32",
+            dot_general
+        ),
+        row!(
+            Reverse,
+            MOVE,
+            Native,
+            "mx::flip over the listed axes (each once)",
+            reverse
+        ),
+        row!(
+            Cumsum,
+            CUMSUM,
+            Native,
+            "mx::cumsum (inclusive, or exclusive), any axis; f16/bf16 accumulate in f32",
+            cumsum
+        ),
+        row!(
+            ArgMax,
+            ARG_OUT,
+            Composite,
+            "mx::argmax (first hit) with rlx's NaN rule (NaN at element 0 wins, other NaNs skipped)",
+            argmax
+        ),
+        row!(
+            ArgMin,
+            ARG_OUT,
+            Composite,
+            "mx::argmin (first hit) with rlx's NaN rule (NaN at element 0 wins, other NaNs skipped)",
+            argmin
+        ),
+        row!(
+            TopK,
+            TOPK_OUT,
+            Composite,
+            "indices of the k largest along the last axis: stable mx::argsort of -x, first k; rlx's NaN/-inf rule",
+            top_k
+        ),
+        row!(
+            StopGradient,
+            MOVE,
+            Native,
+            "mx::stop_gradient (identity forward)",
+            stop_gradient
+        ),
+    ]
+}
+
+fn is_half(d: IrDType) -> bool {
+    matches!(d, IrDType::F16 | IrDType::BF16)
+}
+
+fn is_float(d: IrDType) -> bool {
+    matches!(d, IrDType::F32 | IrDType::F16 | IrDType::BF16)
+}
+
+fn to_f32(a: &Array) -> LResult {
+    Ok(ops::astype(a, MxDType::F32)?)
+}
+
+fn unique_axes(axes: &[usize], rank: usize, what: &str) -> LResult<Vec<usize>> {
+    let mut seen = vec![false; rank];
+    for &a in axes {
+        if a >= rank {
+            return Err(format!("{what}: axis {a} is out of range for rank {rank}").into());
+        }
+        if seen[a] {
+            return Err(format!("{what}: axis {a} is listed twice").into());
+        }
+        seen[a] = true;
+    }
+    Ok(axes.to_vec())
+}
+
+fn prod(dims: &[i32], axes: &[usize]) -> i32 {
+    axes.iter().map(|&a| dims[a]).product()
+}
+
+fn dot_general(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 2, "DotGeneral")?;
+    let Op::DotGeneral {
+        lhs_contracting: lc,
+        rhs_contracting: rc,
+        lhs_batch: lb,
+        rhs_batch: rb,
+    } = &cx.node.op
+    else {
+        unreachable!()
+    };
+    let (ld, rd) = (cx.in_dims(0), cx.in_dims(1));
+    if lc.len() != rc.len() || lb.len() != rb.len() {
+        return Err(format!(
+            "DotGeneral: lhs/rhs contracting ({lc:?} / {rc:?}) and batch ({lb:?} / {rb:?}) dims must pair up"
+        )
+        .into());
+    }
+    let lused: Vec<usize> = lb.iter().chain(lc).copied().collect();
+    let rused: Vec<usize> = rb.iter().chain(rc).copied().collect();
+    unique_axes(&lused, ld.len(), "DotGeneral lhs")?;
+    unique_axes(&rused, rd.len(), "DotGeneral rhs")?;
+    for (kind, l, r) in [("batch", lb, rb), ("contracting", lc, rc)] {
+        for (&i, &j) in l.iter().zip(r) {
+            if ld[i] != rd[j] {
+                return Err(format!(
+                    "DotGeneral: {kind} dim lhs axis {i} ({}) != rhs axis {j} ({})",
+                    ld[i], rd[j]
+                )
+                .into());
+            }
+        }
+    }
+    let lfree: Vec<usize> = (0..ld.len()).filter(|i| !lused.contains(i)).collect();
+    let rfree: Vec<usize> = (0..rd.len()).filter(|i| !rused.contains(i)).collect();
+    let (b, m, k, n) = (
+        prod(&ld, lb),
+        prod(&ld, &lfree),
+        prod(&ld, lc),
+        prod(&rd, &rfree),
+    );
+    let perm = |v: &[&[usize]]| -> Vec<i32> {
+        v.iter().flat_map(|s| s.iter().map(|&x| x as i32)).collect()
+    };
+    let prep = |x: &Array, dtype: IrDType, p: Vec<i32>, shape: [i32; 3]| -> LResult {
+        let t = ops::transpose(x, &p)?;
+        let t = ops::reshape(&t, &shape)?;
+        Ok(if is_half(dtype) { to_f32(&t)? } else { t })
+    };
+    let l = prep(a[0], cx.in_dtype(0), perm(&[lb, &lfree, lc]), [b, m, k])?;
+    let r = prep(a[1], cx.in_dtype(1), perm(&[rb, rc, &rfree]), [b, k, n])?;
+    let out = ops::matmul(&l, &r)?;
+    // rlx's order (XLA's): batch dims, then lhs free, then rhs free.
+    let shape: Vec<i32> = lb
+        .iter()
+        .map(|&i| ld[i])
+        .chain(lfree.iter().map(|&i| ld[i]))
+        .chain(rfree.iter().map(|&i| rd[i]))
+        .collect();
+    Ok(ops::reshape(&out, &shape)?)
+}
+
+fn reverse(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 1, "Reverse")?;
+    let Op::Reverse { axes } = &cx.node.op else {
+        unreachable!()
+    };
+    let rank = cx.in_dims(0).len();
+    // rlx-cpu flips each listed axis once, however often it is listed.
+    let mut flip: Vec<i32> = Vec::new();
+    for &ax in axes {
+        if ax >= rank {
+            return Err(
+                format!("Reverse axis {ax} on a rank-{rank} input is not supported").into(),
+            );
+        }
+        if !flip.contains(&(ax as i32)) {
+            flip.push(ax as i32);
+        }
+    }
+    if flip.is_empty() {
+        return Ok(a[0].clone_handle());
+    }
+    Ok(ops::flip(a[0], &flip)?)
+}
+
+fn cumsum(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 1, "Cumsum")?;
+    let Op::Cumsum {
+        axis: ax,
+        exclusive,
+    } = &cx.node.op
+    else {
+        unreachable!()
+    };
+    let dims = cx.in_dims(0);
+    if dims.is_empty() {
+        return Err("Cumsum of a rank-0 input is not supported".into());
+    }
+    let ax = axis(*ax as i64, dims.len())?;
+    let dt = cx.in_dtype(0);
+    if !CUMSUM.contains(&dt) {
+        return Err(format!("Cumsum of a {dt:?} input is not supported").into());
+    }
+    let x = if is_half(dt) {
+        to_f32(a[0])?
+    } else {
+        a[0].clone_handle()
+    };
+    Ok(ops::cumsum(&x, ax, false, !exclusive)?)
+}
+
+/// The selection input as f32 (what rlx-cpu's kernels compare), or an error
+/// for inputs its kernels do not read correctly.
+fn select_input(cx: &Ctx, x: &Array, op: &str) -> LResult {
+    let dt = cx.in_dtype(0);
+    if !SELECT_IN.contains(&dt) {
+        return Err(format!("{op} of a {dt:?} input is not supported").into());
+    }
+    if dt == IrDType::F32 {
+        Ok(x.clone_handle())
+    } else {
+        to_f32(x)
+    }
+}
+
+/// `x[..., 0:1, ...]` along `ax`.
+fn first_along(x: &Array, dims: &[i32], ax: usize) -> LResult {
+    let start = vec![0; dims.len()];
+    let mut stop = dims.to_vec();
+    stop[ax] = 1;
+    Ok(ops::slice(x, &start, &stop, &vec![1; dims.len()])?)
+}
+
+fn arg_reduce(cx: &Ctx, a: &[&Array], is_max: bool) -> LResult {
+    let op = if is_max { "ArgMax" } else { "ArgMin" };
+    arity(a, 1, op)?;
+    let (Op::ArgMax { axis: ax, keep_dim } | Op::ArgMin { axis: ax, keep_dim }) = &cx.node.op
+    else {
+        unreachable!()
+    };
+    let dims = cx.in_dims(0);
+    if *ax >= dims.len() {
+        return Err(format!("{op} axis {ax} is out of range for rank {}", dims.len()).into());
+    }
+    if dims[*ax] == 0 {
+        return Err(format!("{op} over an empty axis is not supported").into());
+    }
+    let x = select_input(cx, a[0], op)?;
+    let ax_i = *ax as i32;
+    let pick = |v: &Array| -> LResult {
+        Ok(if is_max {
+            ops::argmax(v, ax_i, true)?
+        } else {
+            ops::argmin(v, ax_i, true)?
+        })
+    };
+    let idx = if is_float(cx.in_dtype(0)) {
+        // rlx scans `v > best` from element 0: NaNs never win, except a NaN
+        // at element 0, which nothing beats.
+        let nan = ops::isnan(&x)?;
+        let fill = scalar(
+            if is_max {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            },
+            MxDType::F32,
+        )?;
+        let clean = ops::where_(&nan, &fill, &x)?;
+        let idx = pick(&clean)?;
+        let first = first_along(&x, &dims, *ax)?;
+        let nan0 = ops::isnan(&first)?;
+        let zero = scalar(0.0, idx.dtype())?;
+        ops::where_(&nan0, &zero, &idx)?
+    } else {
+        pick(&x)?
+    };
+    Ok(if *keep_dim {
+        idx
+    } else {
+        ops::squeeze(&idx, &[ax_i])?
+    })
+}
+
+fn argmax(cx: &Ctx, a: &[&Array]) -> LResult {
+    arg_reduce(cx, a, true)
+}
+
+fn argmin(cx: &Ctx, a: &[&Array]) -> LResult {
+    arg_reduce(cx, a, false)
+}
+
+fn top_k(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 1, "TopK")?;
+    let Op::TopK { k } = &cx.node.op else {
+        unreachable!()
+    };
+    let dims = cx.in_dims(0);
+    let Some(&n) = dims.last() else {
+        return Err("TopK of a rank-0 input is not supported".into());
+    };
+    if *k == 0 || *k > n as usize {
+        return Err(format!("TopK k={k} over a last axis of {n} is not supported").into());
+    }
+    let x = select_input(cx, a[0], "TopK")?;
+    let last = dims.len() as i32 - 1;
+    // Keys sorted ascending by a stable sort = values descending, ties to the
+    // smaller index. NaN and -inf are never chosen by rlx (key +inf, after
+    // every valid element); a NaN at element 0 is chosen first (key -inf,
+    // and the stable sort puts index 0 before any +inf value).
+    let nan = ops::isnan(&x)?;
+    let neg_inf = scalar(f64::NEG_INFINITY, MxDType::F32)?;
+    let pos_inf = scalar(f64::INFINITY, MxDType::F32)?;
+    let is_neg_inf = ops::equal(&x, &neg_inf)?;
+    let bad = ops::logical_or(&nan, &is_neg_inf)?;
+    let cols = array::arange(0.0, n as f64, 1.0, MxDType::I32)?;
+    let zero_i = scalar(0.0, MxDType::I32)?;
+    let col0 = ops::equal(&cols, &zero_i)?;
+    let nan0 = ops::logical_and(&nan, &col0)?;
+    let neg = ops::negative(&x)?;
+    let key = ops::where_(&bad, &pos_inf, &neg)?;
+    let key = ops::where_(&nan0, &neg_inf, &key)?;
+    let order = ops::argsort(&key, last)?;
+    let mut start = vec![0; dims.len()];
+    let mut stop = dims.clone();
+    start[last as usize] = 0;
+    stop[last as usize] = *k as i32;
+    let order = ops::slice(&order, &start, &stop, &vec![1; dims.len()])?;
+    // Past the valid elements every remaining value is -inf to rlx's scan,
+    // which then reads index 0.
+    let good = ops::logical_not(&bad)?;
+    let valid = ops::logical_or(&good, &nan0)?;
+    let valid = ops::astype(&valid, MxDType::I32)?;
+    let count = ops::sum(&valid, &[last], true)?;
+    let pos = array::arange(0.0, *k as f64, 1.0, MxDType::I32)?;
+    let keep = ops::less(&pos, &count)?;
+    let zero = scalar(0.0, order.dtype())?;
+    Ok(ops::where_(&keep, &order, &zero)?)
+}
+
+fn stop_gradient(_cx: &Ctx, a: &[&Array]) -> LResult<A> {
+    arity(a, 1, "StopGradient")?;
+    Ok(ops::stop_gradient(a[0])?)
 }
