@@ -15,6 +15,7 @@ pub mod io;
 pub mod linalg;
 pub mod norm;
 pub mod reduce;
+pub mod region;
 pub mod scan;
 pub mod shape;
 
@@ -173,6 +174,7 @@ pub fn table() -> &'static [Lowering] {
             fused::entries(),
             scan::entries(),
             conv::entries(),
+            region::entries(),
         ] {
             t.extend(family);
         }
