@@ -1,7 +1,435 @@
-//! attention ops.
+//! Attention and rotary position embedding.
+//!
+//! ## Attention (`Op::Attention`)
+//!
+//! rlx semantics (rlx-ir op docs; rlx-cpu `compile_attention` and the
+//! `Thunk::Attention` executor):
+//!
+//! - Layouts, decided from Q's shape exactly as rlx-cpu decides them: rank 4
+//!   with `dims[1] == num_heads` is `[B, H, S, D]`, any other rank 4 is
+//!   `[B, S, H, D]`; rank 3 is packed `[B, S, H*D]`; rank 2 is `[S, H*D]`
+//!   (B = 1). K/V use the same layout with their own sequence length and
+//!   head count.
+//! - GQA/MQA: the KV head count is read from K's shape; query head `h` uses
+//!   KV head `h / (num_heads / kv_heads)` (MLX's grouping too).
+//! - Scale: `score_scale`, default `head_dim^-0.5`.
+//! - Masks: `None`; `Causal` and `SlidingWindow(w)` place the `S_q` queries
+//!   at the end of the `S_k` keys (query `qi` is at `S_k - S_q + qi`, or `qi`
+//!   when `S_q > S_k`); causal keeps `ki <= pos`, the window keeps
+//!   `pos - w <= ki <= pos`. `Custom` reads a `[B, S_k]` key mask (`< 0.5`
+//!   masks the key: its score is replaced by -1e9, so a batch whose keys are
+//!   all masked attends uniformly); `Bias` adds a `[B, H, S_q, S_k]` tensor to
+//!   the scaled scores.
+//! - `v_head_dim`: V and the output are `v_head_dim` wide per head.
+//!
+//! Lowered to `mx::fast::scaled_dot_product_attention` on `(B, H, L, D)`
+//! with transposes/reshapes around it. `attn_logit_softcap` is refused:
+//! rlx-cpu applies it only on its `[B, H, S, D]` path (and after masking, so
+//! masked keys get weight `exp(-cap)`), so there is no single rlx answer.
+//!
+//! ## Rope (`Op::Rope`)
+//!
+//! Inputs `[x, cos, sin]`; the tables are explicit (no theta/base, no
+//! position offset: positions are the table rows). rlx-cpu's `exec_rope`:
+//! `x` is viewed as `[batch, seq, hidden]` (seq = the second-to-last axis,
+//! batch = the product of the leading axes; rank 2 is `[seq, hidden]`), each
+//! row holding `hidden / head_dim` heads. The tables have `rows x stride`
+//! elements (stride = the table's last dim when its rank >= 2, else
+//! `n_rot/2`); a table with exactly `batch*seq` rows (and `!= seq`) is per
+//! token, otherwise row `si` serves position `si`. Only the first `n_rot/2`
+//! values of a row are used. In each head, NeoX pairs `(i, i + n_rot/2)`,
+//! GptJ pairs `(2i, 2i+1)`: `(x1 c - x2 s, x2 c + x1 s)`; dims `n_rot..
+//! head_dim` are copied. Lowered as a composite of slices, multiplies and a
+//! concatenate (MLX's `fast::rope` derives its angles from a base and
+//! offset, not from tables).
 
-use super::Lowering;
+use super::{Ctx, LResult, Lowering, A};
+use crate::dtype::FLOATS;
+use crate::row;
+use rlx_ir::op::{MaskKind, RopeStyle};
+use rlx_ir::Op;
+use rlx_mlx_shim::{fast, ops, Array, ArrayList, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
-    vec![]
+    vec![
+        row!(
+            Attention,
+            FLOATS,
+            Composite,
+            "mx::fast::scaled_dot_product_attention (+layout transposes); masks None/Causal/\
+             SlidingWindow/Custom/Bias, GQA, score_scale, v_head_dim; softcap not lowered",
+            attention
+        ),
+        row!(
+            Rope,
+            FLOATS,
+            Composite,
+            "table-driven rotation (NeoX half-split or GptJ interleaved, partial n_rot) \
+             from slices, multiplies and concatenate",
+            rope
+        ),
+    ]
+}
+
+fn cast(a: &Array, dt: MxDType) -> LResult {
+    Ok(if a.dtype() != dt {
+        ops::astype(a, dt)?
+    } else {
+        a.clone_handle()
+    })
+}
+
+/// `a[.., lo:hi]` on the last axis.
+fn last_slice(a: &Array, lo: i32, hi: i32) -> LResult {
+    let d = a.shape();
+    let mut start = vec![0; d.len()];
+    let mut stop = d.clone();
+    let r = d.len() - 1;
+    start[r] = lo;
+    stop[r] = hi;
+    Ok(ops::slice(a, &start, &stop, &vec![1; d.len()])?)
+}
+
+fn concat(parts: &[&Array], axis: i32) -> LResult {
+    let list = ArrayList::from_arrays(parts.iter().copied());
+    Ok(ops::concatenate(&list, axis)?)
+}
+
+/// A boolean `[lq, lk]` keep-mask from a predicate on (query, key).
+fn keep_mask(lq: usize, lk: usize, keep: impl Fn(usize, usize) -> bool) -> LResult {
+    let v: Vec<bool> = (0..lq * lk).map(|i| keep(i / lk, i % lk)).collect();
+    Ok(Array::from_slice(&v, &[lq as i32, lk as i32])?)
+}
+
+/// How rlx lays Q/K/V out (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    Bhsd,
+    Bshd,
+    /// `[B, S, H*D]`
+    Packed3,
+    /// `[S, H*D]`
+    Packed2,
+}
+
+/// Bring one operand to MLX's `(B, H, L, D)`; returns it with its head count.
+fn to_bhld(name: &str, a: &Array, layout: Layout, d: i32) -> LResult<(A, i32)> {
+    let s = a.shape();
+    let want_rank = match layout {
+        Layout::Bhsd | Layout::Bshd => 4,
+        Layout::Packed3 => 3,
+        Layout::Packed2 => 2,
+    };
+    if s.len() != want_rank {
+        return Err(format!(
+            "Attention {name} is rank {} but Q is rank {want_rank}: mixed layouts are not lowered",
+            s.len()
+        )
+        .into());
+    }
+    let bad_width = || -> LResult<(A, i32)> {
+        Err(format!(
+            "Attention {name} of shape {s:?} does not hold heads of width {d} in the \
+             {layout:?} layout (not lowered)"
+        )
+        .into())
+    };
+    match layout {
+        Layout::Bhsd => {
+            if s[3] != d {
+                return bad_width();
+            }
+            Ok((a.clone_handle(), s[1]))
+        }
+        Layout::Bshd => {
+            if s[3] != d {
+                return bad_width();
+            }
+            Ok((ops::transpose(a, &[0, 2, 1, 3])?, s[2]))
+        }
+        Layout::Packed3 | Layout::Packed2 => {
+            let w = *s.last().unwrap();
+            if d == 0 || w % d != 0 {
+                return bad_width();
+            }
+            let h = w / d;
+            let (b, l) = if layout == Layout::Packed3 {
+                (s[0], s[1])
+            } else {
+                (1, s[0])
+            };
+            let r = ops::reshape(a, &[b, l, h, d])?;
+            Ok((ops::transpose(&r, &[0, 2, 1, 3])?, h))
+        }
+    }
+}
+
+fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
+    let Op::Attention {
+        num_heads,
+        head_dim,
+        v_head_dim,
+        mask_kind,
+        score_scale,
+        attn_logit_softcap,
+    } = &cx.node.op
+    else {
+        unreachable!()
+    };
+    let want = if matches!(mask_kind, MaskKind::Custom | MaskKind::Bias) {
+        4
+    } else {
+        3
+    };
+    if a.len() != want {
+        return Err(format!(
+            "Attention with mask {mask_kind:?} takes {want} inputs, got {}",
+            a.len()
+        )
+        .into());
+    }
+    if let Some(c) = attn_logit_softcap {
+        return Err(format!(
+            "Attention attn_logit_softcap={c} is not lowered (rlx-cpu applies the cap only on \
+             its [B, H, S, D] path, after masking)"
+        )
+        .into());
+    }
+    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
+    let dv = v_head_dim.map_or(dh, |v| v as i32);
+    let dt = cx.out_dtype();
+    let qs = a[0].shape();
+    let layout = match qs.len() {
+        4 if qs[1] == nh => Layout::Bhsd,
+        4 => Layout::Bshd,
+        3 => Layout::Packed3,
+        2 => Layout::Packed2,
+        r => return Err(format!("Attention on a rank-{r} Q is not lowered").into()),
+    };
+    let q = cast(a[0], dt)?;
+    let k = cast(a[1], dt)?;
+    let v = cast(a[2], dt)?;
+    let (q, hq) = to_bhld("Q", &q, layout, dh)?;
+    let (k, hk) = to_bhld("K", &k, layout, dh)?;
+    let (v, hv) = to_bhld("V", &v, layout, dv)?;
+    if hq != nh {
+        return Err(format!("Attention Q holds {hq} heads but num_heads is {nh}").into());
+    }
+    if hk != hv || hk == 0 || nh % hk != 0 {
+        return Err(format!(
+            "Attention with {nh} query heads, {hk} key heads and {hv} value heads is not lowered"
+        )
+        .into());
+    }
+    let (b, lq) = (q.shape()[0], q.shape()[2]);
+    let (kb, lk) = (k.shape()[0], k.shape()[2]);
+    if kb != b || v.shape()[0] != b || v.shape()[2] != lk {
+        return Err(format!(
+            "Attention Q {:?}, K {:?}, V {:?} disagree on batch or key length",
+            a[0].shape(),
+            a[1].shape(),
+            a[2].shape()
+        )
+        .into());
+    }
+    let scale = score_scale.unwrap_or((*head_dim as f32).powf(-0.5));
+    let (ulq, ulk) = (lq as usize, lk as usize);
+    // Absolute position of query qi (rlx: queries sit at the end of the keys).
+    let q_off = ulk.saturating_sub(ulq);
+    let mut custom_any: Option<A> = None;
+    let (mode, mask): (&str, Option<A>) = match mask_kind {
+        MaskKind::None => ("", None),
+        MaskKind::Causal if ulk >= ulq => ("causal", None),
+        MaskKind::Causal => ("", Some(keep_mask(ulq, ulk, |qi, ki| ki <= qi)?)),
+        MaskKind::SlidingWindow(w) => {
+            let w = *w;
+            let m = keep_mask(ulq, ulk, |qi, ki| {
+                let p = q_off + qi;
+                ki <= p && ki >= p.saturating_sub(w)
+            })?;
+            ("", Some(m))
+        }
+        MaskKind::Bias => {
+            let m = a[3];
+            let n = (b * nh * lq * lk) as usize;
+            if m.size() != n {
+                return Err(format!(
+                    "Attention bias has {} elements, [B, H, S_q, S_k] needs {n}",
+                    m.size()
+                )
+                .into());
+            }
+            let m = ops::reshape(m, &[b, nh, lq, lk])?;
+            ("", Some(cast(&m, dt)?))
+        }
+        MaskKind::Custom => {
+            let m = a[3];
+            let n = (b * lk) as usize;
+            if m.size() != n {
+                return Err(format!(
+                    "Attention key mask has {} elements, [B, S_k] needs {n}",
+                    m.size()
+                )
+                .into());
+            }
+            let m = ops::reshape(m, &[b, 1, 1, lk])?;
+            // rlx masks a key when its value is < 0.5 (NaN keeps it).
+            let half = super::scalar(0.5, m.dtype())?;
+            let lt = ops::less(&m, &half)?;
+            let keep = ops::logical_not(&lt)?;
+            custom_any = Some(ops::any(&keep, &[3], true)?);
+            ("", Some(keep))
+        }
+    };
+    let mut o = fast::scaled_dot_product_attention(&q, &k, &v, scale, mode, mask.as_deref())?;
+    if let Some(any) = custom_any {
+        // A batch with every key masked: rlx replaces every score with the
+        // same -1e9, so its softmax is uniform (MLX's boolean mask would give
+        // NaN): the output is the mean of V over the keys, per KV head.
+        let mut mv = ops::mean(&v, &[2], true)?;
+        if hk != nh {
+            mv = ops::repeat(&mv, nh / hk, 1)?;
+        }
+        let mv = ops::broadcast_to(&mv, &[b, nh, lq, dv])?;
+        o = ops::where_(&any, &o, &mv)?;
+    }
+    // (B, H, Lq, Dv) back to rlx's layout.
+    let o = match layout {
+        Layout::Bhsd => o,
+        Layout::Bshd => ops::transpose(&o, &[0, 2, 1, 3])?,
+        Layout::Packed3 => {
+            let t = ops::transpose(&o, &[0, 2, 1, 3])?;
+            ops::reshape(&t, &[b, lq, nh * dv])?
+        }
+        Layout::Packed2 => {
+            let t = ops::transpose(&o, &[0, 2, 1, 3])?;
+            ops::reshape(&t, &[lq, nh * dv])?
+        }
+    };
+    let out = cx.out_dims();
+    Ok(
+        if o.shape() != out && o.size() == out.iter().product::<i32>() as usize {
+            ops::reshape(&o, &out)?
+        } else {
+            o
+        },
+    )
+}
+
+/// rlx-ir's `rope_table_stride`: a table's row width.
+fn table_stride(dims: &[i32], n_rot: usize) -> usize {
+    if dims.len() >= 2 {
+        (*dims.last().unwrap() as usize).max(1)
+    } else {
+        (n_rot / 2).max(1)
+    }
+}
+
+fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
+    super::arity(a, 3, "Rope")?;
+    let Op::Rope {
+        head_dim,
+        n_rot,
+        style,
+    } = &cx.node.op
+    else {
+        unreachable!()
+    };
+    let (dh, nr) = (*head_dim, *n_rot);
+    let dims = a[0].shape();
+    let r = dims.len();
+    if r < 2 {
+        return Err(format!("Rope on a rank-{r} input is not lowered").into());
+    }
+    if dh == 0 || dh % 2 != 0 || nr % 2 != 0 || nr > dh {
+        return Err(format!(
+            "Rope head_dim={dh} n_rot={nr} is not lowered (both even, n_rot <= head_dim)"
+        )
+        .into());
+    }
+    let hidden = dims[r - 1] as usize;
+    let s = dims[r - 2] as usize;
+    let b: usize = dims[..r - 2].iter().map(|d| *d as usize).product();
+    if !hidden.is_multiple_of(dh) {
+        return Err(format!(
+            "Rope input last dim {hidden} is not a multiple of head_dim {dh} (not lowered)"
+        )
+        .into());
+    }
+    let nh = hidden / dh;
+    let rh = nr / 2;
+    let dt = cx.out_dtype();
+    let x = cast(a[0], dt)?;
+    let x4 = ops::reshape(&x, &[b as i32, s as i32, nh as i32, dh as i32])?;
+    if rh == 0 {
+        return Ok(ops::reshape(&x4, &dims)?);
+    }
+    // The tables, as [rows, rh] then broadcastable over heads.
+    let tdims = a[1].shape();
+    if a[2].shape() != tdims {
+        return Err(format!(
+            "Rope cos {:?} and sin {:?} tables differ in shape",
+            tdims,
+            a[2].shape()
+        )
+        .into());
+    }
+    let stride = table_stride(&tdims, nr);
+    let rows = a[1].size() / stride;
+    let per_token = rows == b * s && rows != s;
+    let need = if per_token { b * s } else { s };
+    if rh > stride || rows < need {
+        return Err(format!(
+            "Rope table {tdims:?} (rows of {stride}) cannot serve {need} positions of \
+             {rh} angles (not lowered)"
+        )
+        .into());
+    }
+    let table = |t: &Array| -> LResult {
+        let flat = ops::reshape(t, &[t.size() as i32])?;
+        let flat = ops::slice(&flat, &[0], &[(rows * stride) as i32], &[1])?;
+        let m = ops::reshape(&flat, &[rows as i32, stride as i32])?;
+        let m = ops::slice(&m, &[0, 0], &[need as i32, rh as i32], &[1, 1])?;
+        let shape: [i32; 4] = if per_token {
+            [b as i32, s as i32, 1, rh as i32]
+        } else {
+            [1, s as i32, 1, rh as i32]
+        };
+        let m = ops::reshape(&m, &shape)?;
+        cast(&m, dt)
+    };
+    let (c, sn) = (table(a[1])?, table(a[2])?);
+    let rot = |x1: &Array, x2: &Array, c: &Array, sn: &Array| -> LResult<(A, A)> {
+        let (x1c, x2s) = (ops::multiply(x1, c)?, ops::multiply(x2, sn)?);
+        let o1 = ops::subtract(&x1c, &x2s)?;
+        let (x2c, x1s) = (ops::multiply(x2, c)?, ops::multiply(x1, sn)?);
+        let o2 = ops::add(&x2c, &x1s)?;
+        Ok((o1, o2))
+    };
+    let rotated = match style {
+        RopeStyle::NeoX => {
+            let x1 = last_slice(&x4, 0, rh as i32)?;
+            let x2 = last_slice(&x4, rh as i32, nr as i32)?;
+            let (o1, o2) = rot(&x1, &x2, &c, &sn)?;
+            concat(&[&o1, &o2], 3)?
+        }
+        RopeStyle::GptJ => {
+            let xr = last_slice(&x4, 0, nr as i32)?;
+            let xr = ops::reshape(&xr, &[b as i32, s as i32, nh as i32, rh as i32, 2])?;
+            let x1 = last_slice(&xr, 0, 1)?;
+            let x2 = last_slice(&xr, 1, 2)?;
+            let c5 = ops::expand_dims(&c, &[4])?;
+            let s5 = ops::expand_dims(&sn, &[4])?;
+            let (o1, o2) = rot(&x1, &x2, &c5, &s5)?;
+            let pairs = concat(&[&o1, &o2], 4)?;
+            ops::reshape(&pairs, &[b as i32, s as i32, nh as i32, nr as i32])?
+        }
+    };
+    let out = if nr < dh {
+        let rest = last_slice(&x4, nr as i32, dh as i32)?;
+        concat(&[&rotated, &rest], 3)?
+    } else {
+        rotated
+    };
+    Ok(ops::reshape(&out, &cx.out_dims())?)
 }
