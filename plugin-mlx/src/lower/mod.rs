@@ -11,6 +11,7 @@ pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod fused;
+pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod norm;
@@ -18,6 +19,7 @@ pub mod reduce;
 pub mod region;
 pub mod scan;
 pub mod shape;
+pub mod solve;
 
 use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
 use rlx_mlx_shim::{Array, DType as MxDType, ShimError, UniquePtr};
@@ -175,6 +177,8 @@ pub fn table() -> &'static [Lowering] {
             scan::entries(),
             conv::entries(),
             region::entries(),
+            index::entries(),
+            solve::entries(),
         ] {
             t.extend(family);
         }
