@@ -258,9 +258,36 @@ pub fn run_mlx(
 
 pub const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
 
-/// Check `g` on the plugin in every mode against `reference` outputs.
+/// The modes an op test runs `g` in. Compiled mode JIT-compiles a C++
+/// kernel for every fused chain and dtype (about half a second each on a
+/// cold cache, kept under `$TMPDIR/mlx`); it lowers exactly the same ops as
+/// the other two modes. Op tests run it for graphs without f16/bf16 values;
+/// half-precision graphs run lazy and eager, and compiled mode is covered
+/// for them by the model tests (`check_against_every_mode`).
+pub fn modes_for(g: &Graph) -> Vec<Mode> {
+    let half = g
+        .nodes()
+        .iter()
+        .any(|n| matches!(g.shape(n.id).dtype(), IrDType::F16 | IrDType::BF16));
+    if half {
+        vec![Mode::Lazy, Mode::Eager]
+    } else {
+        MODES.to_vec()
+    }
+}
+
+/// Check `g` on the plugin against `reference` outputs, in [`modes_for`].
 pub fn check_against(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32>], tol: Tol) {
-    for mode in MODES {
+    check_against_modes(what, g, feeds, reference, tol, &modes_for(g));
+}
+
+/// Check `g` against `reference` in all three modes, whatever its dtypes.
+pub fn check_against_every_mode(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32>], tol: Tol) {
+    check_against_modes(what, g, feeds, reference, tol, &MODES);
+}
+
+pub fn check_against_modes(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32>], tol: Tol, modes: &[Mode]) {
+    for &mode in modes {
         let outs =
             run_mlx(g, feeds, mode).unwrap_or_else(|e| panic!("{what} [{}]: {e}", mode.name()));
         assert_eq!(outs.len(), reference.len(), "{what}: output count");
@@ -276,7 +303,7 @@ pub fn check_against(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32
     }
 }
 
-/// Check `g` with random feeds against the CPU backend, in every mode.
+/// Check `g` with random feeds against the CPU backend, in [`modes_for`].
 pub fn check_parity(what: &str, g: &Graph, seed: u64, tol: Tol) {
     let feeds = random_feeds(g, seed);
     let reference = run_cpu(g, &feeds);

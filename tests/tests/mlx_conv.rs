@@ -1062,7 +1062,7 @@ fn unlowered_variants_fail_at_compile() {
         &[1, 2, 2, 2],
     );
     let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
-    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+    for mode in rlx_plugin_tests::parity::modes_for(&g) {
         let e = p
             .compile(&text, mode)
             .err()

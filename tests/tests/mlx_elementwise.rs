@@ -620,7 +620,7 @@ fn compare_returns_bool_with_nan_unordered() {
                     })
                     .collect();
                 let feeds = [feed("a", va), feed("b", vb)];
-                for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+                for mode in rlx_plugin_tests::parity::modes_for(&g) {
                     let outs = rlx_plugin_tests::parity::run_mlx(&g, &feeds, mode).unwrap();
                     assert_eq!(outs[0].dtype, rlx_plugin_api::DType::Bool);
                     assert_eq!(outs[0].shape, out);
@@ -957,7 +957,7 @@ fn an_unlowered_variant_fails_at_compile_naming_the_node() {
     let x = g.input("x", s(&[4], D::I32));
     let y = g.add_node(Op::Activation(Activation::Exp), vec![x], s(&[4], D::F32));
     g.set_outputs(vec![y]);
-    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+    for mode in rlx_plugin_tests::parity::modes_for(&g) {
         let e = p
             .compile(&rlx_ir::rlxmodel::to_text(&g).unwrap(), mode)
             .err()

@@ -12,7 +12,7 @@
 use rlx_ir::op::{Activation, BinaryOp, MaskKind, RopeStyle};
 use rlx_ir::{DType as IrDType, Graph, NodeId, Op, Shape};
 use rlx_plugin_tests::parity::{
-    check_against, random_feeds, random_values, round_to, run_cpu, Feed, Tol,
+    check_against_every_mode, random_feeds, random_values, round_to, run_cpu, Feed, Tol,
 };
 
 const DTYPES: [IrDType; 3] = [IrDType::F32, IrDType::F16, IrDType::BF16];
@@ -77,7 +77,7 @@ fn two_layer_mlp_parity() {
             scale_weight(&mut feeds, "w1", d_in, dt);
             scale_weight(&mut feeds, "w2", d_hid, dt);
             let reference = run_cpu(&g, &feeds);
-            check_against(
+            check_against_every_mode(
                 &format!("mlp {lead:?}x{d_in}->{d_hid}->{d_out} {dt:?}"),
                 &g,
                 &feeds,
@@ -279,7 +279,7 @@ fn check_block(c: Block, dt: IrDType, seed: u64) {
     let g = block_graph(c, dt);
     let feeds = block_feeds(c, &g, dt, seed);
     let reference = run_cpu(&g, &feeds);
-    check_against(
+    check_against_every_mode(
         &format!("{c:?} {dt:?}"),
         &g,
         &feeds,

@@ -351,7 +351,7 @@ fn unsupported_variants_fail_at_compile_naming_the_node() {
     );
     g.set_outputs(vec![r]);
     let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
-    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+    for mode in rlx_plugin_tests::parity::modes_for(&g) {
         let e = p
             .compile(&text, mode)
             .err()

@@ -474,7 +474,7 @@ fn malformed_shape_nodes_fail_at_compile_naming_the_node() {
         s(&[4, 3], IrDType::F32),
     );
     g.set_outputs(vec![r]);
-    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+    for mode in rlx_plugin_tests::parity::modes_for(&g) {
         let e = p
             .compile(&rlx_ir::rlxmodel::to_text(&g).unwrap(), mode)
             .err()
