@@ -15,10 +15,12 @@ pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod norm;
+pub mod random;
 pub mod reduce;
 pub mod region;
 pub mod scan;
 pub mod shape;
+pub mod signal;
 pub mod solve;
 
 use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
@@ -179,6 +181,8 @@ pub fn table() -> &'static [Lowering] {
             region::entries(),
             index::entries(),
             solve::entries(),
+            random::entries(),
+            signal::entries(),
         ] {
             t.extend(family);
         }
