@@ -354,37 +354,6 @@ fn attention_custom_key_mask_parity() {
     }
 }
 
-#[test]
-fn attention_softcap_is_refused_at_compile() {
-    let mut g = Graph::new("softcap");
-    let dims = [1, 4, 2, 8];
-    let q = g.input("q", s(&dims, IrDType::F32));
-    let k = g.input("k", s(&dims, IrDType::F32));
-    let v = g.input("v", s(&dims, IrDType::F32));
-    let o = g.add_node(
-        Op::Attention {
-            num_heads: 2,
-            head_dim: 8,
-            v_head_dim: None,
-            mask_kind: MaskKind::Causal,
-            score_scale: None,
-            attn_logit_softcap: Some(30.0),
-        },
-        vec![q, k, v],
-        s(&dims, IrDType::F32),
-    );
-    g.set_outputs(vec![o]);
-    let e = compile_err(&g);
-    assert_eq!(e.code, StatusCode::Unsupported, "{e}");
-    assert!(
-        e.message.contains("node %3")
-            && e.message.contains("Attention")
-            && e.message.contains("softcap")
-            && e.message.contains("not lowered"),
-        "{e}"
-    );
-}
-
 // ── Rope ─────────────────────────────────────────────────────────────────
 
 struct RopeCase {

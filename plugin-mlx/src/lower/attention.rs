@@ -21,11 +21,15 @@
 //!   all masked attends uniformly); `Bias` adds a `[B, H, S_q, S_k]` tensor to
 //!   the scaled scores.
 //! - `v_head_dim`: V and the output are `v_head_dim` wide per head.
+//! - `attn_logit_softcap = Some(c)`, `c > 0`: `c * tanh(s / c)` on every
+//!   score after scaling, the bias add and masking (masked scores, -1e9,
+//!   become `-c`), before the softmax — where rlx-cpu applies it. rlx-cpu
+//!   only honours the field on its `[B, H, S, D]` path; we apply the same
+//!   cap in every layout (see [`attend`]).
 //!
 //! Lowered to `mx::fast::scaled_dot_product_attention` on `(B, H, L, D)`
-//! with transposes/reshapes around it. `attn_logit_softcap` is refused:
-//! rlx-cpu applies it only on its `[B, H, S, D]` path (and after masking, so
-//! masked keys get weight `exp(-cap)`), so there is no single rlx answer.
+//! with transposes/reshapes around it; with a softcap, to an f32 composite
+//! (matmul, mask, tanh cap, softmax, matmul).
 //!
 //! ## Rope (`Op::Rope`)
 //!
@@ -57,7 +61,8 @@ pub fn entries() -> Vec<Lowering> {
             FLOATS,
             Composite,
             "mx::fast::scaled_dot_product_attention (+layout transposes); masks None/Causal/\
-             SlidingWindow/Custom/Bias, GQA, score_scale, v_head_dim; softcap not lowered",
+             SlidingWindow/Custom/Bias, GQA, score_scale, v_head_dim; with a logit softcap an f32 \
+             composite (scores, mask, cap*tanh(s/cap), softmax, @V) in every layout",
             attention
         ),
         row!(
@@ -188,13 +193,6 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    if let Some(c) = attn_logit_softcap {
-        return Err(format!(
-            "Attention attn_logit_softcap={c} is not lowered (rlx-cpu applies the cap only on \
-             its [B, H, S, D] path, after masking)"
-        )
-        .into());
-    }
     let (nh, dh) = (*num_heads as i32, *head_dim as i32);
     let dv = v_head_dim.map_or(dh, |v| v as i32);
     let dt = cx.out_dtype();
@@ -233,66 +231,14 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
         .into());
     }
     let scale = score_scale.unwrap_or((*head_dim as f32).powf(-0.5));
-    let (ulq, ulk) = (lq as usize, lk as usize);
-    // Absolute position of query qi (rlx: queries sit at the end of the keys).
-    let q_off = ulk.saturating_sub(ulq);
-    let mut custom_any: Option<A> = None;
-    let (mode, mask): (&str, Option<A>) = match mask_kind {
-        MaskKind::None => ("", None),
-        MaskKind::Causal if ulk >= ulq => ("causal", None),
-        MaskKind::Causal => ("", Some(keep_mask(ulq, ulk, |qi, ki| ki <= qi)?)),
-        MaskKind::SlidingWindow(w) => {
-            let w = *w;
-            let m = keep_mask(ulq, ulk, |qi, ki| {
-                let p = q_off + qi;
-                ki <= p && ki >= p.saturating_sub(w)
-            })?;
-            ("", Some(m))
-        }
-        MaskKind::Bias => {
-            let m = a[3];
-            let n = (b * nh * lq * lk) as usize;
-            if m.size() != n {
-                return Err(format!(
-                    "Attention bias has {} elements, [B, H, S_q, S_k] needs {n}",
-                    m.size()
-                )
-                .into());
-            }
-            let m = ops::reshape(m, &[b, nh, lq, lk])?;
-            ("", Some(cast(&m, dt)?))
-        }
-        MaskKind::Custom => {
-            let m = a[3];
-            let n = (b * lk) as usize;
-            if m.size() != n {
-                return Err(format!(
-                    "Attention key mask has {} elements, [B, S_k] needs {n}",
-                    m.size()
-                )
-                .into());
-            }
-            let m = ops::reshape(m, &[b, 1, 1, lk])?;
-            // rlx masks a key when its value is < 0.5 (NaN keeps it).
-            let half = super::scalar(0.5, m.dtype())?;
-            let lt = ops::less(&m, &half)?;
-            let keep = ops::logical_not(&lt)?;
-            custom_any = Some(ops::any(&keep, &[3], true)?);
-            ("", Some(keep))
-        }
+    let mask = match mask_kind {
+        MaskKind::None => ScoreMask::None,
+        MaskKind::Causal => ScoreMask::Causal,
+        MaskKind::SlidingWindow(w) => ScoreMask::Window(*w),
+        MaskKind::Custom => ScoreMask::Keys(a[3]),
+        MaskKind::Bias => ScoreMask::Bias(a[3]),
     };
-    let mut o = fast::scaled_dot_product_attention(&q, &k, &v, scale, mode, mask.as_deref())?;
-    if let Some(any) = custom_any {
-        // A batch with every key masked: rlx replaces every score with the
-        // same -1e9, so its softmax is uniform (MLX's boolean mask would give
-        // NaN): the output is the mean of V over the keys, per KV head.
-        let mut mv = ops::mean(&v, &[2], true)?;
-        if hk != nh {
-            mv = ops::repeat(&mv, nh / hk, 1)?;
-        }
-        let mv = ops::broadcast_to(&mv, &[b, nh, lq, dv])?;
-        o = ops::where_(&any, &o, &mv)?;
-    }
+    let o = attend(&q, &k, &v, scale, mask, *attn_logit_softcap)?;
     // (B, H, Lq, Dv) back to rlx's layout.
     let o = match layout {
         Layout::Bhsd => o,
@@ -314,6 +260,172 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
             o
         },
     )
+}
+
+/// How the scores are masked, in rlx's terms (see the module docs).
+pub(crate) enum ScoreMask<'a> {
+    None,
+    /// Keep key `ki <= pos(qi)`.
+    Causal,
+    /// Keep `pos(qi) - w <= ki <= pos(qi)`.
+    Window(usize),
+    /// A `[B, S_k]` key mask: a value `< 0.5` masks the key (NaN keeps it).
+    Keys(&'a Array),
+    /// A `[B, H, S_q, S_k]` tensor added to the scaled scores.
+    Bias(&'a Array),
+}
+
+/// The score rlx-cpu writes over a masked one (`attn_mask_neg_inf`).
+const MASKED_SCORE: f64 = -1e9;
+
+/// rlx attention on MLX-layout operands: q `(B, H, Lq, D)`, k `(B, Hkv, Lk,
+/// D)`, v `(B, Hkv, Lk, Dv)` with `H % Hkv == 0` (query head `h` uses KV head
+/// `h / (H / Hkv)`), all of one float dtype. Returns `(B, H, Lq, Dv)`.
+///
+/// `softcap`: rlx-ir documents `attn_logit_softcap = Some(c)` as "applies
+/// `c * tanh(s / c)` to scores before softmax", which leaves open whether it
+/// comes before or after masking. Every rlx-cpu path that implements it (the
+/// `[B, H, S, D]` thunk, the naive executor and the f64 kernel) applies it
+/// after masking and after the `Bias` add, to every score, only when
+/// `c > 0`: masked scores (-1e9) become `-c`, so a masked key keeps a weight
+/// of `exp(-c - max)` rather than 0. We match that everywhere, in every
+/// layout (the CPU's other layouts ignore the field, so there is no other
+/// rlx answer to match). `c <= 0` (or NaN) means no cap, as on the CPU. The
+/// capped form is a composite in f32 (scores, mask, cap, softmax, @ V);
+/// without a cap this is `mx::fast::scaled_dot_product_attention`.
+pub(crate) fn attend(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    mask: ScoreMask,
+    softcap: Option<f32>,
+) -> LResult {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let (b, nh, lq) = (qs[0], qs[1], qs[2]);
+    let (hk, lk) = (ks[1], ks[2]);
+    let dv = vs[3];
+    let dt = q.dtype();
+    let (ulq, ulk) = (lq as usize, lk as usize);
+    // Absolute position of query qi (rlx: queries sit at the end of the
+    // keys; at 0 when there are more queries than keys).
+    let q_off = ulk.saturating_sub(ulq);
+    let cap = softcap.filter(|c| *c > 0.0);
+    // A boolean keep-mask (broadcastable to the scores), an additive bias,
+    // and the per-(batch) "some key is kept" flag of a key mask.
+    let mut keep: Option<A> = None;
+    let mut bias: Option<A> = None;
+    let mut custom_any: Option<A> = None;
+    let mut causal_mode = false;
+    match mask {
+        ScoreMask::None => {}
+        ScoreMask::Causal if ulk >= ulq && cap.is_none() => causal_mode = true,
+        ScoreMask::Causal => keep = Some(keep_mask(ulq, ulk, |qi, ki| ki <= q_off + qi)?),
+        ScoreMask::Window(w) => {
+            keep = Some(keep_mask(ulq, ulk, |qi, ki| {
+                let p = q_off + qi;
+                ki <= p && ki >= p.saturating_sub(w)
+            })?)
+        }
+        ScoreMask::Bias(m) => {
+            let n = (b * nh * lq * lk) as usize;
+            if m.size() != n {
+                return Err(format!(
+                    "Attention bias has {} elements, [B, H, S_q, S_k] needs {n}",
+                    m.size()
+                )
+                .into());
+            }
+            let m = ops::reshape(m, &[b, nh, lq, lk])?;
+            bias = Some(cast(&m, dt)?);
+        }
+        ScoreMask::Keys(m) => {
+            let n = (b * lk) as usize;
+            if m.size() != n {
+                return Err(format!(
+                    "Attention key mask has {} elements, [B, S_k] needs {n}",
+                    m.size()
+                )
+                .into());
+            }
+            let m = ops::reshape(m, &[b, 1, 1, lk])?;
+            let half = super::scalar(0.5, m.dtype())?;
+            let lt = ops::less(&m, &half)?;
+            let k = ops::logical_not(&lt)?;
+            custom_any = Some(ops::any(&k, &[3], true)?);
+            keep = Some(k);
+        }
+    }
+    if let Some(c) = cap {
+        return attend_capped(q, k, v, scale, keep.as_deref(), bias.as_deref(), c);
+    }
+    let mode = if causal_mode { "causal" } else { "" };
+    let m = keep.or(bias);
+    let mut o = fast::scaled_dot_product_attention(q, k, v, scale, mode, m.as_deref())?;
+    if let Some(any) = custom_any {
+        // A batch with every key masked: rlx replaces every score with the
+        // same -1e9, so its softmax is uniform (MLX's boolean mask would give
+        // NaN): the output is the mean of V over the keys, per KV head.
+        let mut mv = ops::mean(v, &[2], true)?;
+        if hk != nh {
+            mv = ops::repeat(&mv, nh / hk, 1)?;
+        }
+        let mv = ops::broadcast_to(&mv, &[b, nh, lq, dv])?;
+        o = ops::where_(&any, &o, &mv)?;
+    }
+    Ok(o)
+}
+
+/// The soft-capped attention composite (see [`attend`]), in f32:
+/// `softmax(cap * tanh(mask(q k^T * scale (+ bias)) / cap)) @ v`, with
+/// masked scores set to -1e9 before the cap, as rlx-cpu does. A batch whose
+/// keys are all masked gets equal scores, hence the uniform softmax rlx
+/// gives, with no special case.
+fn attend_capped(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    keep: Option<&Array>,
+    bias: Option<&Array>,
+    cap: f32,
+) -> LResult {
+    let f = MxDType::F32;
+    let sc = |x: f64| super::scalar(x, f);
+    let (q, mut k, mut v) = (cast(q, f)?, cast(k, f)?, cast(v, f)?);
+    let (nh, hk) = (q.shape()[1], k.shape()[1]);
+    if hk != nh {
+        k = ops::repeat(&k, nh / hk, 1)?;
+        v = ops::repeat(&v, nh / hk, 1)?;
+    }
+    let kt = ops::transpose(&k, &[0, 1, 3, 2])?;
+    let mut s = ops::multiply(&*ops::matmul(&q, &kt)?, &*sc(scale as f64)?)?;
+    if let Some(bias) = bias {
+        s = ops::add(&s, &*cast(bias, f)?)?;
+    }
+    if let Some(keep) = keep {
+        s = ops::where_(keep, &s, &*sc(MASKED_SCORE)?)?;
+    }
+    let c = sc(cap as f64)?;
+    s = ops::multiply(&c, &*ops::tanh(&*ops::divide(&s, &c)?)?)?;
+    let p = ops::softmax(&s, &[3], true)?;
+    Ok(ops::matmul(&p, &v)?)
+}
+
+/// NeoX ("rotate-half") rope over the full head of `x` `(B, H, L, D)`,
+/// D even, with `cos`/`sin` `(L, D/2)` tables (row = position):
+/// `(x1 c - x2 s, x2 c + x1 s)` for `x1 = x[.., :D/2]`, `x2 = x[.., D/2:]`.
+pub(crate) fn rope_neox_bhld(x: &Array, cos: &Array, sin: &Array) -> LResult {
+    let d = x.shape();
+    let (l, dh) = (d[2], d[3]);
+    let half = dh / 2;
+    let c = ops::reshape(cos, &[1, 1, l, half])?;
+    let sn = ops::reshape(sin, &[1, 1, l, half])?;
+    let x1 = last_slice(x, 0, half)?;
+    let x2 = last_slice(x, half, dh)?;
+    let o1 = ops::subtract(&*ops::multiply(&x1, &c)?, &*ops::multiply(&x2, &sn)?)?;
+    let o2 = ops::add(&*ops::multiply(&x2, &c)?, &*ops::multiply(&x1, &sn)?)?;
+    concat(&[&o1, &o2], 3)
 }
 
 /// rlx-ir's `rope_table_stride`: a table's row width.

@@ -13,14 +13,44 @@
 //!   `[x, residual, (bias,) gamma, beta]`; `norm(x + residual (+ bias))`
 //!   over the last axis (see `norm.rs`). Only the normalised value is an
 //!   output: the pre-norm sum is not (a graph that needs it keeps the Add).
+//!
+//! Whole blocks, composed from the attention/norm helpers and computed in
+//! f32 (rlx-cpu computes them in f32; the executable rounds once to the
+//! declared dtype):
+//!
+//! - `FusedAttentionBlock { num_heads, head_dim, has_bias, has_rope }`:
+//!   inputs `[hidden, qkv_w, out_w, mask, (qkv_b, out_b,) (cos, sin)]`. What
+//!   rlx-cpu runs is its native `FusedAttnBlock` thunk: hidden `[B, S, hs]`
+//!   (rank 2 `[S, hs]` is one batch), `hs = num_heads * head_dim`;
+//!   `qkv = hidden @ qkv_w [hs, 3hs] (+ qkv_b)`, split into Q | K | V with
+//!   head `h` at columns `h*head_dim..`; with `has_rope`, NeoX rotation of Q
+//!   and K over the whole head from `[S, head_dim/2]` tables (row = position);
+//!   scores `q·k * head_dim^-0.5`, a `[B, S]` key mask (`< 0.5` masks the key
+//!   with -1e9), softmax, `@ V`, then `@ out_w [hs, hs] (+ out_b)`. Refused:
+//!   other ranks or widths, an odd head_dim with rope (the thunk would drop
+//!   the last dim from the dot), tables that are not `head_dim/2` wide, too
+//!   short, or exactly `B*H*S` rows (which rlx-ir's unfused form would read
+//!   per token).
+//! - `FusedTransformerLayer { num_heads, head_dim, intermediate_size, eps1,
+//!   eps2, activation, has_bias }`: rlx-cpu expands it (rlx-fusion's
+//!   `unfuse_fused_transformer_layer`) into a BERT post-norm layer. Inputs
+//!   with bias (14): `hidden, qkv_w, qkv_b, out_w, out_b, ln1_g, ln1_b,
+//!   fc1_w, fc1_b, fc2_w, fc2_b, ln2_g, ln2_b, mask`; without (8): `hidden,
+//!   qkv_w, out_w, ln1_g, fc1_w, fc2_w, ln2_g, mask` (zero betas). hidden is
+//!   `[B, S, H]`, `inner = num_heads * head_dim`: `qkv = hidden @ qkv_w
+//!   [H, 3inner] (+b)`, attention as above (no rope, `[B, S]` key mask), `@
+//!   out_w [inner, H] (+b)`, `h1 = LN(attn + hidden; ln1, eps1)`, `ffn =
+//!   act(h1 @ fc1_w (+b)) @ fc2_w (+b)`, `LN(ffn + h1; ln2, eps2)`. The
+//!   activation is one of the epilogue set below (others not lowered).
 
-use super::norm::{normalise, Norm};
-use super::{arity, Ctx, LResult, Lowering};
+use super::attention::{attend, rope_neox_bhld, ScoreMask};
+use super::norm::{f32_of, normalise, Norm};
+use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::Activation;
 use rlx_ir::Op;
-use rlx_mlx_shim::{ops, Array};
+use rlx_mlx_shim::{ops, Array, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
     vec![
@@ -52,6 +82,22 @@ pub fn entries() -> Vec<Lowering> {
             Composite,
             "x + residual (+ bias), then mx::fast::layer_norm",
             residual_ln
+        ),
+        row!(
+            FusedAttentionBlock,
+            FLOATS,
+            Composite,
+            "QKV matmul (+bias), split, [NeoX rope], SDPA with the [B, S] key mask, \
+             output matmul (+bias), in f32",
+            attention_block
+        ),
+        row!(
+            FusedTransformerLayer,
+            FLOATS,
+            Composite,
+            "BERT post-norm layer: QKV matmul, SDPA (key mask), out proj, residual + \
+             layer_norm, act(fc1) @ fc2, residual + layer_norm, in f32",
+            transformer_layer
         ),
     ]
 }
@@ -215,4 +261,226 @@ fn residual_ln(cx: &Ctx, a: &[&Array]) -> LResult {
         unreachable!()
     };
     residual_norm(cx, a, Norm::Layer, *has_bias, *eps)
+}
+
+/// `x [m, k] @ w [k, n] (+ bias [n])` in f32, checking the weight's shape.
+fn linear(op: &str, name: &str, x: &Array, w: &Array, bias: Option<&Array>, n: i32) -> LResult {
+    let k = *x.shape().last().unwrap();
+    if w.shape() != [k, n] {
+        return Err(format!(
+            "{op} {name} weight {:?} is not [{k}, {n}] (not lowered)",
+            w.shape()
+        )
+        .into());
+    }
+    let y = ops::matmul(x, &*f32_of(w)?)?;
+    match bias {
+        None => Ok(y),
+        Some(b) => {
+            if b.size() != n as usize {
+                return Err(format!(
+                    "{op} {name} bias has {} elements, the projection has {n} outputs",
+                    b.size()
+                )
+                .into());
+            }
+            let b = ops::reshape(&*f32_of(b)?, &[n])?;
+            Ok(ops::add(&y, &b)?)
+        }
+    }
+}
+
+/// Split `qkv [B*S, 3*inner]` into Q, K, V as `(B, H, S, D)`.
+fn split_heads(qkv: &Array, b: i32, s: i32, nh: i32, dh: i32) -> LResult<[A; 3]> {
+    let inner = nh * dh;
+    let part = |i: i32| -> LResult {
+        let p = ops::slice(qkv, &[0, i * inner], &[b * s, (i + 1) * inner], &[1, 1])?;
+        let p = ops::reshape(&p, &[b, s, nh, dh])?;
+        Ok(ops::transpose(&p, &[0, 2, 1, 3])?)
+    };
+    Ok([part(0)?, part(1)?, part(2)?])
+}
+
+/// `(B, H, S, D)` back to `[B*S, H*D]`.
+fn merge_heads(o: &Array) -> LResult {
+    let d = o.shape();
+    let t = ops::transpose(o, &[0, 2, 1, 3])?;
+    Ok(ops::reshape(&t, &[d[0] * d[2], d[1] * d[3]])?)
+}
+
+/// The `[B, S]` key mask of a fused block.
+fn key_mask<'a>(op: &str, m: &'a Array, b: i32, s: i32) -> LResult<&'a Array> {
+    if m.size() != (b * s) as usize {
+        return Err(format!(
+            "{op} mask {:?} has {} elements, the [B, S] key mask needs {}",
+            m.shape(),
+            m.size(),
+            b * s
+        )
+        .into());
+    }
+    Ok(m)
+}
+
+/// A rope table of a FusedAttentionBlock as `[S, half]` f32 (see the module
+/// docs for what is refused).
+fn block_rope_table(name: &str, t: &Array, b: i32, s: i32, nh: i32, half: i32) -> LResult {
+    let d = t.shape();
+    let stride = if d.len() >= 2 {
+        *d.last().unwrap()
+    } else {
+        half
+    };
+    let rows = if stride > 0 {
+        t.size() as i32 / stride
+    } else {
+        0
+    };
+    if stride != half || rows < s || (rows == b * nh * s && rows != s) {
+        return Err(format!(
+            "FusedAttentionBlock rope {name} table {d:?} is not lowered: it must hold at least \
+             {s} rows of head_dim/2 = {half} angles (and not exactly B*H*S = {} rows)",
+            b * nh * s
+        )
+        .into());
+    }
+    let flat = ops::reshape(t, &[t.size() as i32])?;
+    let flat = ops::slice(&flat, &[0], &[s * half], &[1])?;
+    Ok(ops::reshape(&*f32_of(&flat)?, &[s, half])?)
+}
+
+fn attention_block(cx: &Ctx, a: &[&Array]) -> LResult {
+    let Op::FusedAttentionBlock {
+        num_heads,
+        head_dim,
+        has_bias,
+        has_rope,
+    } = &cx.node.op
+    else {
+        unreachable!()
+    };
+    const OP: &str = "FusedAttentionBlock";
+    let want = 4 + if *has_bias { 2 } else { 0 } + if *has_rope { 2 } else { 0 };
+    arity(a, want, OP)?;
+    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
+    let hs = nh * dh;
+    let hd = a[0].shape();
+    let (b, s) = match hd.len() {
+        3 => (hd[0], hd[1]),
+        2 => (1, hd[0]),
+        r => {
+            return Err(format!(
+                "{OP} on a rank-{r} hidden {hd:?} is not lowered (rlx reads [B, S, hs] or [S, hs])"
+            )
+            .into())
+        }
+    };
+    if hs == 0 || *hd.last().unwrap() != hs {
+        return Err(format!(
+            "{OP} hidden {hd:?} is not {nh} heads x {dh} wide (not lowered: rlx-cpu's block \
+             has hidden == num_heads * head_dim)"
+        )
+        .into());
+    }
+    let mask = key_mask(OP, a[3], b, s)?;
+    let (qkv_b, out_b) = if *has_bias {
+        (Some(a[4]), Some(a[5]))
+    } else {
+        (None, None)
+    };
+    let x = ops::reshape(&*f32_of(a[0])?, &[b * s, hs])?;
+    let qkv = linear(OP, "qkv", &x, a[1], qkv_b, 3 * hs)?;
+    let [mut q, mut k, v] = split_heads(&qkv, b, s, nh, dh)?;
+    if *has_rope {
+        if dh % 2 != 0 {
+            return Err(format!(
+                "{OP} with rope and an odd head_dim {dh} is not lowered (rlx-cpu's NeoX pairs \
+                 leave the last dim out of the scores)"
+            )
+            .into());
+        }
+        let i = if *has_bias { 6 } else { 4 };
+        let cos = block_rope_table("cos", a[i], b, s, nh, dh / 2)?;
+        let sin = block_rope_table("sin", a[i + 1], b, s, nh, dh / 2)?;
+        q = rope_neox_bhld(&q, &cos, &sin)?;
+        k = rope_neox_bhld(&k, &cos, &sin)?;
+    }
+    let scale = (dh as f32).powf(-0.5);
+    let o = attend(&q, &k, &v, scale, ScoreMask::Keys(mask), None)?;
+    let y = linear(OP, "out", &*merge_heads(&o)?, a[2], out_b, hs)?;
+    Ok(ops::reshape(&y, &hd)?)
+}
+
+fn transformer_layer(cx: &Ctx, a: &[&Array]) -> LResult {
+    let Op::FusedTransformerLayer {
+        num_heads,
+        head_dim,
+        intermediate_size,
+        eps1,
+        eps2,
+        activation: act,
+        has_bias,
+    } = &cx.node.op
+    else {
+        unreachable!()
+    };
+    const OP: &str = "FusedTransformerLayer";
+    arity(a, if *has_bias { 14 } else { 8 }, OP)?;
+    let hd = a[0].shape();
+    if hd.len() != 3 {
+        return Err(format!(
+            "{OP} on a rank-{} hidden {hd:?} is not lowered (rlx expands [B, S, H] only)",
+            hd.len()
+        )
+        .into());
+    }
+    let (b, s, h) = (hd[0], hd[1], hd[2]);
+    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
+    let inner = nh * dh;
+    let inter = *intermediate_size as i32;
+    if inner == 0 {
+        return Err(format!("{OP} with {nh} heads of width {dh} is not lowered").into());
+    }
+    // (qkv_w, qkv_b, out_w, out_b, ln1_g, ln1_b, fc1_w, fc1_b, fc2_w, fc2_b,
+    //  ln2_g, ln2_b, mask); betas None = zeros.
+    let (qkv_w, qkv_b, out_w, out_b, ln1_g, ln1_b, fc1_w, fc1_b, fc2_w, fc2_b, ln2_g, ln2_b, m) =
+        if *has_bias {
+            (
+                a[1],
+                Some(a[2]),
+                a[3],
+                Some(a[4]),
+                a[5],
+                Some(a[6]),
+                a[7],
+                Some(a[8]),
+                a[9],
+                Some(a[10]),
+                a[11],
+                Some(a[12]),
+                a[13],
+            )
+        } else {
+            (
+                a[1], None, a[2], None, a[3], None, a[4], None, a[5], None, a[6], None, a[7],
+            )
+        };
+    let mask = key_mask(OP, m, b, s)?;
+    let f = MxDType::F32;
+    let zeros: A = rlx_mlx_shim::array::full(&[h], 0.0, f)?;
+    let ln = |v: &Array, g: &Array, beta: Option<&Array>, eps: f32, out: &[i32]| -> LResult {
+        normalise(Norm::Layer, v, g, beta.unwrap_or(&zeros), eps, f, out)
+    };
+    let m2 = [b * s, h];
+    let x = ops::reshape(&*f32_of(a[0])?, &m2)?;
+    let qkv = linear(OP, "qkv", &x, qkv_w, qkv_b, 3 * inner)?;
+    let [q, k, v] = split_heads(&qkv, b, s, nh, dh)?;
+    let scale = (dh as f32).powf(-0.5);
+    let o = attend(&q, &k, &v, scale, ScoreMask::Keys(mask), None)?;
+    let attn = linear(OP, "out", &*merge_heads(&o)?, out_w, out_b, h)?;
+    let h1 = ln(&*ops::add(&attn, &x)?, ln1_g, ln1_b, *eps1, &m2)?;
+    let f1 = linear(OP, "fc1", &h1, fc1_w, fc1_b, inter)?;
+    let f1 = activation(*act, &f1)?;
+    let f2 = linear(OP, "fc2", &f1, fc2_w, fc2_b, h)?;
+    ln(&*ops::add(&f2, &h1)?, ln2_g, ln2_b, *eps2, &hd)
 }

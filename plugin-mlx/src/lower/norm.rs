@@ -14,12 +14,42 @@
 //! kernel (and rlx-ir's own verifier, which sizes gamma to the last axis)
 //! treats the last axis as the feature axis; an `axis` other than the last
 //! has no defined meaning we could match, so it is refused ("not lowered").
+//!
+//! Channel-axis norms on NCHW / NCL (rlx-cpu reads rank 4 as `[N, C, H, W]`
+//! and rank 3 as `[N, C, L]`; any other rank panics there, so it is refused):
+//!
+//! - `LayerNorm2d { eps }`: inputs `[x, gamma, beta]`; at each spatial
+//!   position normalise across the C channels (biased variance), then
+//!   `* gamma[c] + beta[c]` (candle / SAM semantics, not PyTorch's H×W norm).
+//!   Lowered as channel-to-last, `mx::fast::layer_norm`, channel back.
+//! - `GroupNorm { num_groups, eps }`: inputs `[x, gamma, beta]`; per sample,
+//!   each group of `C / num_groups` consecutive channels is normalised over
+//!   its `C/G × spatial` values (biased variance), then per-channel affine.
+//!   rlx-cpu leaves the trailing `C % G` channels unwritten when G does not
+//!   divide C, so that (and G = 0) is refused. Lowered as a reshape to
+//!   `[N, G, C/G·spatial]`, `mx::fast::layer_norm` without affine, reshape
+//!   back, `* gamma + beta` broadcast per channel.
+//!
+//! DiT modulation (rlx-cpu `exec_ada_layer_norm` / `exec_gated_residual`):
+//!
+//! - `AdaLayerNorm { norm, eps }`: inputs `[x, scale, shift]`;
+//!   `norm(x) * (1 + scale) + shift`, the norm over the last axis with no
+//!   affine (LayerNorm: biased variance; RmsNorm: `x / sqrt(mean(x²) + eps)`).
+//! - `GatedResidual`: inputs `[x, y, gate]`; `x + gate * y`.
+//!
+//! The modulation tensors (`scale`/`shift`, `gate`) broadcast NumPy-style
+//! over the leading axes of x and must end in the feature dim D (rlx-ir's
+//! documented contract; rlx-cpu reads D-long rows of them, so a last dim of 1
+//! would read past the tensor): anything else is refused. `y` must have x's
+//! shape. These composites compute in f32 (as rlx-cpu does for f16/bf16
+//! graphs) and round once to the declared dtype.
 
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
+use rlx_ir::op::AdaNormKind;
 use rlx_ir::Op;
-use rlx_mlx_shim::{fast, ops, Array};
+use rlx_mlx_shim::{fast, ops, Array, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
     vec![
@@ -37,7 +67,47 @@ pub fn entries() -> Vec<Lowering> {
             "mx::fast::rms_norm over the last axis, + beta (axis must be the last)",
             rms_norm
         ),
+        row!(
+            LayerNorm2d,
+            FLOATS,
+            Composite,
+            "NCHW/NCL: channel axis moved last, mx::fast::layer_norm, moved back (in f32)",
+            layer_norm_2d
+        ),
+        row!(
+            GroupNorm,
+            FLOATS,
+            Composite,
+            "NCHW/NCL: reshape [N, G, C/G*spatial], mx::fast::layer_norm without affine, \
+             per-channel gamma/beta (in f32); C % G != 0 not lowered",
+            group_norm
+        ),
+        row!(
+            AdaLayerNorm,
+            FLOATS,
+            Composite,
+            "mx::fast::layer_norm / rms_norm without affine over the last axis, \
+             * (1 + scale) + shift broadcast over leading axes (in f32)",
+            ada_layer_norm
+        ),
+        row!(
+            GatedResidual,
+            FLOATS,
+            Composite,
+            "x + gate * y, gate broadcast over leading axes (in f32)",
+            gated_residual
+        ),
     ]
+}
+
+/// `a` as f32 (the composites here compute in f32, as rlx-cpu does, and the
+/// executable rounds once to the declared dtype).
+pub(crate) fn f32_of(a: &Array) -> LResult {
+    Ok(if a.dtype() != MxDType::F32 {
+        ops::astype(a, MxDType::F32)?
+    } else {
+        a.clone_handle()
+    })
 }
 
 /// Which normalisation.
@@ -149,4 +219,130 @@ fn rms_norm(cx: &Ctx, a: &[&Array]) -> LResult {
         cx.out_dtype(),
         &cx.out_dims(),
     )
+}
+
+/// The `[N, C, spatial..]` dims of an NCHW / NCL input (rank 4 or 3).
+fn nchw_dims(op: &str, x: &Array) -> LResult<Vec<i32>> {
+    let d = x.shape();
+    if d.len() != 3 && d.len() != 4 {
+        return Err(format!(
+            "{op} on a rank-{} input {d:?} is not lowered (rlx reads NCHW or NCL)",
+            d.len()
+        )
+        .into());
+    }
+    Ok(d)
+}
+
+/// gamma/beta `[C]` reshaped to broadcast over an NC.. tensor of rank `rank`.
+fn channel_affine(name: &str, a: &Array, c: i32, rank: usize) -> LResult {
+    let v = affine(name, a, c, MxDType::F32)?;
+    let mut shape = vec![1; rank];
+    shape[1] = c;
+    Ok(ops::reshape(&v, &shape)?)
+}
+
+fn layer_norm_2d(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 3, "LayerNorm2d")?;
+    let Op::LayerNorm2d { eps } = &cx.node.op else {
+        unreachable!()
+    };
+    let d = nchw_dims("LayerNorm2d", a[0])?;
+    let c = d[1];
+    let x = ops::moveaxis(&*f32_of(a[0])?, 1, -1)?;
+    let g = affine("gamma", a[1], c, MxDType::F32)?;
+    let b = affine("beta", a[2], c, MxDType::F32)?;
+    let y = fast::layer_norm(&x, Some(&g), Some(&b), *eps)?;
+    Ok(ops::moveaxis(&y, -1, 1)?)
+}
+
+fn group_norm(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 3, "GroupNorm")?;
+    let Op::GroupNorm { num_groups, eps } = &cx.node.op else {
+        unreachable!()
+    };
+    let d = nchw_dims("GroupNorm", a[0])?;
+    let (n, c) = (d[0], d[1]);
+    let g = *num_groups;
+    if g == 0 || c as usize % g != 0 {
+        return Err(format!(
+            "GroupNorm with {g} groups over {c} channels is not lowered (rlx-cpu needs the \
+             groups to divide the channels: it leaves the remainder unwritten)"
+        )
+        .into());
+    }
+    let x = f32_of(a[0])?;
+    let grouped = ops::reshape(&x, &[n, g as i32, -1])?;
+    let y = fast::layer_norm(&grouped, None, None, *eps)?;
+    let y = ops::reshape(&y, &d)?;
+    let gamma = channel_affine("gamma", a[1], c, d.len())?;
+    let beta = channel_affine("beta", a[2], c, d.len())?;
+    Ok(ops::add(&*ops::multiply(&y, &gamma)?, &beta)?)
+}
+
+/// Check a DiT modulation tensor against x: right-aligned, rank <= x's,
+/// every leading dim 1 or x's, and the last dim x's feature dim.
+fn check_modulation(op: &str, name: &str, m: &Array, x: &Array) -> LResult<()> {
+    let (md, xd) = (m.shape(), x.shape());
+    let ok = !xd.is_empty()
+        && !md.is_empty()
+        && md.len() <= xd.len()
+        && md.last() == xd.last()
+        && md
+            .iter()
+            .rev()
+            .zip(xd.iter().rev())
+            .all(|(m, x)| *m == 1 || m == x);
+    if !ok {
+        return Err(format!(
+            "{op} {name} {md:?} over x {xd:?} is not lowered: it must broadcast over the \
+             leading axes and end in the feature dim"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn ada_layer_norm(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 3, "AdaLayerNorm")?;
+    let Op::AdaLayerNorm { norm, eps } = &cx.node.op else {
+        unreachable!()
+    };
+    let x = a[0];
+    check_modulation("AdaLayerNorm", "scale", a[1], x)?;
+    check_modulation("AdaLayerNorm", "shift", a[2], x)?;
+    if a[1].shape() != a[2].shape() {
+        return Err(format!(
+            "AdaLayerNorm scale {:?} and shift {:?} differ in shape (not supported: rlx \
+             requires one modulation shape)",
+            a[1].shape(),
+            a[2].shape()
+        )
+        .into());
+    }
+    let xf = f32_of(x)?;
+    let n = match norm {
+        AdaNormKind::LayerNorm => fast::layer_norm(&xf, None, None, *eps)?,
+        AdaNormKind::RmsNorm => fast::rms_norm(&xf, None, *eps)?,
+    };
+    let one = super::scalar(1.0, MxDType::F32)?;
+    let s1 = ops::add(&*f32_of(a[1])?, &one)?;
+    let y = ops::add(&*ops::multiply(&n, &s1)?, &*f32_of(a[2])?)?;
+    Ok(y)
+}
+
+fn gated_residual(_cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 3, "GatedResidual")?;
+    let (x, y, gate) = (a[0], a[1], a[2]);
+    if y.shape() != x.shape() {
+        return Err(format!(
+            "GatedResidual y {:?} does not match x {:?}",
+            y.shape(),
+            x.shape()
+        )
+        .into());
+    }
+    check_modulation("GatedResidual", "gate", gate, x)?;
+    let gy = ops::multiply(&*f32_of(gate)?, &*f32_of(y)?)?;
+    Ok(ops::add(&*f32_of(x)?, &gy)?)
 }
