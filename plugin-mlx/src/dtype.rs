@@ -56,3 +56,20 @@ pub const ALL: &[Ir] = &[
     Ir::U32,
     Ir::Bool,
 ];
+
+/// Every dtype a graph leaf (input, param, constant) may have: [`ALL`] plus
+/// complex64 (the complex layout FFTs take).
+pub const LEAVES: &[Ir] = &[
+    Ir::F32,
+    Ir::F16,
+    Ir::BF16,
+    Ir::F64,
+    Ir::I8,
+    Ir::I16,
+    Ir::I32,
+    Ir::I64,
+    Ir::U8,
+    Ir::U32,
+    Ir::Bool,
+    Ir::C64,
+];

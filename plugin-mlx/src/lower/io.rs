@@ -2,16 +2,16 @@
 //! carry their bytes inline.
 
 use super::{Ctx, LResult, Lowering};
-use crate::dtype::ALL;
+use crate::dtype::LEAVES;
 use crate::row;
 use rlx_ir::Op;
 use rlx_mlx_shim::Array;
 
 pub fn entries() -> Vec<Lowering> {
     vec![
-        row!(Input, ALL, Native, "bound at run time", leaf),
-        row!(Param, ALL, Native, "bound by name (bind_param)", leaf),
-        row!(Constant, ALL, Native, "array from inline bytes", constant),
+        row!(Input, LEAVES, Native, "bound at run time", leaf),
+        row!(Param, LEAVES, Native, "bound by name (bind_param)", leaf),
+        row!(Constant, LEAVES, Native, "array from inline bytes", constant),
     ]
 }
 
