@@ -15,6 +15,7 @@ pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod norm;
+pub mod quant;
 pub mod random;
 pub mod reduce;
 pub mod region;
@@ -183,6 +184,7 @@ pub fn table() -> &'static [Lowering] {
             solve::entries(),
             random::entries(),
             signal::entries(),
+            quant::entries(),
         ] {
             t.extend(family);
         }

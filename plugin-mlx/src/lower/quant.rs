@@ -1,0 +1,8 @@
+//! Quantized, grouped and low-rank matmuls: GroupedMatMul,
+//! DequantGroupedMatMul, DequantMoEWeights, LoraMatMul, DequantMatMul.
+
+use super::Lowering;
+
+pub fn entries() -> Vec<Lowering> {
+    vec![]
+}
