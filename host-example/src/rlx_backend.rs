@@ -414,8 +414,19 @@ struct PluginBackend {
     lowering: Lowering,
 }
 
+/// rlx-ir's `RngBackend` as the ABI numbers it (`tables::rng_policy`).
+pub fn rng_policy_number(b: rlx_ir::RngBackend) -> u32 {
+    use rlx_plugin_api::tables::rng_policy;
+    match b {
+        rlx_ir::RngBackend::Philox => rng_policy::PHILOX,
+        rlx_ir::RngBackend::Ort => rng_policy::ORT,
+        rlx_ir::RngBackend::Bnns => rng_policy::BNNS,
+        rlx_ir::RngBackend::Zero => rng_policy::ZERO,
+    }
+}
+
 impl PluginBackend {
-    fn build(&self, graph: Graph) -> Box<dyn ExecutableGraph> {
+    fn build(&self, graph: Graph, rng: rlx_ir::RngOptions) -> Box<dyn ExecutableGraph> {
         let name = &self.lowering.label;
         let text = rlx_ir::rlxmodel::to_text(&graph).unwrap_or_else(|e| {
             self.lowering
@@ -428,10 +439,17 @@ impl PluginBackend {
             graph.len(),
             mode.name()
         );
+        // rlx-runtime's RNG options travel in the compile options (ABI 1.2),
+        // so random ops draw the stream the CPU backend would.
+        let options = rlx_plugin_api::CompileOptions {
+            mode,
+            rng_policy: rng_policy_number(rng.backend),
+            rng_seed: rng.seed,
+        };
         let exe = self
             .reg
             .plugin
-            .compile(&text, mode)
+            .compile_with(&text, &options)
             .unwrap_or_else(|e| self.lowering.fail(e));
         Box::new(PluginGraph::new(exe, name.clone()))
     }
@@ -473,7 +491,7 @@ impl Backend for PluginBackend {
 
     fn compile_lir(&self, lir: LirModule, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
         let graph = self.lowering.prepare(lir, options);
-        self.build(graph)
+        self.build(graph, options.rng)
     }
 
     fn supported_ops(&self) -> &'static [OpKind] {

@@ -492,16 +492,24 @@ unsafe extern "C" fn compile(
         *out = std::ptr::null_mut();
         let st = state()?;
         crate::log::sync_max_level();
-        let mode = match options.as_ref() {
-            None => Mode::default(),
-            Some(o) => Mode::from_raw(o.mode).ok_or_else(|| {
-                PluginError::unsupported(format!("unknown execution mode {}", o.mode))
-            })?,
+        // Fields an older host did not send keep their defaults.
+        let raw = if options.is_null() {
+            RlxCompileOptions::default()
+        } else {
+            crate::sized::read_over(options, RlxCompileOptions::default())
+        };
+        let mode = Mode::from_raw(raw.mode).ok_or_else(|| {
+            PluginError::unsupported(format!("unknown execution mode {}", raw.mode))
+        })?;
+        let opts = crate::plugin::CompileOptions {
+            mode,
+            rng_policy: raw.rng_policy,
+            rng_seed: raw.rng_seed,
         };
         let text = graph
             .to_str()
             .map_err(|e| PluginError::invalid_argument(format!("graph text is not UTF-8: {e}")))?;
-        let exe = st.plugin.compile(text, mode)?;
+        let exe = st.plugin.compile(text, &opts)?;
         *out = Box::into_raw(Box::new(ExeBox(exe))) as *mut RlxExecutable;
         Ok(())
     })

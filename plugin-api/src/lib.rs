@@ -15,6 +15,7 @@ pub mod error;
 pub mod export;
 pub mod log;
 pub mod plugin;
+pub mod sized;
 pub mod strings;
 pub mod tables;
 pub mod tensor;
@@ -26,8 +27,8 @@ pub mod host;
 pub use custom_ops::{CustomKernel, CustomOpInfo, CustomOpRegistry, Origin};
 pub use error::{PluginError, PluginResult, RlxStatus, StatusCode};
 pub use plugin::{
-    BoundParam, Descriptor, Executable, ExecuteOp, LoweringEntry, Mode, ParamBytes, Plugin, Role,
-    Strategy, ValueInfo,
+    BoundParam, CompileOptions, Descriptor, Executable, ExecuteOp, LoweringEntry, Mode, ParamBytes,
+    Plugin, Role, Strategy, ValueInfo,
 };
 pub use strings::RlxStr;
 pub use tensor::{DType, HostTensor, RlxTensor, TensorRef};

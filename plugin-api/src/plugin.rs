@@ -108,6 +108,44 @@ impl Mode {
     }
 }
 
+/// What `compile` is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    pub mode: Mode,
+    /// One of `tables::rng_policy` (rlx-ir's `RngBackend` by number).
+    pub rng_policy: u32,
+    /// The global RNG seed (rlx's `RngOptions::seed`).
+    pub rng_seed: u64,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            mode: Mode::default(),
+            rng_policy: crate::tables::rng_policy::PHILOX,
+            rng_seed: crate::tables::DEFAULT_RNG_SEED,
+        }
+    }
+}
+
+impl CompileOptions {
+    pub fn mode(mode: Mode) -> Self {
+        CompileOptions {
+            mode,
+            ..Default::default()
+        }
+    }
+
+    pub fn to_raw(self) -> crate::tables::RlxCompileOptions {
+        crate::tables::RlxCompileOptions {
+            mode: self.mode.to_raw(),
+            rng_policy: self.rng_policy,
+            rng_seed: self.rng_seed,
+            ..Default::default()
+        }
+    }
+}
+
 /// The role of a value in an executable's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -190,5 +228,5 @@ pub trait Plugin: Send + Sync + 'static {
     /// derived from it) and register any custom ops the plugin provides.
     fn init(&self, custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;
     /// Compile `.rlxmodel` text.
-    fn compile(&self, graph: &str, mode: Mode) -> PluginResult<Box<dyn Executable>>;
+    fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>>;
 }

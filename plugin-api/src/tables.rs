@@ -318,6 +318,21 @@ pub mod mode {
     pub const COMPILED: u32 = 2;
 }
 
+/// Random-number policies (rlx-ir's `RngBackend`, by number).
+pub mod rng_policy {
+    /// Philox4x32-10 (rlx's default).
+    pub const PHILOX: u32 = 0;
+    /// ONNX Runtime's CPU generators.
+    pub const ORT: u32 = 1;
+    /// Apple BNNS AES-CTR.
+    pub const BNNS: u32 = 2;
+    /// All zeros.
+    pub const ZERO: u32 = 3;
+}
+
+/// The RNG seed rlx uses when none is given.
+pub const DEFAULT_RNG_SEED: u64 = 42;
+
 /// Options for `compile`. Borrowed for the call; null means defaults.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy)]
@@ -325,6 +340,23 @@ pub struct RlxCompileOptions {
     pub struct_size: usize,
     /// One of [`mode`].
     pub mode: u32,
+    /// (1.2) One of [`rng_policy`] for the graph's random ops. Absent
+    /// (an older host) = `PHILOX`.
+    pub rng_policy: u32,
+    /// (1.2) The global seed mixed into every random op's key. Absent =
+    /// [`DEFAULT_RNG_SEED`].
+    pub rng_seed: u64,
+}
+
+impl Default for RlxCompileOptions {
+    fn default() -> Self {
+        RlxCompileOptions {
+            struct_size: size_of::<RlxCompileOptions>(),
+            mode: mode::LAZY,
+            rng_policy: rng_policy::PHILOX,
+            rng_seed: DEFAULT_RNG_SEED,
+        }
+    }
 }
 
 /// Roles in an executable's signature.
@@ -485,7 +517,7 @@ last_field!(RlxOpSupport, n_dtypes, usize);
 last_field!(RlxOpList, n_ops, usize);
 last_field!(RlxLoweringEntry, execute_ctx, *const c_void);
 last_field!(RlxLoweringTable, n_entries, usize);
-last_field!(RlxCompileOptions, mode, u32);
+last_field!(RlxCompileOptions, rng_seed, u64);
 last_field!(RlxValueInfo, shape, *const i64);
 last_field!(
     RlxCustomOpDesc,

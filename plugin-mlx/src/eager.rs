@@ -4,7 +4,9 @@ use crate::executable::MlxExecutable;
 use crate::graph_check::leaves;
 use rlx_ir::Op;
 use rlx_plugin_api::tensor::ownership;
-use rlx_plugin_api::{Executable, HostTensor, Mode, PluginError, PluginResult, TensorRef};
+use rlx_plugin_api::{
+    CompileOptions, Executable, HostTensor, Mode, PluginError, PluginResult, TensorRef,
+};
 
 /// Run the single op of `node_text` (a graph of inputs and one op) on
 /// `inputs`, bound to the graph's inputs in order.
@@ -37,7 +39,7 @@ pub fn execute_single(
             inputs.len()
         )));
     }
-    let mut exe = MlxExecutable::compile(node_text, Mode::Eager)?;
+    let mut exe = MlxExecutable::compile(node_text, &CompileOptions::mode(Mode::Eager))?;
     let views: Vec<_> = inputs
         .iter()
         .map(|t| t.as_raw(ownership::BORROWED))

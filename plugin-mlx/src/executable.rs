@@ -7,7 +7,8 @@ use crate::lower::{static_dims, Ctx, A};
 use rlx_ir::{Graph, NodeId, Op};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
 use rlx_plugin_api::{
-    BoundParam, Executable, HostTensor, Mode, PluginError, PluginResult, Role, TensorRef, ValueInfo,
+    BoundParam, CompileOptions, Executable, HostTensor, Mode, PluginError, PluginResult, Role,
+    TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 /// mode).
 pub fn evaluate(
     graph: &Graph,
+    rng: rlx_ir::RngOptions,
     leaf: &dyn Fn(NodeId) -> PluginResult<A>,
     eager: bool,
 ) -> PluginResult<Vec<A>> {
@@ -45,7 +47,11 @@ pub fn evaluate(
                     .iter()
                     .map(|i| vals[i.0 as usize].as_deref().expect("inputs precede users"))
                     .collect();
-                let cx = Ctx { graph, node: n };
+                let cx = Ctx {
+                    graph,
+                    node: n,
+                    rng,
+                };
                 let out = lower(&cx, &args).map_err(|e| {
                     PluginError::new(
                         if e.0.contains("not lowered") || e.0.contains("not supported") {
@@ -109,6 +115,24 @@ fn zeros_like(graph: &Graph, id: NodeId) -> PluginResult<A> {
     array::full(&dims, 0.0, dt).map_err(|e| PluginError::internal(e.to_string()))
 }
 
+/// rlx's `RngOptions` from the ABI's compile options.
+fn rng_options(o: &CompileOptions) -> PluginResult<rlx_ir::RngOptions> {
+    use rlx_ir::RngBackend;
+    use rlx_plugin_api::tables::rng_policy;
+    let backend = match o.rng_policy {
+        rng_policy::PHILOX => RngBackend::Philox,
+        rng_policy::ORT => RngBackend::Ort,
+        rng_policy::BNNS => RngBackend::Bnns,
+        rng_policy::ZERO => RngBackend::Zero,
+        other => {
+            return Err(PluginError::unsupported(format!(
+                "unknown RNG policy {other}"
+            )))
+        }
+    };
+    Ok(rlx_ir::RngOptions::new(o.rng_seed, backend))
+}
+
 struct Bound {
     array: A,
     /// Keeps the host's memory (or our copy) alive while bound.
@@ -118,6 +142,7 @@ struct Bound {
 pub struct MlxExecutable {
     graph: Arc<Graph>,
     mode: Mode,
+    rng: rlx_ir::RngOptions,
     inputs: Vec<(String, NodeId)>,
     params: Vec<(String, NodeId)>,
     bound: HashMap<NodeId, Bound>,
@@ -129,7 +154,9 @@ pub struct MlxExecutable {
 unsafe impl Send for MlxExecutable {}
 
 impl MlxExecutable {
-    pub fn compile(text: &str, mode: Mode) -> PluginResult<MlxExecutable> {
+    pub fn compile(text: &str, options: &CompileOptions) -> PluginResult<MlxExecutable> {
+        let mode = options.mode;
+        let rng = rng_options(options)?;
         let graph = Arc::new(parse_and_check(text)?);
         let (inputs, params) = leaves(&graph);
         for list in [&inputs, &params] {
@@ -144,9 +171,9 @@ impl MlxExecutable {
         }
         // Build the whole MLX graph once on zeros, without evaluating: every
         // op variant, attribute and shape is checked now, with the node named.
-        evaluate(&graph, &|id| zeros_like(&graph, id), false)?;
+        evaluate(&graph, rng, &|id| zeros_like(&graph, id), false)?;
         let compiled = match mode {
-            Mode::Compiled => Some(compile_graph(graph.clone(), &inputs, &params)?),
+            Mode::Compiled => Some(compile_graph(graph.clone(), rng, &inputs, &params)?),
             _ => None,
         };
         log::debug!(
@@ -160,6 +187,7 @@ impl MlxExecutable {
         Ok(MlxExecutable {
             graph,
             mode,
+            rng,
             inputs,
             params,
             bound: HashMap::new(),
@@ -209,6 +237,7 @@ impl MlxExecutable {
 /// function's arguments, so rebinding a param needs no recompilation.
 fn compile_graph(
     graph: Arc<Graph>,
+    rng: rlx_ir::RngOptions,
     inputs: &[(String, NodeId)],
     params: &[(String, NodeId)],
 ) -> PluginResult<Compiled> {
@@ -223,7 +252,7 @@ fn compile_graph(
             args.get(slot[&id])
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
-        let outs = evaluate(&graph, &leaf, false).map_err(|e| e.message)?;
+        let outs = evaluate(&graph, rng, &leaf, false).map_err(|e| e.message)?;
         Ok(ArrayList::from_arrays(outs.iter().map(|a| &**a)))
     })
     .map_err(|e| PluginError::internal(e.to_string()))
@@ -339,7 +368,7 @@ impl Executable for MlxExecutable {
                     ))
                 })?
             }
-            (None, mode) => evaluate(&self.graph, &leaf, mode == Mode::Eager)?,
+            (None, mode) => evaluate(&self.graph, self.rng, &leaf, mode == Mode::Eager)?,
         };
         if self.mode != Mode::Eager {
             let list = ArrayList::from_arrays(outs.iter().map(|a| &**a));

@@ -3,7 +3,8 @@
 use crate::executable::MlxExecutable;
 use crate::lower;
 use rlx_plugin_api::{
-    CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, Mode, Plugin, PluginResult,
+    CompileOptions, CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, Plugin,
+    PluginResult,
 };
 use std::sync::Arc;
 
@@ -71,7 +72,7 @@ impl Plugin for MlxPlugin {
         Ok(entries)
     }
 
-    fn compile(&self, graph: &str, mode: Mode) -> PluginResult<Box<dyn Executable>> {
-        Ok(Box::new(MlxExecutable::compile(graph, mode)?))
+    fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>> {
+        Ok(Box::new(MlxExecutable::compile(graph, options)?))
     }
 }

@@ -282,11 +282,24 @@ pub fn check_against(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32
 }
 
 /// Check `g` against `reference` in all three modes, whatever its dtypes.
-pub fn check_against_every_mode(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32>], tol: Tol) {
+pub fn check_against_every_mode(
+    what: &str,
+    g: &Graph,
+    feeds: &[Feed],
+    reference: &[Vec<f32>],
+    tol: Tol,
+) {
     check_against_modes(what, g, feeds, reference, tol, &MODES);
 }
 
-pub fn check_against_modes(what: &str, g: &Graph, feeds: &[Feed], reference: &[Vec<f32>], tol: Tol, modes: &[Mode]) {
+pub fn check_against_modes(
+    what: &str,
+    g: &Graph,
+    feeds: &[Feed],
+    reference: &[Vec<f32>],
+    tol: Tol,
+    modes: &[Mode],
+) {
     for &mode in modes {
         let outs =
             run_mlx(g, feeds, mode).unwrap_or_else(|e| panic!("{what} [{}]: {e}", mode.name()));

@@ -36,7 +36,11 @@ impl Sandbox {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("bin")).unwrap();
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::copy(profile_dir().join("rlx-host"), dir.path().join("bin/rlx-host")).unwrap();
+        std::fs::copy(
+            profile_dir().join("rlx-host"),
+            dir.path().join("bin/rlx-host"),
+        )
+        .unwrap();
         copy_tree(&mlx_plugin_dir(), &dir.path().join("elsewhere/mlx"));
         Sandbox { dir }
     }
@@ -59,7 +63,8 @@ impl Sandbox {
 
     fn inspect(&self) -> serde_json::Value {
         let lib = self.dir.path().join("elsewhere/mlx/librlx_mlx.so");
-        let (ok, out, err) = self.rlx_host(&["plugins", "inspect", lib.to_str().unwrap(), "--json"]);
+        let (ok, out, err) =
+            self.rlx_host(&["plugins", "inspect", lib.to_str().unwrap(), "--json"]);
         assert!(ok, "inspect failed: {err}");
         serde_json::from_str(&out).unwrap()
     }
@@ -76,36 +81,66 @@ fn a_copied_plugin_directory_is_found_by_discovery_and_loads() {
     assert_eq!(cands[0]["name"], "mlx");
     assert_eq!(cands[0]["state"], "loaded");
     assert_eq!(cands[0]["source"], "RLX_BACKEND_PLUGINS");
-    assert!(cands[0]["path"].as_str().unwrap().starts_with(sb.dir.path().to_str().unwrap()));
+    assert!(cands[0]["path"]
+        .as_str()
+        .unwrap()
+        .starts_with(sb.dir.path().to_str().unwrap()));
 
     let info = sb.inspect();
-    let lib = info["descriptor"]["build_info"]["mlx.library"].as_str().unwrap().to_string();
-    assert!(lib.starts_with(sb.dir.path().to_str().unwrap()), "libmlx came from {lib}, not the copy");
-    assert!(info["lowering_table"].as_array().unwrap().iter().any(|l| l["op_kind"] == "MatMul"));
+    let lib = info["descriptor"]["build_info"]["mlx.library"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        lib.starts_with(sb.dir.path().to_str().unwrap()),
+        "libmlx came from {lib}, not the copy"
+    );
+    assert!(info["lowering_table"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["op_kind"] == "MatMul"));
 }
 
 #[test]
 fn without_an_optimized_blas_it_uses_the_bundled_one_and_says_so() {
     let sb = Sandbox::new();
-    let with = sb.inspect()["descriptor"]["build_info"]["blas"].as_str().unwrap().to_string();
+    let with = sb.inspect()["descriptor"]["build_info"]["blas"]
+        .as_str()
+        .unwrap()
+        .to_string();
     if Path::new("/usr/lib/x86_64-linux-gnu/libopenblas.so.0").exists() {
         assert!(with.starts_with("OpenBLAS (optimized)"), "{with}");
     }
     std::fs::remove_dir_all(sb.dir.path().join("elsewhere/mlx/blas/optimized")).unwrap();
-    let without = sb.inspect()["descriptor"]["build_info"]["blas"].as_str().unwrap().to_string();
-    assert!(without.starts_with("reference BLAS bundled with mlx-cpu"), "{without}");
-    assert!(without.contains(sb.dir.path().to_str().unwrap()), "{without}");
+    let without = sb.inspect()["descriptor"]["build_info"]["blas"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        without.starts_with("reference BLAS bundled with mlx-cpu"),
+        "{without}"
+    );
+    assert!(
+        without.contains(sb.dir.path().to_str().unwrap()),
+        "{without}"
+    );
 }
 
 #[test]
 fn rlx_host_links_no_mlx() {
-    let out = Command::new("ldd").arg(profile_dir().join("rlx-host")).output();
+    let out = Command::new("ldd")
+        .arg(profile_dir().join("rlx-host"))
+        .output();
     let Ok(out) = out else {
         return; // no ldd on this platform
     };
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.is_empty());
-    assert!(!text.to_lowercase().contains("mlx"), "rlx-host links MLX:\n{text}");
+    assert!(
+        !text.to_lowercase().contains("mlx"),
+        "rlx-host links MLX:\n{text}"
+    );
 }
 
 #[test]
@@ -140,7 +175,8 @@ fn rlx_host_run_through_discovery_only_matches_the_cpu_backend() {
             "--json",
         ]);
         assert!(ok, "[{mode}] {err}");
-        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
         assert_eq!(v["backend"], "mlx");
         assert_eq!(v["mode"], mode);
         let outs = v["outputs"].as_array().unwrap();

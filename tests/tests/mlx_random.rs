@@ -264,3 +264,78 @@ fn sample_with_fewer_outputs_than_rows_fails_at_compile_naming_the_node() {
     );
     assert!(e.message.contains("not lowered"), "{e}");
 }
+
+/// A non-default global seed reaches the plugin in the compile options (ABI
+/// 1.2): the plugin draws the stream the CPU backend draws with that seed,
+/// through the ABI directly and through `Session::new(Device::Mlx)`.
+#[test]
+fn a_non_default_seed_reaches_the_plugin() {
+    use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
+    use rlx_plugin_api::tables::rng_policy;
+    use rlx_plugin_api::CompileOptions;
+    use rlx_runtime::{Device, Session};
+    let dims = [3, 7];
+    let key = 11;
+    let g = rng_graph(
+        Op::RngUniform {
+            low: -2.0,
+            high: 3.0,
+            key,
+            op_seed: None,
+        },
+        &dims,
+        false,
+    );
+    let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
+    for seed in [7u64, 0xDEAD_BEEF_0000_0001] {
+        // Independent reference: rlx's Philox stream for (seed, key).
+        let mut rng = Philox4x32::new(rlx_ir::combine_seed(seed, key));
+        let want: Vec<f32> = (0..21).map(|_| rng.uniform(-2.0, 3.0)).collect();
+        let cpu_opts = rlx_runtime::CompileOptions::new().rng(RngOptions::philox(seed));
+        let cpu = Session::new(Device::Cpu)
+            .compile_with(g.clone(), &cpu_opts)
+            .run(&[])
+            .remove(0);
+        assert_eq!(
+            cpu.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        for mode in rlx_plugin_tests::parity::MODES {
+            let opts = CompileOptions {
+                mode,
+                rng_policy: rng_policy::PHILOX,
+                rng_seed: seed,
+            };
+            let mut exe = mlx().compile_with(&text, &opts).unwrap();
+            let got = exe.run(&[]).unwrap()[0].to_f32_vec().unwrap();
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "seed {seed} [{}]",
+                mode.name()
+            );
+        }
+        register_plugin_backend(mlx(), Device::Mlx, Mode::Lazy);
+        let via_session = with_mode(Mode::Eager, || {
+            Session::new(Device::Mlx)
+                .compile_with(g.clone(), &cpu_opts)
+                .run(&[])
+                .remove(0)
+        });
+        assert_eq!(
+            via_session, want,
+            "seed {seed} through Session::new(Device::Mlx)"
+        );
+    }
+    // A policy the plugin does not lower is refused at compile, naming the node.
+    let opts = CompileOptions {
+        mode: Mode::Lazy,
+        rng_policy: rng_policy::ORT,
+        rng_seed: 1,
+    };
+    let e = mlx().compile_with(&text, &opts).err().unwrap();
+    assert!(
+        e.message.contains("RngUniform") && e.message.contains("not lowered"),
+        "{e}"
+    );
+}

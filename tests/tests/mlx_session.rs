@@ -13,14 +13,21 @@ fn check(model: &rlx_host::models::Model, seed: u64, tol: f64) {
     register_plugin_backend(mlx(), Device::Mlx, Mode::Lazy);
     let data = random_data(&model.graph, seed).unwrap();
     let cpu = execute(Device::Cpu, &model.graph, &data, 1).unwrap();
-    assert!(cpu.outputs.iter().all(|o| o.iter().any(|v| *v != 0.0)), "reference is zeros");
+    assert!(
+        cpu.outputs.iter().all(|o| o.iter().any(|v| *v != 0.0)),
+        "reference is zeros"
+    );
     for mode in MODES {
         let got = with_mode(mode, || execute(Device::Mlx, &model.graph, &data, 2))
             .unwrap_or_else(|e| panic!("[{}] {e}", mode.name()));
         assert_eq!(got.outputs.len(), cpu.outputs.len());
         for (i, (g, c)) in got.outputs.iter().zip(&cpu.outputs).enumerate() {
             let (abs, _) = errors(g, c).unwrap();
-            assert!(abs <= tol, "[{}] output {i}: max abs err {abs} > {tol}", mode.name());
+            assert!(
+                abs <= tol,
+                "[{}] output {i}: max abs err {abs} > {tol}",
+                mode.name()
+            );
         }
     }
 }

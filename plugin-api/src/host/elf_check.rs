@@ -75,10 +75,12 @@ pub fn check_elf_bounds(bytes: &[u8]) -> Result<(), String> {
         };
         match offset.checked_add(filesz) {
             Some(end) if end <= len => {}
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "loadable segment {i} needs bytes {offset}..{} but the file has {len} (truncated?)",
                 offset.saturating_add(filesz)
-            )),
+            ))
+            }
         }
     }
     Ok(())

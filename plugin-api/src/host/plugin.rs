@@ -4,7 +4,7 @@
 use super::load::LoadError;
 use crate::custom_ops::{CustomOpInfo, Origin};
 use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
-use crate::plugin::{Descriptor, Mode, Role, Strategy, ValueInfo};
+use crate::plugin::{CompileOptions, Descriptor, Mode, Role, Strategy, ValueInfo};
 use crate::strings::RlxStr;
 use crate::tables::*;
 use crate::tensor::{ownership, DType, HostTensor, RlxDataType, RlxNamedTensor, RlxTensor};
@@ -296,6 +296,15 @@ impl LoadedPlugin {
     /// Compile `.rlxmodel` text. A graph from an opset the plugin does not
     /// read is refused here, before the plugin sees it.
     pub fn compile(self: &Arc<Self>, graph: &str, mode: Mode) -> PluginResult<PluginExecutable> {
+        self.compile_with(graph, &CompileOptions::mode(mode))
+    }
+
+    /// Compile with every option (mode, RNG policy and seed).
+    pub fn compile_with(
+        self: &Arc<Self>,
+        graph: &str,
+        options: &CompileOptions,
+    ) -> PluginResult<PluginExecutable> {
         if let Some(opset) = graph_opset(graph) {
             if !self.descriptor.opsets.contains(&opset) {
                 return Err(PluginError::unsupported(format!(
@@ -305,10 +314,7 @@ impl LoadedPlugin {
                 )));
             }
         }
-        let opts = RlxCompileOptions {
-            struct_size: std::mem::size_of::<RlxCompileOptions>(),
-            mode: mode.to_raw(),
-        };
+        let opts = options.to_raw();
         let mut exe: *mut RlxExecutable = std::ptr::null_mut();
         self.check(unsafe {
             (self.api.compile.unwrap())(RlxStr::from_str(graph), &opts, &mut exe)

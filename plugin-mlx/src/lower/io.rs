@@ -11,7 +11,13 @@ pub fn entries() -> Vec<Lowering> {
     vec![
         row!(Input, LEAVES, Native, "bound at run time", leaf),
         row!(Param, LEAVES, Native, "bound by name (bind_param)", leaf),
-        row!(Constant, LEAVES, Native, "array from inline bytes", constant),
+        row!(
+            Constant,
+            LEAVES,
+            Native,
+            "array from inline bytes",
+            constant
+        ),
     ]
 }
 

@@ -60,6 +60,8 @@ pub type LResult<T = A> = Result<T, LowerError>;
 pub struct Ctx<'a> {
     pub graph: &'a Graph,
     pub node: &'a Node,
+    /// The RNG policy and global seed this graph was compiled with.
+    pub rng: rlx_ir::RngOptions,
 }
 
 impl<'a> Ctx<'a> {

@@ -15,11 +15,10 @@
 //! arange of block counters, the 32×32→64 multiply-high done in uint64.
 //!
 //! The seed: `RngOptions` is an *executable-level* option of rlx-runtime
-//! (`CompileOptions::rng`, `CompiledGraph::set_rng`), not part of the graph,
-//! and the plugin ABI does not carry it. The plugin therefore uses
-//! `RngOptions::default()` (Philox, seed 42) — the same default a plain
-//! `Session::new(Device::Cpu)` compiles with. The per-node `key` is in the
-//! graph. `op_seed` only matters to the Ort backend and is ignored here, as
+//! (`CompileOptions::rng`, `CompiledGraph::set_rng`), not part of the graph;
+//! it reaches the plugin in the ABI's compile options (`rng_policy`,
+//! `rng_seed`, ABI 1.2) and each lowering reads it from [`Ctx::rng`]. The
+//! per-node `key` is in the graph. `op_seed` only matters to the Ort backend and is ignored here, as
 //! it is by rlx-cpu's Philox path.
 //!
 //! Sample carries its own seed in the op (`0` means `0xDEADBEEF` on rlx-cpu)
@@ -29,7 +28,7 @@
 
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::row;
-use rlx_ir::{DType as IrDType, Op, RngBackend, RngOptions};
+use rlx_ir::{DType as IrDType, Op, RngBackend};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as MxDType};
 
 /// rlx-cpu fills random ops and Sample through `&mut [f32]`: f32 only.
@@ -41,14 +40,14 @@ pub fn entries() -> Vec<Lowering> {
             RngUniform,
             F32,
             Composite,
-            "Philox4x32-10 in MLX uint32/uint64 ops (rlx stream, default RngOptions seed 42 + node key), (w>>8)/2^24 scaled to [low,high)",
+            "Philox4x32-10 in MLX uint32/uint64 ops (rlx stream, RngOptions seed from the compile options + node key), (w>>8)/2^24 scaled to [low,high)",
             rng_uniform
         ),
         row!(
             RngNormal,
             F32,
             Composite,
-            "Philox4x32-10 in MLX uint32/uint64 ops (rlx stream, default RngOptions seed 42 + node key), Box-Muller cos branch on word pairs",
+            "Philox4x32-10 in MLX uint32/uint64 ops (rlx stream, RngOptions seed from the compile options + node key), Box-Muller cos branch on word pairs",
             rng_normal
         ),
         row!(
@@ -59,12 +58,6 @@ pub fn entries() -> Vec<Lowering> {
             sample
         ),
     ]
-}
-
-/// The RNG policy the plugin uses: the ABI carries no `RngOptions`, so this
-/// is rlx-runtime's default (what `Session::new(Device::Cpu)` compiles with).
-fn rng_options() -> RngOptions {
-    RngOptions::default()
 }
 
 fn u32_scalar(v: u32) -> LResult {
@@ -132,8 +125,8 @@ fn words_to_unit_f32(words: &Array) -> LResult {
 }
 
 /// The seed rlx-cpu's Philox path uses for a random node.
-fn node_seed(key: u64) -> LResult<u64> {
-    let opts = rng_options();
+fn node_seed(cx: &Ctx, key: u64) -> LResult<u64> {
+    let opts = cx.rng;
     match opts.backend {
         RngBackend::Philox => Ok(rlx_ir::rng::combine_seed(opts.seed, key)),
         b => Err(format!("RNG backend {b:?} is not lowered").into()),
@@ -152,7 +145,7 @@ fn rng_uniform(cx: &Ctx, args: &[&Array]) -> LResult {
         arity(args, 1, "RngUniform")?;
     }
     let n = out_len(cx);
-    let u = words_to_unit_f32(&*philox_words(node_seed(*key)?, n)?)?;
+    let u = words_to_unit_f32(&*philox_words(node_seed(cx, *key)?, n)?)?;
     // rlx: `lo + u * (hi - lo)`, (hi - lo) rounded in f32 first.
     let span = f32_scalar(*high - *low)?;
     let v = ops::add(&*f32_scalar(*low)?, &*ops::multiply(&u, &span)?)?;
@@ -170,7 +163,7 @@ fn rng_normal(cx: &Ctx, args: &[&Array]) -> LResult {
         arity(args, 1, "RngNormal")?;
     }
     let n = out_len(cx);
-    let u = words_to_unit_f32(&*philox_words(node_seed(*key)?, 2 * n)?)?;
+    let u = words_to_unit_f32(&*philox_words(node_seed(cx, *key)?, 2 * n)?)?;
     let pairs = ops::reshape(&u, &[n as i32, 2])?;
     let u1 = ops::reshape(
         &*ops::slice(&pairs, &[0, 0], &[n as i32, 1], &[1, 1])?,

@@ -6,9 +6,9 @@
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{Graph, Op};
 use rlx_plugin_api::{
-    BoundParam, CustomOpInfo, CustomOpRegistry, DType, Descriptor, Executable, HostTensor,
-    LoweringEntry, Mode, Origin, Plugin, PluginError, PluginResult, Role, Strategy, TensorRef,
-    ValueInfo,
+    BoundParam, CompileOptions, CustomOpInfo, CustomOpRegistry, DType, Descriptor, Executable,
+    HostTensor, LoweringEntry, Origin, Plugin, PluginError, PluginResult, Role, Strategy,
+    TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -116,8 +116,8 @@ impl Plugin for FixturePlugin {
         Ok(table)
     }
 
-    fn compile(&self, graph: &str, mode: Mode) -> PluginResult<Box<dyn Executable>> {
-        log::debug!("fixture compiling a graph in {} mode", mode.name());
+    fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>> {
+        log::debug!("fixture compiling a graph in {} mode", options.mode.name());
         Ok(Box::new(FixtureExecutable::parse(graph)?))
     }
 }
