@@ -498,4 +498,24 @@ inline ArrayPtr einsum(rust::Str subscripts, const ArrayList& operands) {
   return wrap(mx::einsum(std::string(subscripts), operands.v, cpu()));
 }
 
+// biases may be null (mxfp modes take none). mode: "affine", "mxfp4",
+// "mxfp8", "nvfp4".
+inline ArrayPtr quantized_matmul(
+    const Array& x,
+    const Array& w,
+    const Array& scales,
+    const Array* biases,
+    bool transpose,
+    int32_t group_size,
+    int32_t bits,
+    rust::Str mode) {
+  std::optional<mx::array> b = std::nullopt;
+  if (biases != nullptr) {
+    b = biases->a;
+  }
+  return wrap(mx::quantized_matmul(
+      x.a, w.a, scales.a, b, transpose, group_size, bits, std::string(mode),
+      cpu()));
+}
+
 }  // namespace rlx

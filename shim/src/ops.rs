@@ -7,6 +7,9 @@
 //! empty `axes` reverses the axes; `clip` takes NaN for "no bound".
 
 #![allow(clippy::too_many_arguments)]
+// The raw bridge's unsafe fn (quantized_matmul) documents its contract;
+// cxx's generated items around it do not carry the docs.
+#![allow(clippy::missing_safety_doc)]
 
 use crate::array::{Array, ArrayList, DType};
 use cxx::UniquePtr;
@@ -297,6 +300,20 @@ pub mod ffi {
             axes_b: &[i32],
         ) -> Result<UniquePtr<Array>>;
         fn einsum(subscripts: &str, operands: &ArrayList) -> Result<UniquePtr<Array>>;
+        /// `biases` may be null.
+        ///
+        /// # Safety
+        /// `biases` is null or points to a live `Array`.
+        unsafe fn quantized_matmul(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: *const Array,
+            transpose: bool,
+            group_size: i32,
+            bits: i32,
+            mode: &str,
+        ) -> Result<UniquePtr<Array>>;
     }
 }
 
@@ -520,4 +537,24 @@ wrappers! {
     ) -> UniquePtr<Array>;
     fn tensordot(a: &Array, b: &Array, axes_a: &[i32], axes_b: &[i32]) -> UniquePtr<Array>;
     fn einsum(subscripts: &str, operands: &ArrayList) -> UniquePtr<Array>;
+}
+
+/// `mx::quantized_matmul`: `x @ dequantize(w)` (or `x @ dequantize(w)^T`
+/// with `transpose`), `w` packed as `mx::quantize` packs it (uint32 words
+/// along the last axis), `scales` (and, for "affine", `biases`) one per
+/// `group_size` elements. `mode`: "affine", "mxfp4", "mxfp8", "nvfp4".
+pub fn quantized_matmul(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: Option<&Array>,
+    transpose: bool,
+    group_size: i32,
+    bits: i32,
+    mode: &str,
+) -> Result<UniquePtr<Array>, crate::ShimError> {
+    let b = biases.map_or(std::ptr::null(), |a| a as *const Array);
+    // SAFETY: the pointer is null or comes from a live reference.
+    unsafe { ffi::quantized_matmul(x, w, scales, b, transpose, group_size, bits, mode) }
+        .map_err(|e| crate::ShimError::new("quantized_matmul", e))
 }

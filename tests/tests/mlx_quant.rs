@@ -4,6 +4,8 @@
 //! Fp8E4m3, Fp8E5m2, Nvfp4Block, MxFp4x2Block, MlxAffine bits 2/3/4/5/6/8,
 //! MlxMxfp4, MlxMxfp8 and every GGUF scheme); DequantGroupedMatMul and
 //! DequantMoEWeights for the GGUF schemes rlx-cpu runs for them.
+//! MlxAffine (group 32/64/128) and MlxMxfp4 / MlxMxfp8 (group 32) run on
+//! MLX's native `quantized_matmul`; the other schemes are dequantized.
 //!
 //! rlx-ir 0.2.19 has no public helpers that pack these layouts, so the
 //! tests pack the weights themselves following rlx's layouts (as read from
@@ -390,6 +392,118 @@ fn dequant_matmul_mlx_affine_parity() {
                 MM,
             );
         }
+    }
+}
+
+/// MlxAffine / MlxMxfp4 / MlxMxfp8 on MLX's own layout (group 32/64/128)
+/// run on `mx::quantized_matmul`; the lowering table says so.
+#[test]
+fn dequant_matmul_mlx_layouts_use_native_quantized_matmul() {
+    let table = mlx().lowering_table();
+    let row = table
+        .iter()
+        .find(|e| e.op_kind == "DequantMatMul")
+        .expect("a DequantMatMul row");
+    for want in [
+        "Native for MLX's own layouts",
+        "MlxAffine bits 2/3/4/5/6/8 with group 32/64/128 -> one mx::quantized_matmul",
+        "MlxMxfp4/MlxMxfp8 group 32",
+        "mode mxfp4/mxfp8",
+        "every other scheme dequantized",
+    ] {
+        assert!(row.note.contains(want), "note lacks {want:?}: {}", row.note);
+    }
+}
+
+/// Longer rows and the largest MLX group (128) on the native path, a group
+/// size MLX's kernel does not take (16: dequantized) next to it, and mxfp4
+/// / mxfp8 with k = 256.
+#[test]
+fn dequant_matmul_mlx_native_long_rows_parity() {
+    let mut case = 0u64;
+    for &(bits, m, k, n, gs) in &[
+        (4u8, 5usize, 256usize, 33usize, 128usize),
+        (8, 1, 256, 17, 128),
+        (3, 2, 256, 9, 128),
+        (6, 4, 128, 11, 32),
+        // group 16: not an MLX quantized_matmul group, dequantized.
+        (4, 3, 48, 7, 16),
+        (8, 2, 16, 3, 16),
+    ] {
+        let scheme = QuantScheme::MlxAffine {
+            bits,
+            group_size: gs as u32,
+        };
+        let groups = k / gs;
+        let row_bytes = k * bits as usize / 8;
+        let g = dequant_graph(
+            "mlxq_long",
+            scheme,
+            m,
+            k,
+            n,
+            s(&[n * row_bytes], D::U8),
+            s(&[n, groups], D::F32),
+            s(&[n, groups], D::F32),
+        );
+        let seed = 5000 + case;
+        case += 1;
+        let feeds = vec![
+            feed("x", random_values(m * k, D::F32, -1.0, 1.0, seed)),
+            feed("w", ints(n * row_bytes, 0, 255, seed + 1)),
+            feed(
+                "scale",
+                random_values(n * groups, D::F32, 0.001, 0.05, seed + 2),
+            ),
+            feed("zp", random_values(n * groups, D::F32, -0.5, 0.5, seed + 3)),
+        ];
+        // 256-term dot products: MM_LONG's accumulation-order allowance.
+        check_cpu(
+            &format!("DequantMatMul {scheme} m{m} k{k} n{n}"),
+            &g,
+            &feeds,
+            MM_LONG,
+        );
+    }
+    for fp8 in [false, true] {
+        let (m, k, n, gs) = (3usize, 256usize, 13usize, 32usize);
+        let scheme = if fp8 {
+            QuantScheme::MlxMxfp8 { group_size: 32 }
+        } else {
+            QuantScheme::MlxMxfp4 { group_size: 32 }
+        };
+        let groups = k / gs;
+        let nbytes = if fp8 { n * k } else { n * k / 2 };
+        let g = dequant_graph(
+            "mxfp_long",
+            scheme,
+            m,
+            k,
+            n,
+            s(&[nbytes], D::U8),
+            s(&[n, groups], D::U8),
+            s(&[n, groups], D::F32),
+        );
+        let seed = 5100 + case;
+        case += 1;
+        let w = if fp8 {
+            codes(nbytes, seed + 1, |c| c & 0x7f != 0x7f)
+        } else {
+            ints(nbytes, 0, 255, seed + 1)
+        };
+        let feeds = vec![
+            feed("x", random_values(m * k, D::F32, -1.0, 1.0, seed)),
+            feed("w", w),
+            // E8M0 2^-12..2^-2.
+            feed("scale", ints(n * groups, 115, 125, seed + 2)),
+            feed("zp", vec![1.0; n * groups]),
+        ];
+        check_cpu(
+            &format!("DequantMatMul {scheme} m{m} k{k} n{n}"),
+            &g,
+            &feeds,
+            MM_LONG,
+        );
     }
 }
 

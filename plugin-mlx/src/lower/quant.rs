@@ -1,10 +1,17 @@
 //! Quantized, grouped and low-rank matmuls: GroupedMatMul,
 //! DequantGroupedMatMul, DequantMoEWeights, LoraMatMul, DequantMatMul.
 //!
-//! Quantized weights are dequantized to f32 with MLX integer ops (casts,
-//! shifts, masks, gathers) following rlx's byte layouts exactly, then
-//! multiplied with `mx::matmul`. The shim exposes no `quantized_matmul`, so
-//! even the MLX-affine scheme is dequantized first. Dequantized weights are
+//! DequantMatMul with MLX's own layouts runs natively on
+//! `mx::quantized_matmul`: MlxAffine (bits 2/3/4/5/6/8, group 32/64/128,
+//! mode "affine") and MlxMxfp4 / MlxMxfp8 with 32-element E8M0-scaled groups
+//! (modes "mxfp4" / "mxfp8"). rlx stores those weights as the very bytes
+//! `mx::quantize` writes (rows of a little-endian bitstream along k), so
+//! they are only reinterpreted as MLX's uint32 words.
+//!
+//! Every other scheme (and MLX variants MLX's kernel does not take, e.g.
+//! 16-element mxfp groups with FP8 scales) is dequantized to f32 with MLX
+//! integer ops (casts, shifts, masks, gathers) following rlx's byte layouts
+//! exactly, then multiplied with `mx::matmul`. Dequantized weights are
 //! exact in f32 (a small integer code times an f32 scale, plus an f32
 //! bias), so only the matmul's accumulation order differs from rlx-cpu.
 
@@ -59,10 +66,13 @@ pub fn entries() -> Vec<Lowering> {
             DequantMatMul,
             F32,
             Composite,
-            "dequantize with integer ops (shift/mask/take, decode tables) then mx::matmul; \
-             every rlx-ir scheme: Int8Block(Asym), Int4Block, Fp8E4m3/E5m2, Nvfp4Block, \
-             MxFp4x2Block, MlxAffine bits 2/3/4/5/6/8, MlxMxfp4/Mxfp8 (u8 scales), all Gguf*; \
-             other bit widths / scale dtypes / k not a multiple of the group: not lowered",
+            "Native for MLX's own layouts: MlxAffine bits 2/3/4/5/6/8 with group 32/64/128 \
+             -> one mx::quantized_matmul (mode affine), MlxMxfp4/MlxMxfp8 group 32 (u8 E8M0 \
+             scales) -> one mx::quantized_matmul (mode mxfp4/mxfp8); every other scheme \
+             dequantized with integer ops (shift/mask/take, decode tables) then mx::matmul: \
+             Int8Block(Asym), Int4Block, Fp8E4m3/E5m2, Nvfp4Block, MxFp4x2Block, MlxAffine \
+             other group sizes, MlxMxfp4/Mxfp8 group 16 (FP8 scales), all Gguf*; other bit \
+             widths / scale dtypes / k not a multiple of the group: not lowered",
             dequant_matmul
         ),
     ]
@@ -1110,6 +1120,30 @@ fn grouped_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
 
 // ── DequantMatMul ────────────────────────────────────────────────────────
 
+/// MlxAffine variants `mx::quantized_matmul` computes natively: MLX's
+/// affine bit widths and group sizes, with whole uint32 words per row.
+fn native_affine(bits: i32, gs: i32, k: i32) -> bool {
+    matches!(bits, 2 | 3 | 4 | 5 | 6 | 8)
+        && matches!(gs, 32 | 64 | 128)
+        && k % gs == 0
+        && (k * bits) % 32 == 0
+}
+
+/// MlxMxfp4/Mxfp8 variants MLX's `mxfp4` / `mxfp8` modes compute natively:
+/// 32-element groups with E8M0 scales (rlx's 16-element groups carry FP8
+/// E4M3 scales, which those modes do not take: dequantized instead).
+fn native_mxfp(gs: i32, k: i32) -> bool {
+    gs == 32 && k % gs == 0
+}
+
+/// rlx's packed MLX weight (`[n, k*bits/8]` bytes, each row a little-endian
+/// bitstream along k, low bits first: exactly the bytes `mx::quantize`
+/// writes) reinterpreted as MLX's uint32 words `[n, k*bits/32]`.
+fn packed_words(bytes: &Array, n: i32, k: i32, bits: i32) -> LResult {
+    let b = ops::reshape(&*ops::astype(bytes, Mx::U8)?, &[n, k * bits / 8])?;
+    Ok(ops::view(&*ops::contiguous(&b)?, Mx::U32)?)
+}
+
 fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
     let Op::DequantMatMul { scheme } = &cx.node.op else {
         return Err("DequantMatMul: wrong op".into());
@@ -1147,6 +1181,33 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             let s = expand_rows(a[2], nb, n, bs, k)?;
             ops::matmul(&x, &*ops::multiply(&q, &s)?)?
         }
+        QuantScheme::MlxAffine { bits, group_size }
+            if native_affine(bits as i32, group_size as i32, k) =>
+        {
+            arity(a, 4, "DequantMatMul")?;
+            let gs = group_size as i32;
+            let sc = ops::reshape(&*f32(a[2])?, &[n, k / gs])?;
+            let bi = ops::reshape(&*f32(a[3])?, &[n, k / gs])?;
+            let w = packed_words(a[1], n, k, bits as i32)?;
+            ops::quantized_matmul(&x, &w, &sc, Some(&*bi), true, gs, bits as i32, "affine")?
+        }
+        QuantScheme::MlxMxfp4 { group_size } | QuantScheme::MlxMxfp8 { group_size }
+            if native_mxfp(group_size as i32, k) && cx.in_dtype(2) == IrDType::U8 =>
+        {
+            arity(a, 4, "DequantMatMul")?;
+            let gs = group_size as i32;
+            let (bits, mode) = if matches!(scheme, QuantScheme::MlxMxfp4 { .. }) {
+                (4, "mxfp4")
+            } else {
+                (8, "mxfp8")
+            };
+            // u8 E8M0 group scales, as MLX's mxfp modes take them; no biases.
+            let sc = ops::reshape(&*ops::astype(a[2], Mx::U8)?, &[n, k / gs])?;
+            let w = packed_words(a[1], n, k, bits)?;
+            ops::quantized_matmul(&x, &w, &sc, None, true, gs, bits, mode)?
+        }
+        // MLX variants the native kernel does not take (group sizes other
+        // than 32/64/128; mxfp with 16-element groups): dequantized.
         QuantScheme::MlxAffine { bits, group_size } => {
             arity(a, 4, "DequantMatMul")?;
             if !matches!(bits, 2 | 3 | 4 | 5 | 6 | 8) {
