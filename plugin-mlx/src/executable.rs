@@ -66,8 +66,9 @@ pub fn evaluate(
             }
         };
         if eager {
-            v.eval()
-                .map_err(|e| PluginError::internal(format!("{}: {e}", describe(graph, n))))?;
+            v.eval().map_err(|e| {
+                PluginError::internal(format!("{}: {}", describe(graph, n), explain(e)))
+            })?;
         }
         for i in &n.inputs {
             let k = i.0 as usize;
@@ -86,6 +87,21 @@ pub fn evaluate(
             Ok(v.clone_handle())
         })
         .collect()
+}
+
+/// MLX's message, with what it means for an rlx graph where MLX's wording
+/// does not say: lowerings that must fail on data (a singular system, an
+/// out-of-range ScatterAdd index) surface as a failed matrix inversion.
+fn explain(e: impl std::fmt::Display) -> String {
+    let msg = e.to_string();
+    if msg.contains("inversion failed") {
+        format!(
+            "{msg} (a singular matrix: a DenseSolve system with no unique solution, or an \
+             out-of-range ScatterAdd index, which the plugin checks this way)"
+        )
+    } else {
+        msg
+    }
 }
 
 /// Hold a lowering to the node's declared shape and dtype.
@@ -364,7 +380,8 @@ impl Executable for MlxExecutable {
                     .collect();
                 c.call_arrays(&args).map_err(|e| {
                     PluginError::internal(format!(
-                        "compiled graph: {e} (run in eager mode to find the node)"
+                        "compiled graph: {} (run in eager mode to find the node)",
+                        explain(e)
                     ))
                 })?
             }
@@ -374,7 +391,8 @@ impl Executable for MlxExecutable {
             let list = ArrayList::from_arrays(outs.iter().map(|a| &**a));
             array::eval_list(&list).map_err(|e| {
                 PluginError::internal(format!(
-                    "MLX evaluation failed: {e} (run in eager mode to find the node)"
+                    "MLX evaluation failed: {} (run in eager mode to find the node)",
+                    explain(e)
                 ))
             })?;
         }
