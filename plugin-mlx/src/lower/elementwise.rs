@@ -349,7 +349,8 @@ fn binary(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 /// rlx-cpu's f32 binary kernel, on float operands.
-fn float_binary(op: BinaryOp, x: &Array, y: &Array) -> LResult {
+/// rlx-cpu's f32 binary kernel (also a region chain's binary step).
+pub(crate) fn float_binary(op: BinaryOp, x: &Array, y: &Array) -> LResult {
     Ok(match op {
         BinaryOp::Add => ops::add(x, y)?,
         BinaryOp::Sub => ops::subtract(x, y)?,

@@ -31,9 +31,7 @@
 use super::{scalar, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
-use rlx_ir::op::{
-    Activation, BinaryOp, ChainOperand, ChainStep, CmpOp, RegionPrologue, TransformStep,
-};
+use rlx_ir::op::{Activation, ChainOperand, ChainStep, CmpOp, RegionPrologue, TransformStep};
 use rlx_ir::{DType as IrDType, Op};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as MxDType};
 
@@ -206,7 +204,10 @@ fn eval_chain(chain: &[ChainStep], inputs: &[A], out_dims: &[i32]) -> LResult {
             match step {
                 ChainStep::Activation(a, x) => activation(*a, get(x))?,
                 ChainStep::Cast(to, x) => cast_value(*to, get(x))?,
-                ChainStep::Binary(op, l, r) => binary(*op, get(l), get(r))?,
+                // rlx-cpu's region_binary_scalar is its f32 binary kernel.
+                ChainStep::Binary(op, l, r) => {
+                    super::elementwise::float_binary(*op, get(l), get(r))?
+                }
                 ChainStep::Compare(op, l, r) => {
                     let c = compare(*op, get(l), get(r))?;
                     ops::astype(&c, MxDType::F32)?
@@ -372,78 +373,6 @@ fn softplus(x: &Array) -> LResult {
 fn nan_ignoring(m: A, x: &Array, y: &Array) -> LResult {
     let m = ops::where_(&*ops::isnan(y)?, x, &m)?;
     Ok(ops::where_(&*ops::isnan(x)?, y, &m)?)
-}
-
-/// `v as i64` (truncate toward zero, saturate, NaN -> 0) of f32 values.
-fn as_i64(v: &Array) -> LResult {
-    // ±2^63 are exact in f32; every f32 strictly between them fits in i64.
-    const LIM: f64 = 9_223_372_036_854_775_808.0;
-    let zero = f(0.0)?;
-    let t = ops::trunc(&*ops::where_(&*ops::isnan(v)?, &zero, v)?)?;
-    let hi = ops::greater_equal(&t, &*f(LIM)?)?;
-    let lo = ops::less_equal(&t, &*f(-LIM)?)?;
-    let inside = ops::where_(&*ops::logical_or(&hi, &lo)?, &zero, &t)?;
-    let i = ops::astype(&inside, MxDType::I64)?;
-    let max = rlx_mlx_shim::Array::from_slice(&[i64::MAX], &[])?;
-    let min = rlx_mlx_shim::Array::from_slice(&[i64::MIN], &[])?;
-    let i = ops::where_(&hi, &max, &i)?;
-    Ok(ops::where_(&lo, &min, &i)?)
-}
-
-/// `(v as u32) & 63` as i64: the shift count of `wrapping_shl(v as u32)`.
-fn shift_count(v: &Array) -> LResult {
-    // 2^32 is exact in f32; counts at or above it saturate to u32::MAX.
-    const U32_END: f64 = 4_294_967_296.0;
-    let zero = f(0.0)?;
-    let t = ops::trunc(&*ops::where_(&*ops::isnan(v)?, &zero, v)?)?;
-    let t = ops::clip(&t, 0.0, U32_END)?;
-    let big = ops::greater_equal(&t, &*f(U32_END)?)?;
-    let i = ops::astype(&t, MxDType::I64)?;
-    let c63 = rlx_mlx_shim::Array::from_slice(&[63i64], &[])?;
-    let masked = ops::bitwise_and(&i, &c63)?;
-    // u32::MAX & 63 = 63.
-    Ok(ops::where_(&big, &c63, &masked)?)
-}
-
-/// rlx-cpu's `region_binary_scalar`, on f32.
-fn binary(op: BinaryOp, x: &Array, y: &Array) -> LResult {
-    Ok(match op {
-        BinaryOp::Add => ops::add(x, y)?,
-        BinaryOp::Sub => ops::subtract(x, y)?,
-        BinaryOp::Mul => ops::multiply(x, y)?,
-        BinaryOp::Div => ops::divide(x, y)?,
-        BinaryOp::Max => nan_ignoring(ops::maximum(x, y)?, x, y)?,
-        BinaryOp::Min => nan_ignoring(ops::minimum(x, y)?, x, y)?,
-        BinaryOp::Pow => ops::power(x, y)?,
-        // C fmod (sign of the dividend). mx::remainder takes the divisor's
-        // sign; on |x|, |y| the two agree exactly, then x's sign.
-        BinaryOp::Mod => {
-            let r = ops::remainder(&*ops::abs(x)?, &*ops::abs(y)?)?;
-            ops::where_(&*ops::less(x, &*f(0.0)?)?, &*ops::negative(&r)?, &r)?
-        }
-        BinaryOp::Atan2 => ops::arctan2(x, y)?,
-        BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor => {
-            let (a, b) = (as_i64(x)?, as_i64(y)?);
-            let r = match op {
-                BinaryOp::BitAnd => ops::bitwise_and(&a, &b)?,
-                BinaryOp::BitOr => ops::bitwise_or(&a, &b)?,
-                _ => ops::bitwise_xor(&a, &b)?,
-            };
-            ops::astype(&r, MxDType::F32)?
-        }
-        BinaryOp::Shl | BinaryOp::Shr => {
-            let a = as_i64(x)?;
-            let n = shift_count(y)?;
-            let r = if op == BinaryOp::Shl {
-                ops::left_shift(&a, &n)?
-            } else {
-                ops::right_shift(&a, &n)?
-            };
-            ops::astype(&r, MxDType::F32)?
-        }
-        #[allow(unreachable_patterns)]
-        other => return Err(format!("region binary {other:?} is not lowered").into()),
-    })
 }
 
 fn compare(op: CmpOp, x: &Array, y: &Array) -> LResult {
