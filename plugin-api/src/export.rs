@@ -685,11 +685,9 @@ impl Drop for ForeignKernel {
 
 impl ForeignKernel {
     fn call(&self, inputs: &[HostTensor]) -> PluginResult<Vec<HostTensor>> {
-        let views: Vec<_> = inputs
-            .iter()
-            .map(|t| t.as_raw(ownership::BORROWED))
-            .collect();
-        let raws: Vec<RlxTensor> = views.iter().map(|v| v.raw).collect();
+        // Keep the views alive: the descriptors point into them.
+        let borrowed = crate::tensor::borrow_all(inputs);
+        let raws = &borrowed.raws;
         let mut slots = vec![RlxTensor::empty(); self.n_outputs];
         let st = unsafe {
             (self.kernel)(

@@ -35,15 +35,9 @@ pub(crate) unsafe fn read_host_table(host: *const RlxHostApi) -> PluginResult<Ho
             "host table struct_size {declared} is smaller than its frozen header ({frozen} bytes)"
         )));
     }
-    let mut copy = std::mem::MaybeUninit::<RlxHostApi>::zeroed();
-    std::ptr::copy_nonoverlapping(
-        host as *const u8,
-        copy.as_mut_ptr() as *mut u8,
-        declared.min(size_of::<RlxHostApi>()),
-    );
     // SAFETY: every field is an integer, a pointer or an Option<fn>; all
     // zero is valid for each.
-    let h = copy.assume_init();
+    let h = crate::sized::read_zero_filled(host);
     Ok(HostTable {
         abi_version: h.abi_version,
         log_ctx: h.log_ctx,

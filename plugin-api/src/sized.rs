@@ -19,3 +19,12 @@ pub unsafe fn read_over<T>(p: *const T, base: T) -> T {
     );
     out.assume_init()
 }
+
+/// [`read_over`] with every field the writer lacks zero: for tables, where
+/// zero means absent (null pointer, `None` function, empty string).
+///
+/// # Safety
+/// As for [`read_over`], and all-zero must be a valid `T`.
+pub unsafe fn read_zero_filled<T>(p: *const T) -> T {
+    read_over(p, std::mem::zeroed())
+}

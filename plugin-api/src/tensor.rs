@@ -352,6 +352,26 @@ pub struct RawView<'a> {
     _data: std::marker::PhantomData<&'a [u8]>,
 }
 
+/// Borrowed descriptors of several tensors (`raws`), with the shape arrays
+/// they point at kept alive alongside.
+pub struct BorrowedTensors<'a> {
+    _views: Vec<RawView<'a>>,
+    pub raws: Vec<RlxTensor>,
+}
+
+/// `BORROWED` descriptors of `tensors`, in order, for one call.
+pub fn borrow_all(tensors: &[HostTensor]) -> BorrowedTensors<'_> {
+    let views: Vec<RawView<'_>> = tensors
+        .iter()
+        .map(|t| t.as_raw(ownership::BORROWED))
+        .collect();
+    let raws = views.iter().map(|v| v.raw).collect();
+    BorrowedTensors {
+        _views: views,
+        raws,
+    }
+}
+
 /// A validated, read-only view of a descriptor's memory.
 #[derive(Debug)]
 pub struct TensorRef<'a> {

@@ -243,15 +243,9 @@ unsafe fn read_root(root: *const RlxPluginApi) -> Result<RlxPluginApi, LoadError
     }
     // Copy what both sides know; fields beyond the plugin's size stay zero
     // (absent), fields beyond ours are ignored.
-    let mut copy = std::mem::MaybeUninit::<RlxPluginApi>::zeroed();
-    std::ptr::copy_nonoverlapping(
-        root as *const u8,
-        copy.as_mut_ptr() as *mut u8,
-        declared.min(size_of::<RlxPluginApi>()),
-    );
     // SAFETY: every field is an integer, pointer, Option<fn> or RlxStr;
     // zero is valid for each.
-    let api = copy.assume_init();
+    let api = crate::sized::read_zero_filled(root);
     check_layout(&api)?;
     Ok(api)
 }

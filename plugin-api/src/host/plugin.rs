@@ -77,14 +77,7 @@ unsafe fn read_sized<T>(p: *const T) -> Option<T> {
     if p.is_null() {
         return None;
     }
-    let declared = std::ptr::read_unaligned(p as *const usize);
-    let mut copy = std::mem::MaybeUninit::<T>::zeroed();
-    std::ptr::copy_nonoverlapping(
-        p as *const u8,
-        copy.as_mut_ptr() as *mut u8,
-        declared.min(std::mem::size_of::<T>()),
-    );
-    Some(copy.assume_init())
+    Some(crate::sized::read_zero_filled(p))
 }
 
 impl LoadedPlugin {
@@ -271,11 +264,9 @@ impl LoadedPlugin {
             })?
             .1
             .ok_or_else(|| PluginError::unsupported(format!("{op_kind} has no eager entry")))?;
-        let views: Vec<_> = inputs
-            .iter()
-            .map(|t| t.as_raw(ownership::BORROWED))
-            .collect();
-        let raws: Vec<RlxTensor> = views.iter().map(|v| v.raw).collect();
+        // Keep the views alive: the descriptors point into them.
+        let borrowed = crate::tensor::borrow_all(inputs);
+        let raws = &borrowed.raws;
         // Generous: no rlx op has more outputs than this.
         let mut slots = vec![RlxTensor::empty(); 16];
         let mut n = 0usize;
@@ -415,11 +406,9 @@ impl LoadedPlugin {
         n_outputs: usize,
     ) -> PluginResult<Vec<HostTensor>> {
         let f = Self::custom_fn(self.custom()?.execute, "execute")?;
-        let views: Vec<_> = inputs
-            .iter()
-            .map(|t| t.as_raw(ownership::BORROWED))
-            .collect();
-        let raws: Vec<RlxTensor> = views.iter().map(|v| v.raw).collect();
+        // Keep the views alive: the descriptors point into them.
+        let borrowed = crate::tensor::borrow_all(inputs);
+        let raws = &borrowed.raws;
         let mut slots = vec![RlxTensor::empty(); n_outputs];
         self.check(unsafe {
             f(
