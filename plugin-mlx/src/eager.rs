@@ -3,7 +3,7 @@
 use crate::executable::MlxExecutable;
 use crate::graph_check::leaves;
 use rlx_ir::Op;
-use rlx_plugin_api::tensor::ownership;
+use rlx_plugin_api::tensor::borrow_all;
 use rlx_plugin_api::{
     CompileOptions, Executable, HostTensor, Mode, PluginError, PluginResult, TensorRef,
 };
@@ -40,14 +40,11 @@ pub fn execute_single(
         )));
     }
     let mut exe = MlxExecutable::compile(node_text, &CompileOptions::mode(Mode::Eager))?;
-    let views: Vec<_> = inputs
-        .iter()
-        .map(|t| t.as_raw(ownership::BORROWED))
-        .collect();
+    let borrowed = borrow_all(inputs);
     let mut named = Vec::with_capacity(inputs.len());
-    for ((name, _), v) in names.iter().zip(&views) {
-        // SAFETY: the view borrows `inputs`, alive for this call.
-        named.push((name.as_str(), unsafe { TensorRef::from_raw(&v.raw) }?));
+    for ((name, _), raw) in names.iter().zip(&borrowed.raws) {
+        // SAFETY: the descriptor borrows `inputs`, alive for this call.
+        named.push((name.as_str(), unsafe { TensorRef::from_raw(raw) }?));
     }
     exe.run(&named)
 }

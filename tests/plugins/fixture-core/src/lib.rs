@@ -52,13 +52,11 @@ fn eager(graph_text: &str, inputs: &[HostTensor]) -> PluginResult<Vec<HostTensor
             inputs.len()
         )));
     }
-    let views: Vec<_> = inputs
+    let borrowed = rlx_plugin_api::tensor::borrow_all(inputs);
+    let refs: Vec<TensorRef> = borrowed
+        .raws
         .iter()
-        .map(|t| t.as_raw(rlx_plugin_api::tensor::ownership::BORROWED))
-        .collect();
-    let refs: Vec<TensorRef> = views
-        .iter()
-        .map(|v| unsafe { TensorRef::from_raw(&v.raw) })
+        .map(|r| unsafe { TensorRef::from_raw(r) })
         .collect::<PluginResult<_>>()?;
     let named: Vec<(&str, TensorRef)> = names.iter().map(String::as_str).zip(refs).collect();
     exe.run(&named)
