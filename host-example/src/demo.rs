@@ -6,7 +6,7 @@
 use crate::cli::{plugins::print_candidates, print_table};
 use crate::models::{transformer, TransformerConfig};
 use crate::rlx_backend;
-use crate::run::{discover_quietly, execute, find_plugin, parity, random_data, PLUGIN_DEVICE};
+use crate::run::{execute, find_plugin, parity, random_data, PLUGIN_DEVICE};
 use rlx_plugin_api::Mode;
 use rlx_runtime::Device;
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ pub fn close(got: &[f32], want: &[f32]) -> bool {
 
 pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Result<(), String> {
     println!("== plugins ==");
-    let set = discover_quietly(explicit);
+    let set = rlx_plugin_api::host::PluginSet::load_from_env(explicit);
     print_candidates(&set);
     println!();
     let plugin = find_plugin(&set, backend)?;

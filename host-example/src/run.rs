@@ -470,19 +470,6 @@ pub fn missing_plugin_message(set: &PluginSet, name: &str) -> String {
     format!("no plugin named {name:?} is loaded; found: {found}")
 }
 
-/// Discovery without its per-candidate warnings (unless the log is at info
-/// or more verbose): a rejected candidate matters only when it is the
-/// plugin asked for, and then the error says why, in one line.
-pub fn discover_quietly(explicit: Vec<std::path::PathBuf>) -> PluginSet {
-    let prev = log::max_level();
-    if prev <= log::LevelFilter::Warn {
-        log::set_max_level(log::LevelFilter::Error);
-    }
-    let set = PluginSet::load_from_env(explicit);
-    log::set_max_level(prev);
-    set
-}
-
 /// The plugin named `name` from `set`, or why not.
 pub fn find_plugin(set: &PluginSet, name: &str) -> Result<Arc<LoadedPlugin>, String> {
     set.get(name)
@@ -529,7 +516,7 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
     let (device, mode, plugin_path) = if opts.backend == "cpu" {
         (Device::Cpu, None, None)
     } else {
-        let set = discover_quietly(opts.plugins.clone());
+        let set = PluginSet::load_from_env(opts.plugins.clone());
         let plugin = find_plugin(&set, &opts.backend)?;
         let path = plugin.path().display().to_string();
         rlx_backend::register_plugin_backend(plugin, PLUGIN_DEVICE, opts.mode);

@@ -114,15 +114,17 @@ impl PluginSet {
                     p.descriptor().version,
                     c.path.display()
                 ),
+                // Informational: the returned report carries every outcome,
+                // and the host program decides what to tell its user.
                 CandidateState::Shadowed { by, .. } => {
-                    log::warn!(
+                    log::info!(
                         "plugin {} is shadowed by {}",
                         c.path.display(),
                         by.display()
                     )
                 }
                 CandidateState::Rejected(e) => {
-                    log::warn!("plugin {} rejected: {e}", c.path.display())
+                    log::info!("plugin {} rejected: {e}", c.path.display())
                 }
             }
             out.push(CandidateReport {
