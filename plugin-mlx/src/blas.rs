@@ -27,8 +27,3 @@ pub fn describe() -> String {
     };
     format!("{vendor}: {real}")
 }
-
-/// True when an optimized BLAS is active.
-pub fn is_optimized() -> bool {
-    describe().contains("(optimized)")
-}
