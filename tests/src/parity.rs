@@ -124,8 +124,10 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: Tol) {
     );
 }
 
+/// The ABI dtype of an rlx-ir dtype (the adapter's mapping).
 pub fn abi_dtype(d: IrDType) -> DType {
-    DType::from_name(&format!("{d:?}")).unwrap_or_else(|| panic!("dtype {d:?}"))
+    rlx_host::rlx_backend::abi_dtype(d)
+        .unwrap_or_else(|| panic!("dtype {d:?} has no ABI equivalent"))
 }
 
 /// Seeded values in [lo, hi), rounded to `dtype`, as f32 (what both sides
