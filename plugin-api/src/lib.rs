@@ -7,7 +7,11 @@
 //!   versions and layouts, and use them through safe wrappers
 //!   ([`host::PluginSet`], [`host::LoadedPlugin`]).
 //!
-//! The normative description of the ABI is `docs/ABI.md`.
+//! The ABI itself is the C header `include/rlx_plugin.h`; `docs/ABI.md` is
+//! its normative prose. The Rust modules mirror the header's sections:
+//! [`strings`], [`version`] and [`sized`] (§1), [`error`] (§2), [`tensor`]
+//! (§3), [`tables`] (§4–§8, one file each) and, on the plugin side,
+//! [`export`] (one file per section it implements, §9 the entry).
 
 pub mod convert;
 pub mod custom_ops;
@@ -30,6 +34,7 @@ pub use plugin::{
     BoundParam, CompileOptions, Descriptor, Executable, ExecuteOp, LoweringEntry, Mode, ParamBytes,
     Plugin, Role, Strategy, ValueInfo,
 };
-pub use strings::RlxStr;
+pub use sized::AbiStruct;
+pub use strings::{RlxKeyValue, RlxStr};
 pub use tensor::{DType, HostTensor, RlxTensor, TensorRef};
 pub use version::{RlxAbiVersion, ABI_VERSION};

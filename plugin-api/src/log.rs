@@ -6,7 +6,7 @@ use crate::error::{PluginError, PluginResult};
 use crate::strings::RlxStr;
 use crate::tables::{log_level, RlxHostApi, RlxLogRecord};
 use std::ffi::c_void;
-use std::mem::{offset_of, size_of};
+use std::mem::offset_of;
 use std::sync::OnceLock;
 
 /// The host table's fields this build knows, read through the host's
@@ -90,13 +90,14 @@ impl log::Log for HostLogger {
         }
         let message = record.args().to_string();
         let raw = RlxLogRecord {
-            struct_size: size_of::<RlxLogRecord>(),
+            struct_size: <RlxLogRecord as crate::sized::AbiStruct>::STRUCT_SIZE,
             level: level_to_raw(record.level()),
             target: RlxStr::from_str(record.target()),
             message: RlxStr::from_str(&message),
             module_path: RlxStr::from_str(record.module_path().unwrap_or("")),
             file: RlxStr::from_str(record.file().unwrap_or("")),
             line: record.line().unwrap_or(0),
+            reserved0: 0,
         };
         unsafe { sink(self.host.log_ctx, &raw) };
     }

@@ -1,4 +1,5 @@
-//! UTF-8 strings with lengths: the only string type that crosses the ABI.
+//! Header §1: UTF-8 strings with lengths (the only string type that
+//! crosses the ABI) and key/value pairs of them.
 
 use abi_stable::StableAbi;
 
@@ -82,4 +83,12 @@ impl Default for RlxStr {
 pub fn leak_str(s: impl Into<String>) -> RlxStr {
     let s: &'static str = Box::leak(s.into().into_boxed_str());
     RlxStr::from_static(s)
+}
+
+/// A key/value pair of strings (build info). Frozen: it travels in arrays.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct RlxKeyValue {
+    pub key: RlxStr,
+    pub value: RlxStr,
 }

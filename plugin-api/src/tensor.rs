@@ -393,9 +393,10 @@ impl<'a> TensorRef<'a> {
     /// # Safety
     /// `raw` must describe readable memory for `'a`.
     pub unsafe fn from_raw(raw: &RlxTensor) -> PluginResult<TensorRef<'a>> {
-        if raw.struct_size < std::mem::size_of::<RlxTensor>() {
+        if raw.struct_size != std::mem::size_of::<RlxTensor>() {
             return Err(PluginError::invalid_argument(format!(
-                "tensor descriptor struct_size {} is smaller than {}",
+                "tensor descriptor struct_size {} is not {}: RlxTensor is frozen in ABI 1 \
+                 (tensors travel in arrays)",
                 raw.struct_size,
                 std::mem::size_of::<RlxTensor>()
             )));

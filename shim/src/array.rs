@@ -46,8 +46,8 @@ pub mod ffi {
         fn init() -> Result<()>;
         fn default_device_is_cpu() -> bool;
 
-        fn new_array_list() -> UniquePtr<ArrayList>;
-        fn push(self: Pin<&mut ArrayList>, a: &Array);
+        fn new_array_list() -> Result<UniquePtr<ArrayList>>;
+        fn push(self: Pin<&mut ArrayList>, a: &Array) -> Result<()>;
         fn len(self: &ArrayList) -> usize;
         fn get(self: &ArrayList, i: usize) -> Result<UniquePtr<Array>>;
         fn clear(self: Pin<&mut ArrayList>);
@@ -70,12 +70,12 @@ pub mod ffi {
         fn full(shape: &[i32], v: f64, dtype: DType) -> Result<UniquePtr<Array>>;
         fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<UniquePtr<Array>>;
         /// A new handle to the same array (refcount copy).
-        fn array_clone(a: &Array) -> UniquePtr<Array>;
+        fn array_clone(a: &Array) -> Result<UniquePtr<Array>>;
 
-        fn array_shape(a: &Array) -> Vec<i32>;
+        fn array_shape(a: &Array) -> Result<Vec<i32>>;
         /// Element strides of the array's current layout (meaningful after
         /// evaluation).
-        fn array_strides(a: &Array) -> Vec<i64>;
+        fn array_strides(a: &Array) -> Result<Vec<i64>>;
         fn array_dtype(a: &Array) -> DType;
         fn array_size(a: &Array) -> usize;
         fn array_nbytes(a: &Array) -> usize;
@@ -183,7 +183,7 @@ impl Array {
     }
 
     pub fn shape(&self) -> Vec<i32> {
-        ffi::array_shape(self)
+        array_shape(self)
     }
 
     pub fn dtype(&self) -> DType {
@@ -204,7 +204,7 @@ impl Array {
 
     /// A new handle to the same array.
     pub fn clone_handle(&self) -> UniquePtr<Array> {
-        ffi::array_clone(self)
+        array_clone(self)
     }
 
     pub fn eval(&self) -> Result<(), ShimError> {
@@ -257,9 +257,11 @@ impl ArrayList {
     where
         I: IntoIterator<Item = &'a Array>,
     {
-        let mut l = ffi::new_array_list();
+        let mut l = new_array_list();
         for a in arrays {
-            l.pin_mut().push(a);
+            l.pin_mut()
+                .push(a)
+                .unwrap_or_else(|e| allocation_failed("ArrayList::push", e));
         }
         l
     }
@@ -347,17 +349,26 @@ pub fn array_to_bytes(a: &Array) -> Result<Vec<u8>, ShimError> {
 
 /// A new, empty list.
 pub fn new_array_list() -> UniquePtr<ArrayList> {
-    ffi::new_array_list()
+    ffi::new_array_list().unwrap_or_else(|e| allocation_failed("new_array_list", e))
+}
+
+// These allocate only a handle or a few integers, so the one failure is a
+// C++ allocation failure. The bridge catches it (it would otherwise abort
+// inside a noexcept call); it becomes a panic here, which the plugin's
+// exported functions turn into a PANIC status.
+#[cold]
+fn allocation_failed(what: &str, e: cxx::Exception) -> ! {
+    panic!("MLX shim: {what} failed: {e}")
 }
 
 pub fn array_clone(a: &Array) -> UniquePtr<Array> {
-    ffi::array_clone(a)
+    ffi::array_clone(a).unwrap_or_else(|e| allocation_failed("array_clone", e))
 }
 pub fn array_shape(a: &Array) -> Vec<i32> {
-    ffi::array_shape(a)
+    ffi::array_shape(a).unwrap_or_else(|e| allocation_failed("array_shape", e))
 }
 pub fn array_strides(a: &Array) -> Vec<i64> {
-    ffi::array_strides(a)
+    ffi::array_strides(a).unwrap_or_else(|e| allocation_failed("array_strides", e))
 }
 pub fn array_dtype(a: &Array) -> DType {
     ffi::array_dtype(a)

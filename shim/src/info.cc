@@ -73,11 +73,11 @@ std::string from_proc_maps(const std::string& needle) {
 }  // namespace
 
 rust::String mlx_version() {
-  return rust::String(mx::version());
+  return rust::String::lossy(mx::version());
 }
 
 rust::String mlx_library_path() {
-  return rust::String(
+  return rust::String::lossy(
       path_of_address(reinterpret_cast<const void*>(&mx::version)));
 }
 
@@ -86,7 +86,7 @@ rust::String blas_library_path() {
   if (p.empty()) {
     p = from_proc_maps("blas");
   }
-  return rust::String(p);
+  return rust::String::lossy(p);
 }
 
 rust::String lapack_library_path() {
@@ -94,7 +94,7 @@ rust::String lapack_library_path() {
   if (p.empty()) {
     p = from_proc_maps("lapack");
   }
-  return rust::String(p);
+  return rust::String::lossy(p);
 }
 
 rust::String blas_info() {
@@ -119,7 +119,7 @@ rust::String blas_info() {
     out << "; vendor=unknown (no OpenBLAS/MKL/BLIS entry points; likely "
            "reference BLAS)";
   }
-  return rust::String(out.str());
+  return rust::String::lossy(out.str());
 }
 
 }  // namespace rlx

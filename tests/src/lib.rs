@@ -86,3 +86,56 @@ pub fn capture_logs(level: log::LevelFilter) -> impl Fn() -> Vec<Captured> {
     log::set_max_level(level);
     move || c.0.lock().unwrap().clone()
 }
+
+/// One row of the C header's layout table (`tests/c/layout.c`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LayoutRow {
+    pub type_name: String,
+    /// Empty for the struct itself.
+    pub field: String,
+    pub offset: usize,
+    pub size: usize,
+}
+
+#[repr(C)]
+struct RawLayoutRow {
+    type_name: *const std::ffi::c_char,
+    field: *const std::ffi::c_char,
+    offset: usize,
+    size: usize,
+}
+
+extern "C" {
+    static rlx_c_layout_rows: [RawLayoutRow; 0];
+    static rlx_c_layout_len: usize;
+    static rlx_c_abi_version: [u32; 3];
+    static rlx_c_plugin_api_header_size: usize;
+}
+
+/// Every size and offset `include/rlx_plugin.h` gives, as the C compiler
+/// laid it out.
+pub fn c_layout() -> Vec<LayoutRow> {
+    // SAFETY: the table and its length are constant data of layout.c,
+    // linked into this crate; every string is a NUL-terminated literal.
+    unsafe {
+        let rows = std::slice::from_raw_parts(rlx_c_layout_rows.as_ptr(), rlx_c_layout_len);
+        rows.iter()
+            .map(|r| LayoutRow {
+                type_name: std::ffi::CStr::from_ptr(r.type_name)
+                    .to_string_lossy()
+                    .into_owned(),
+                field: std::ffi::CStr::from_ptr(r.field)
+                    .to_string_lossy()
+                    .into_owned(),
+                offset: r.offset,
+                size: r.size,
+            })
+            .collect()
+    }
+}
+
+/// The header's `RLX_ABI_VERSION_*` and `RLX_PLUGIN_API_HEADER_SIZE`.
+pub fn c_constants() -> ([u32; 3], usize) {
+    // SAFETY: constant data of layout.c.
+    unsafe { (rlx_c_abi_version, rlx_c_plugin_api_header_size) }
+}

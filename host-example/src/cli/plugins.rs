@@ -68,7 +68,10 @@ pub fn print_candidates(set: &PluginSet) {
 }
 
 /// Load exactly one file (no discovery) and fail with its reason.
+/// Load the plugin `path` names: a library, or a plugin directory holding
+/// one.
 pub fn load_one(path: &Path) -> Result<std::sync::Arc<LoadedPlugin>, String> {
+    let path = &rlx_plugin_api::host::plugin_library(path)?;
     let c = rlx_plugin_api::host::Candidate {
         path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
         source: rlx_plugin_api::host::Source::Explicit,

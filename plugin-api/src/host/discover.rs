@@ -120,6 +120,36 @@ pub fn library_file_name(stem: &str) -> String {
     }
 }
 
+/// The plugin library a path names: the path itself when it is a file, or
+/// the one library a plugin directory holds (found by discovery's rules for
+/// a directory: directly inside it or in an immediate subdirectory).
+pub fn plugin_library(path: &Path) -> Result<PathBuf, String> {
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    let mut found = Vec::new();
+    scan_dir(&mut found, path, Source::Explicit, true);
+    match found.len() {
+        1 => Ok(found.remove(0).path),
+        0 => Err(format!(
+            "{}: a directory without a plugin library (looked for {} in it and its \
+             immediate subdirectories)",
+            path.display(),
+            library_file_name("*")
+        )),
+        _ => Err(format!(
+            "{}: a directory with {} plugin libraries; name one: {}",
+            path.display(),
+            found.len(),
+            found
+                .iter()
+                .map(|c| c.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
 /// List the candidates, in discovery order, without loading anything.
 pub fn discover(cfg: &DiscoveryConfig) -> Vec<Candidate> {
     let mut out = Vec::new();

@@ -11,12 +11,12 @@
 use super::log_sink;
 use super::plugin::LoadedPlugin;
 use crate::error::{PluginError, StatusCode};
+use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
 use crate::version::{check_compatible, VersionMismatch, ABI_VERSION};
 use abi_stable::StableAbi;
 use std::fmt;
-use std::mem::size_of;
 use std::path::Path;
 
 /// Why a candidate was not loaded.
@@ -111,7 +111,7 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
         .unwrap_or_default();
     let log_ctx = log_sink::new_ctx(label);
     let host: &'static RlxHostApi = Box::leak(Box::new(RlxHostApi {
-        struct_size: size_of::<RlxHostApi>(),
+        struct_size: RlxHostApi::STRUCT_SIZE,
         abi_version: ABI_VERSION,
         host_name: RlxStr::from_static("rlx-plugin-api host"),
         log_ctx: log_ctx as *const _ as *mut std::ffi::c_void,

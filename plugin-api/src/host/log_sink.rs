@@ -34,7 +34,12 @@ fn level_from_raw(raw: u32) -> Option<log::Level> {
 pub(crate) unsafe extern "C" fn host_log(ctx: *mut c_void, record: *const RlxLogRecord) {
     // Never let a logger's panic unwind into the plugin.
     let _ = std::panic::catch_unwind(|| {
-        let (Some(ctx), Some(rec)) = ((ctx as *const LogCtx).as_ref(), record.as_ref()) else {
+        // SAFETY: `ctx` is the LogCtx this host leaked for the plugin;
+        // `record` is null or borrowed for this call, readable for its
+        // struct_size (never read beyond it).
+        let (Some(ctx), Some(rec)) = (unsafe { (ctx as *const LogCtx).as_ref() }, unsafe {
+            crate::sized::declared_size(record).map(|_| crate::sized::read_zero_filled(record))
+        }) else {
             return;
         };
         let Some(level) = level_from_raw(rec.level) else {

@@ -8,7 +8,8 @@ pub mod plugin;
 pub mod set;
 
 pub use discover::{
-    discover, library_file_name, Candidate, DiscoveryConfig, Source, ENV_HOME, ENV_PLUGINS,
+    discover, library_file_name, plugin_library, Candidate, DiscoveryConfig, Source, ENV_HOME,
+    ENV_PLUGINS,
 };
 pub use load::{load_plugin, LoadError};
 pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport, PluginExecutable};

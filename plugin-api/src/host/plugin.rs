@@ -5,6 +5,7 @@ use super::load::LoadError;
 use crate::custom_ops::{CustomOpInfo, Origin};
 use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
 use crate::plugin::{CompileOptions, Descriptor, Mode, Role, Strategy, ValueInfo};
+use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
 use crate::tensor::{ownership, DType, HostTensor, RlxDataType, RlxNamedTensor, RlxTensor};
@@ -51,33 +52,93 @@ fn required<T: Copy>(f: Option<T>, name: &str) -> Result<T, LoadError> {
     })
 }
 
-unsafe fn strs(p: *const RlxStr, n: usize) -> Vec<String> {
-    if p.is_null() {
-        return Vec::new();
+/// The most elements any array in a plugin's tables may hold. A count
+/// beyond it is a corrupt table (`InvalidTable`), not an allocation or a
+/// read of that size.
+pub const MAX_TABLE_LEN: usize = 1 << 20;
+
+/// A plugin's array as a slice, after checking its count and pointer.
+///
+/// # Safety
+/// A non-null `p` with `n <= MAX_TABLE_LEN` points at `n` readable `T`s
+/// that live for `'a`.
+unsafe fn table_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], String> {
+    if n == 0 {
+        return Ok(&[]);
     }
-    std::slice::from_raw_parts(p, n)
-        .iter()
-        .map(|s| s.to_string_lossy())
-        .collect()
+    if n > MAX_TABLE_LEN {
+        return Err(format!(
+            "{what} claims {n} elements (at most {MAX_TABLE_LEN})"
+        ));
+    }
+    if p.is_null() {
+        return Err(format!("{what} is null but its count is {n}"));
+    }
+    // SAFETY: checked non-null and bounded; the plugin promises the rest.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-unsafe fn dtypes(p: *const RlxDataType, n: usize) -> Result<Vec<DType>, String> {
-    if p.is_null() || n == 0 {
-        return Ok(Vec::new());
-    }
-    std::slice::from_raw_parts(p, n)
+/// # Safety
+/// As for [`table_slice`].
+unsafe fn strs(p: *const RlxStr, n: usize, what: &str) -> Result<Vec<String>, String> {
+    // SAFETY: the caller's promise; each RlxStr is the plugin's static data.
+    Ok(unsafe { table_slice(p, n, what)? }
         .iter()
-        .map(|d| DType::from_dl(*d).map_err(|e| e.message))
-        .collect()
+        .map(|s| unsafe { s.to_string_lossy() })
+        .collect())
+}
+
+/// The dtypes of a table row. A dtype this host does not know (a newer
+/// minor's) is skipped with a warning naming it, never misread.
+///
+/// # Safety
+/// As for [`table_slice`].
+unsafe fn dtypes(
+    p: *const RlxDataType,
+    n: usize,
+    op_kind: &str,
+    plugin: &Path,
+) -> Result<Vec<DType>, String> {
+    // SAFETY: the caller's promise.
+    let raw = unsafe { table_slice(p, n, &format!("the dtypes of {op_kind}"))? };
+    Ok(raw
+        .iter()
+        .filter_map(|d| match DType::from_dl(*d) {
+            Ok(t) => Some(t),
+            Err(_) => {
+                log::warn!(
+                    "{}: {op_kind} lists DLPack dtype (code {}, bits {}, lanes {}), which this \
+                     host does not know (a newer ABI minor?); skipping that dtype",
+                    plugin.display(),
+                    d.code,
+                    d.bits,
+                    d.lanes
+                );
+                None
+            }
+        })
+        .collect())
+}
+
+/// A struct the plugin wrote into our (zeroed, full-size) buffer, with the
+/// fields beyond the `struct_size` it declared reset to zero.
+fn read_written<T>(t: &T) -> T {
+    // SAFETY: `t` is our own fully initialised buffer, so any declared size
+    // is readable up to size_of::<T>(); ABI structs accept all-zero.
+    unsafe { crate::sized::read_zero_filled(t) }
 }
 
 /// Copy a struct that starts with `struct_size`, zero-filling the fields a
-/// smaller (older) writer lacks.
+/// smaller (older) writer lacks and never reading past its `struct_size`.
+///
+/// # Safety
+/// `p` is null or points at such a struct, readable for its `struct_size`.
 unsafe fn read_sized<T>(p: *const T) -> Option<T> {
     if p.is_null() {
         return None;
     }
-    Some(crate::sized::read_zero_filled(p))
+    // SAFETY: the caller's promise; ABI structs accept all-zero.
+    Some(unsafe { crate::sized::read_zero_filled(p) })
 }
 
 impl LoadedPlugin {
@@ -98,24 +159,20 @@ impl LoadedPlugin {
         let d = read_sized(api.descriptor).ok_or_else(|| LoadError::InvalidTable {
             detail: "the descriptor is null".into(),
         })?;
-        let build_info = if d.build_info.is_null() {
-            Vec::new()
-        } else {
-            std::slice::from_raw_parts(d.build_info, d.n_build_info)
-                .iter()
-                .map(|kv| (kv.key.to_string_lossy(), kv.value.to_string_lossy()))
-                .collect()
-        };
-        let opsets = if d.opsets.is_null() {
-            Vec::new()
-        } else {
-            std::slice::from_raw_parts(d.opsets, d.n_opsets).to_vec()
-        };
+        let invalid = |detail: String| LoadError::InvalidTable { detail };
+        let build_info = table_slice(d.build_info, d.n_build_info, "descriptor.build_info")
+            .map_err(invalid)?
+            .iter()
+            .map(|kv| (kv.key.to_string_lossy(), kv.value.to_string_lossy()))
+            .collect();
+        let opsets = table_slice(d.opsets, d.n_opsets, "descriptor.opsets")
+            .map_err(invalid)?
+            .to_vec();
         let descriptor = Descriptor {
             name: d.name.to_string_lossy(),
             version: d.version.to_string_lossy(),
             description: d.description.to_string_lossy(),
-            devices: strs(d.devices, d.n_devices),
+            devices: strs(d.devices, d.n_devices, "descriptor.devices").map_err(invalid)?,
             build_info,
             opsets,
         };
@@ -162,13 +219,19 @@ impl LoadedPlugin {
         };
         unsafe { self.check((self.api.supported_ops.unwrap())(&mut list)) }
             .map_err(|e| e.to_string())?;
+        let list = read_written(&list);
         let mut out = Vec::new();
-        for i in 0..list.n_ops {
-            let op = unsafe { read_sized(*list.ops.add(i)) }.ok_or("null op entry")?;
-            out.push(OpSupport {
-                op_kind: unsafe { op.op_kind.to_string_lossy() },
-                dtypes: unsafe { dtypes(op.dtypes, op.n_dtypes)? },
-            });
+        // SAFETY: the plugin's static table; count and pointer checked.
+        for (i, &p) in unsafe { table_slice(list.ops, list.n_ops, "the op list")? }
+            .iter()
+            .enumerate()
+        {
+            // SAFETY: a non-null entry is the plugin's static RlxOpSupport.
+            let op = unsafe { read_sized(p) }.ok_or(format!("op list entry {i} is null"))?;
+            // SAFETY: strings and arrays of the plugin's static tables.
+            let op_kind = unsafe { op.op_kind.to_string_lossy() };
+            let dtypes = unsafe { dtypes(op.dtypes, op.n_dtypes, &op_kind, &self.path)? };
+            out.push(OpSupport { op_kind, dtypes });
         }
         Ok(out)
     }
@@ -184,20 +247,31 @@ impl LoadedPlugin {
         };
         unsafe { self.check((self.api.lowering_table.unwrap())(&mut t)) }
             .map_err(|e| e.to_string())?;
+        let t = read_written(&t);
         let mut out = Vec::new();
-        for i in 0..t.n_entries {
-            let e = unsafe { read_sized(*t.entries.add(i)) }.ok_or("null lowering entry")?;
+        // SAFETY: the plugin's static table; count and pointer checked.
+        for (i, &p) in unsafe { table_slice(t.entries, t.n_entries, "the lowering table")? }
+            .iter()
+            .enumerate()
+        {
+            // SAFETY: a non-null entry is the plugin's static RlxLoweringEntry.
+            let e = unsafe { read_sized(p) }.ok_or(format!("lowering entry {i} is null"))?;
+            // SAFETY: a string of the plugin's static tables.
             let op_kind = unsafe { e.op_kind.to_string_lossy() };
-            let strategy = Strategy::from_raw(e.strategy).ok_or_else(|| {
-                format!(
-                    "lowering entry {op_kind} has unknown strategy {}",
+            let Some(strategy) = Strategy::from_raw(e.strategy) else {
+                log::warn!(
+                    "{}: lowering entry {op_kind} has strategy {}, which this host does not \
+                     know (a newer ABI minor?); skipping the entry",
+                    self.path.display(),
                     e.strategy
-                )
-            })?;
+                );
+                continue;
+            };
             out.push((
                 LoweringInfo {
+                    // SAFETY: an array of the plugin's static tables.
+                    dtypes: unsafe { dtypes(e.dtypes, e.n_dtypes, &op_kind, &self.path)? },
                     op_kind,
-                    dtypes: unsafe { dtypes(e.dtypes, e.n_dtypes)? },
                     strategy,
                     note: unsafe { e.note.to_string_lossy() },
                     eager: e.execute.is_some(),
@@ -350,13 +424,13 @@ impl LoadedPlugin {
         kernel: impl Fn(&[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync + 'static,
     ) -> PluginResult<()> {
         let api = self.custom()?;
-        let register = Self::custom_fn(api.register, "register")?;
+        let register = Self::custom_fn(api.register_op, "register_op")?;
         let ctx = Box::new(HostKernel {
             status_new: self.api.status_new.unwrap(),
             kernel: Box::new(kernel),
         });
         let desc = RlxCustomOpDesc {
-            struct_size: std::mem::size_of::<RlxCustomOpDesc>(),
+            struct_size: RlxCustomOpDesc::STRUCT_SIZE,
             name: RlxStr::from_str(name),
             description: RlxStr::from_str(description),
             n_inputs,
@@ -377,7 +451,7 @@ impl LoadedPlugin {
         let f = Self::custom_fn(self.custom()?.lookup, "lookup")?;
         let mut found: Vec<CustomOpInfo> = Vec::new();
         let visitor = RlxCustomOpVisitor {
-            struct_size: std::mem::size_of::<RlxCustomOpVisitor>(),
+            struct_size: RlxCustomOpVisitor::STRUCT_SIZE,
             ctx: &mut found as *mut _ as *mut c_void,
             visit: Some(collect_info),
         };
@@ -391,7 +465,7 @@ impl LoadedPlugin {
         let f = Self::custom_fn(self.custom()?.list, "list")?;
         let mut found: Vec<CustomOpInfo> = Vec::new();
         let visitor = RlxCustomOpVisitor {
-            struct_size: std::mem::size_of::<RlxCustomOpVisitor>(),
+            struct_size: RlxCustomOpVisitor::STRUCT_SIZE,
             ctx: &mut found as *mut _ as *mut c_void,
             visit: Some(collect_info),
         };
@@ -440,16 +514,27 @@ pub fn graph_opset(text: &str) -> Option<u32> {
 }
 
 unsafe extern "C" fn collect_info(ctx: *mut c_void, info: *const RlxCustomOpInfo) {
-    let (Some(out), Some(i)) = ((ctx as *mut Vec<CustomOpInfo>).as_mut(), info.as_ref()) else {
-        return;
-    };
-    out.push(CustomOpInfo {
-        name: i.name.to_string_lossy(),
-        description: i.description.to_string_lossy(),
-        n_inputs: i.n_inputs,
-        n_outputs: i.n_outputs,
-        origin: Origin::from_raw(i.origin),
-    });
+    // A panic must not unwind into the plugin.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `ctx` is the Vec this host passed with the visitor; `info`
+        // is null or the plugin's record, readable for its struct_size.
+        let (Some(out), Some(i)) = (
+            unsafe { (ctx as *mut Vec<CustomOpInfo>).as_mut() },
+            unsafe { read_sized(info) },
+        ) else {
+            return;
+        };
+        // SAFETY: the record's strings are borrowed for this call.
+        out.push(unsafe {
+            CustomOpInfo {
+                name: i.name.to_string_lossy(),
+                description: i.description.to_string_lossy(),
+                n_inputs: i.n_inputs,
+                n_outputs: i.n_outputs,
+                origin: Origin::from_raw(i.origin),
+            }
+        });
+    }));
 }
 
 type HostKernelFn = dyn Fn(&[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync;
@@ -499,7 +584,12 @@ unsafe extern "C" fn host_kernel_trampoline(
 
 unsafe extern "C" fn drop_host_kernel(ctx: *mut c_void) {
     if !ctx.is_null() {
-        drop(Box::from_raw(ctx as *mut HostKernel));
+        // Dropping runs the user's closure's destructors: keep a panic here.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: `ctx` is the Box this host leaked in register_custom_op,
+            // and the plugin drops it once.
+            drop(unsafe { Box::from_raw(ctx as *mut HostKernel) })
+        }));
     }
 }
 
@@ -516,31 +606,61 @@ pub struct PluginExecutable {
 // enforces it, so moving the handle between threads is fine.
 unsafe impl Send for PluginExecutable {}
 
+/// The most dimensions a value in a signature may have.
+const MAX_NDIM: i32 = 64;
+
 unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) {
-    let (Some(out), Some(i)) = (
-        (ctx as *mut Vec<PluginResult<ValueInfo>>).as_mut(),
-        info.as_ref(),
-    ) else {
-        return;
-    };
-    let shape = if i.shape.is_null() || i.ndim <= 0 {
-        Vec::new()
-    } else {
-        std::slice::from_raw_parts(i.shape, i.ndim as usize)
-            .iter()
-            .map(|&d| (d >= 0).then_some(d as usize))
-            .collect()
-    };
-    let role = match i.role {
-        role::INPUT => Role::Input,
-        role::PARAM => Role::Param,
-        _ => Role::Output,
-    };
-    out.push(DType::from_dl(i.dtype).map(|dtype| ValueInfo {
-        role,
-        name: i.name.to_string_lossy(),
-        dtype,
-        shape,
+    // A panic must not unwind into the plugin.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `ctx` is the Vec this host passed with the visitor; `info`
+        // is null or the plugin's record, readable for its struct_size.
+        let (Some(out), Some(i)) = (
+            unsafe { (ctx as *mut Vec<PluginResult<ValueInfo>>).as_mut() },
+            unsafe { read_sized(info) },
+        ) else {
+            return;
+        };
+        // SAFETY: the record's name is borrowed for this call.
+        let name = unsafe { i.name.to_string_lossy() };
+        let role = match i.role {
+            role::INPUT => Role::Input,
+            role::PARAM => Role::Param,
+            role::OUTPUT => Role::Output,
+            other => {
+                log::warn!(
+                    "signature value {name:?} has role {other}, which this host does not know \
+                     (a newer ABI minor?); skipping it"
+                );
+                return;
+            }
+        };
+        if !(0..=MAX_NDIM).contains(&i.ndim) || (i.ndim > 0 && i.shape.is_null()) {
+            out.push(Err(PluginError::internal(format!(
+                "signature value {name:?} has ndim {} and {} shape",
+                i.ndim,
+                if i.shape.is_null() { "a null" } else { "a" }
+            ))));
+            return;
+        }
+        let shape = if i.ndim == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-null, ndim checked; borrowed for this call.
+            unsafe { std::slice::from_raw_parts(i.shape, i.ndim as usize) }
+                .iter()
+                .map(|&d| (d >= 0).then_some(d as usize))
+                .collect()
+        };
+        out.push(
+            DType::from_dl(i.dtype)
+                .map(|dtype| ValueInfo {
+                    role,
+                    name: name.clone(),
+                    dtype,
+                    shape,
+                })
+                .map_err(|e| e.context(format!("signature value {name:?}"))),
+        );
     }));
 }
 
@@ -548,7 +668,7 @@ impl PluginExecutable {
     fn read_signature(&self) -> PluginResult<Vec<ValueInfo>> {
         let mut out: Vec<PluginResult<ValueInfo>> = Vec::new();
         let visitor = RlxValueVisitor {
-            struct_size: std::mem::size_of::<RlxValueVisitor>(),
+            struct_size: RlxValueVisitor::STRUCT_SIZE,
             ctx: &mut out as *mut _ as *mut c_void,
             visit: Some(collect_value),
         };

@@ -1,0 +1,577 @@
+/*
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.3.0.
+ *
+ * This header *is* the ABI: every struct, field, constant and function
+ * pointer type that crosses between an RLX host and a backend plugin. The
+ * Rust definitions in plugin-api/src carry the same names, and a test
+ * (tests/tests/c_layout.rs) checks every size and offset of this header
+ * against them. docs/ABI.md is the prose of the same contract, in the same
+ * section order.
+ *
+ * Conventions (docs/ABI.md §2):
+ * - Every growable struct starts with `size_t struct_size`: the end of the
+ *   last field the writer knows, RLX_STRUCT_SIZE(type, last_field), never
+ *   sizeof with tail padding. Fields are only appended. A reader uses a
+ *   field only when struct_size reaches its end, and never reads a byte
+ *   beyond struct_size. Growable structs have no tail padding (explicit
+ *   `reserved` fields fill it), so RLX_STRUCT_SIZE(T, last) == sizeof(T).
+ * - Ownership is written on every pointer: "plugin-owned, static" (valid
+ *   for the rest of the process, never freed), "host-owned, static",
+ *   "borrowed for the call" (valid only during the call that receives it),
+ *   "owned by the caller" (released with the named function).
+ * - Every function pointer is nullable; "required" ones must be set.
+ * - Strings are UTF-8 with a length (RlxStr), no terminator required.
+ *
+ * C11 or C++11. Only the C standard headers below are needed.
+ */
+#ifndef RLX_PLUGIN_H
+#define RLX_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * 1. Basics: the size rule, strings, versions        (strings.rs, version.rs)
+ * ====================================================================== */
+
+/* The struct_size a writer puts in a struct whose last known field is
+ * `last` (PJRT's convention). */
+#define RLX_STRUCT_SIZE(type, last) \
+    (offsetof(type, last) + sizeof(((type*)0)->last))
+
+#define RLX_ABI_VERSION_MAJOR 1
+#define RLX_ABI_VERSION_MINOR 3
+#define RLX_ABI_VERSION_PATCH 0
+
+/* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
+ * Frozen: it travels by value and in arrays. Owner and lifetime are those
+ * of the field or parameter that carries it. */
+typedef struct RlxStr {
+    const char* ptr;
+    size_t len;
+} RlxStr;
+
+/* A key/value pair of strings (build info). Frozen: it travels in arrays. */
+typedef struct RlxKeyValue {
+    RlxStr key;
+    RlxStr value;
+} RlxKeyValue;
+
+/* Semver of the ABI. Frozen forever, so any two majors can read each
+ * other's version. */
+typedef struct RlxAbiVersion {
+    uint32_t major;
+    uint32_t minor;
+    uint32_t patch;
+} RlxAbiVersion;
+
+/* ======================================================================
+ * 2. Errors                                                    (error.rs)
+ * ====================================================================== */
+
+/* Opaque error. NULL means success. Made by the plugin's status_new,
+ * released exactly once by the receiver with the same plugin's
+ * status_free. */
+typedef struct RlxStatus RlxStatus;
+
+/* Status codes: stable numbers, never reused. A reader maps a code it does
+ * not know (from a newer peer) to RLX_STATUS_INTERNAL. */
+#define RLX_STATUS_INVALID_ARGUMENT 1u
+#define RLX_STATUS_UNSUPPORTED 2u
+#define RLX_STATUS_VERSION_MISMATCH 3u
+#define RLX_STATUS_INTERNAL 4u
+#define RLX_STATUS_PANIC 5u
+#define RLX_STATUS_NOT_FOUND 6u
+#define RLX_STATUS_ALREADY_EXISTS 7u
+
+/* ======================================================================
+ * 3. Tensors                                                  (tensor.rs)
+ * ====================================================================== */
+
+/* DLPack DLDataType. Frozen. */
+typedef struct RlxDataType {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} RlxDataType;
+
+/* DLPack DLDataTypeCode values the ABI uses. The dtypes (code/bits, lanes
+ * 1): f32 2/32, f16 2/16, bf16 4/16, f64 2/64, i8..i64 0/n, u8 1/8,
+ * u32 1/32, bool 6/8, c64 5/64. */
+#define RLX_DL_INT 0u
+#define RLX_DL_UINT 1u
+#define RLX_DL_FLOAT 2u
+#define RLX_DL_BFLOAT 4u
+#define RLX_DL_COMPLEX 5u
+#define RLX_DL_BOOL 6u
+
+/* DLPack DLDevice. Only host memory (device_type 1, kDLCPU) crosses. */
+typedef struct RlxDevice {
+    int32_t device_type;
+    int32_t device_id;
+} RlxDevice;
+
+/* DLPack DLTensor, field for field. Frozen. */
+typedef struct RlxDlTensor {
+    /* Start of the buffer; the first element is at data + byte_offset.
+     * Owned as RlxTensor.ownership says. */
+    void* data;
+    RlxDevice device;
+    int32_t ndim;
+    RlxDataType dtype;
+    /* ndim sizes. Owned like data. */
+    int64_t* shape;
+    /* ndim strides in elements, or NULL for compact row-major. Owned like
+     * data. */
+    int64_t* strides;
+    uint64_t byte_offset;
+} RlxDlTensor;
+
+/* RlxTensor.ownership */
+/* Valid only during the call that receives it; the receiver copies what
+ * it keeps. */
+#define RLX_OWNERSHIP_BORROWED 0u
+/* Borrowed, and the sender guarantees the memory outlives what the
+ * receiver binds it to (for executable_bind_param: the executable). */
+#define RLX_OWNERSHIP_BORROWED_PERSISTENT 1u
+/* Ownership moves to the receiver, which calls deleter(manager_ctx)
+ * exactly once when it no longer needs data, shape and strides, also when
+ * the call that received it fails. */
+#define RLX_OWNERSHIP_OWNED 2u
+
+/* A tensor crossing the ABI. Frozen within major 1: tensors travel in
+ * arrays (run inputs and outputs), indexed by this size, so struct_size
+ * must be exactly sizeof(RlxTensor); a reader refuses any other value. */
+typedef struct RlxTensor {
+    size_t struct_size;
+    uint32_t ownership;
+    RlxDlTensor dl;
+    /* The manager's state, passed to deleter. NULL when borrowed. */
+    void* manager_ctx;
+    /* Releases data/shape/strides when ownership == OWNED. */
+    void (*deleter)(void* manager_ctx);
+} RlxTensor;
+
+/* A named tensor (run inputs). Frozen like RlxTensor: struct_size must be
+ * exactly sizeof(RlxNamedTensor). */
+typedef struct RlxNamedTensor {
+    size_t struct_size;
+    /* Borrowed for the call. */
+    RlxStr name;
+    RlxTensor tensor;
+} RlxNamedTensor;
+
+/* ======================================================================
+ * 4. The host table and logging                      (tables/host.rs)
+ * ====================================================================== */
+
+/* Log levels, numbered like Rust's log::LevelFilter. */
+#define RLX_LOG_OFF 0u
+#define RLX_LOG_ERROR 1u
+#define RLX_LOG_WARN 2u
+#define RLX_LOG_INFO 3u
+#define RLX_LOG_DEBUG 4u
+#define RLX_LOG_TRACE 5u
+
+/* One log record, plugin -> host. The struct and every string are
+ * borrowed for the log call. */
+typedef struct RlxLogRecord {
+    size_t struct_size;
+    /* RLX_LOG_ERROR ..= RLX_LOG_TRACE. */
+    uint32_t level;
+    /* The emitter's own target (e.g. its module path). */
+    RlxStr target;
+    RlxStr message;
+    RlxStr module_path;
+    RlxStr file;
+    /* 0 when unknown. */
+    uint32_t line;
+    /* (1.3) Written as 0, never read: fills what was tail padding. */
+    uint32_t reserved0;
+} RlxLogRecord;
+#define RLX_LOG_RECORD_STRUCT_SIZE RLX_STRUCT_SIZE(RlxLogRecord, reserved0)
+
+/* What the host offers the plugin. Host-owned, static (valid for the rest
+ * of the process). The first three fields are its frozen header. */
+typedef struct RlxHostApi {
+    size_t struct_size;
+    /* The host's ABI version. */
+    RlxAbiVersion abi_version;
+    /* The host program, for messages. Host-owned, static. */
+    RlxStr host_name;
+    /* Opaque to the plugin; passed back to log and log_max_level. */
+    void* log_ctx;
+    /* Optional: deliver one record (borrowed for the call). Callable from
+     * any thread. */
+    void (*log)(void* ctx, const RlxLogRecord* record);
+    /* Optional (absent = RLX_LOG_TRACE): the most verbose level the host
+     * wants now. Callable from any thread. */
+    uint32_t (*log_max_level)(void* ctx);
+} RlxHostApi;
+#define RLX_HOST_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxHostApi, log_max_level)
+
+/* ======================================================================
+ * 5. The root table and the descriptor                 (tables/root.rs)
+ * ====================================================================== */
+
+typedef struct RlxPluginDescriptor RlxPluginDescriptor;
+typedef struct RlxOpList RlxOpList;
+typedef struct RlxLoweringTable RlxLoweringTable;
+typedef struct RlxCompileOptions RlxCompileOptions;
+typedef struct RlxExecutable RlxExecutable;
+typedef struct RlxValueVisitor RlxValueVisitor;
+typedef struct RlxCustomOpApi RlxCustomOpApi;
+
+/* The plugin's root table. Plugin-owned, static. The first four fields
+ * are its frozen header (40 bytes on 64-bit targets), identical in every
+ * major. When refusal_code != 0 nothing after the header may be used. */
+typedef struct RlxPluginApi {
+    /* --- frozen header --- */
+    size_t struct_size;
+    /* The ABI the plugin was built for. */
+    RlxAbiVersion abi_version;
+    /* 0 = accepted, else an RLX_STATUS_* code: the plugin refused. */
+    uint32_t refusal_code;
+    /* Why, when refusal_code != 0. Plugin-owned, static. */
+    RlxStr refusal_message;
+
+    /* --- 1.0 --- */
+    /* "abi_stable 0.11" when rust_layout is set; empty otherwise.
+     * Plugin-owned, static. */
+    RlxStr rust_layout_tag;
+    /* A Rust plugin's abi_stable TypeLayout of this table; NULL for
+     * plugins not written in Rust. Plugin-owned, static. */
+    const void* rust_layout;
+    /* Required. Plugin-owned, static. */
+    const RlxPluginDescriptor* descriptor;
+    /* Required. Make a status in this plugin's allocator; message is
+     * copied. Any party that must hand this plugin an error (a host
+     * custom-op kernel) makes it here. */
+    RlxStatus* (*status_new)(uint32_t code, RlxStr message);
+    /* Required. */
+    uint32_t (*status_code)(const RlxStatus* status);
+    /* Required. Borrowed from status; valid until status_free(status). */
+    RlxStr (*status_message)(const RlxStatus* status);
+    /* Required. Release a status; NULL is a no-op. */
+    void (*status_free)(RlxStatus* status);
+    /* Required. Registration: called once by the host after the handshake,
+     * before any function below. Idempotent. */
+    RlxStatus* (*init)(void);
+    /* Required. *out is written with plugin-owned, static data. */
+    RlxStatus* (*supported_ops)(RlxOpList* out);
+    /* Required. As supported_ops. */
+    RlxStatus* (*lowering_table)(RlxLoweringTable* out);
+    /* Required. Compile .rlxmodel text (borrowed for the call); options
+     * borrowed for the call, NULL = defaults. On success *out is a new
+     * executable owned by the caller, released with executable_destroy. */
+    RlxStatus* (*compile)(RlxStr graph, const RlxCompileOptions* options,
+                          RlxExecutable** out);
+    /* Required. NULL is a no-op. */
+    void (*executable_destroy)(RlxExecutable* exe);
+    /* Required. Calls visitor->visit once per input, param and output, in
+     * that order. visitor is borrowed for the call. */
+    RlxStatus* (*executable_signature)(const RlxExecutable* exe,
+                                       const RlxValueVisitor* visitor);
+    /* Required. Bind a param by name. tensor (borrowed for the call) says
+     * by its ownership whether the plugin must copy, may alias, or now
+     * owns the buffer (OWNED: released by the plugin even on failure). */
+    RlxStatus* (*executable_bind_param)(RlxExecutable* exe, RlxStr name,
+                                        const RlxTensor* tensor);
+    /* Required. inputs (borrowed for the call) are n_inputs named tensors;
+     * outputs points at n_outputs caller-owned slots, exactly the output
+     * count. On success each slot holds an OWNED tensor the caller
+     * releases; on error none does. */
+    RlxStatus* (*executable_run)(RlxExecutable* exe,
+                                 const RlxNamedTensor* inputs, size_t n_inputs,
+                                 RlxTensor* outputs, size_t n_outputs);
+
+    /* --- 1.1 --- */
+    /* The custom-op registry. Plugin-owned, static. NULL: none. */
+    const RlxCustomOpApi* custom_ops;
+} RlxPluginApi;
+#define RLX_PLUGIN_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
+#define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
+
+/* Who the plugin is. Plugin-owned; every pointer is plugin-owned, static. */
+struct RlxPluginDescriptor {
+    size_t struct_size;
+    /* Unique plugin name ("mlx"). Two plugins with one name shadow. */
+    RlxStr name;
+    /* The plugin's own semver version. */
+    RlxStr version;
+    RlxStr description;
+    /* Device names it runs on, n_devices of them. */
+    const RlxStr* devices;
+    size_t n_devices;
+    /* Free-form build facts (mlx.version, blas), n_build_info pairs. */
+    const RlxKeyValue* build_info;
+    size_t n_build_info;
+    /* The .rlxmodel opsets it reads, n_opsets of them. */
+    const uint32_t* opsets;
+    size_t n_opsets;
+};
+#define RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxPluginDescriptor, n_opsets)
+
+/* ======================================================================
+ * 6. Registration tables                       (tables/registration.rs)
+ * ====================================================================== */
+
+/* One supported op kind and the dtypes it takes. Plugin-owned, static
+ * after init. */
+typedef struct RlxOpSupport {
+    size_t struct_size;
+    /* The rlx-ir op-kind name ("MatMul"). */
+    RlxStr op_kind;
+    const RlxDataType* dtypes;
+    size_t n_dtypes;
+} RlxOpSupport;
+#define RLX_OP_SUPPORT_STRUCT_SIZE RLX_STRUCT_SIZE(RlxOpSupport, n_dtypes)
+
+/* The supported-op list: an array of pointers, so the element can grow.
+ * Written by supported_ops; every pointer plugin-owned, static. */
+struct RlxOpList {
+    size_t struct_size;
+    const RlxOpSupport* const* ops;
+    size_t n_ops;
+};
+#define RLX_OP_LIST_STRUCT_SIZE RLX_STRUCT_SIZE(RlxOpList, n_ops)
+
+/* RlxLoweringEntry.strategy. A reader skips (with a warning) an entry
+ * whose strategy it does not know. */
+#define RLX_STRATEGY_NATIVE 0u         /* one backend op */
+#define RLX_STRATEGY_COMPOSITE 1u      /* several backend ops */
+#define RLX_STRATEGY_HOST_EVALUATED 2u /* host CPU inside the plugin */
+
+/* Eagerly execute one op. node (borrowed) is a .rlxmodel graph whose only
+ * non-input node is the op; inputs (borrowed) are bound to its inputs in
+ * order. Up to out_capacity OWNED tensors are written to outputs (caller
+ * slots) and their count to *n_outputs. */
+typedef RlxStatus* (*RlxExecuteOpFn)(const void* ctx, RlxStr node,
+                                     const RlxTensor* inputs, size_t n_inputs,
+                                     RlxTensor* outputs, size_t out_capacity,
+                                     size_t* n_outputs);
+
+/* One row of the lowering table. Plugin-owned, static after init. */
+typedef struct RlxLoweringEntry {
+    size_t struct_size;
+    /* The rlx-ir op-kind name. */
+    RlxStr op_kind;
+    const RlxDataType* dtypes;
+    size_t n_dtypes;
+    /* One of RLX_STRATEGY_*. */
+    uint32_t strategy;
+    /* A short note (what it maps to); may be empty. */
+    RlxStr note;
+    /* Eager single-op execution; NULL if the entry cannot run alone. */
+    RlxExecuteOpFn execute;
+    /* Passed to execute. Plugin-owned, static. */
+    const void* execute_ctx;
+} RlxLoweringEntry;
+#define RLX_LOWERING_ENTRY_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxLoweringEntry, execute_ctx)
+
+/* The lowering table: an array of pointers. Written by lowering_table;
+ * every pointer plugin-owned, static. */
+struct RlxLoweringTable {
+    size_t struct_size;
+    const RlxLoweringEntry* const* entries;
+    size_t n_entries;
+};
+#define RLX_LOWERING_TABLE_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxLoweringTable, n_entries)
+
+/* ======================================================================
+ * 7. Executables                                  (tables/executable.rs)
+ * ====================================================================== */
+
+/* RlxCompileOptions.mode; an unknown mode is UNSUPPORTED. */
+#define RLX_MODE_LAZY 0u
+#define RLX_MODE_EAGER 1u
+#define RLX_MODE_COMPILED 2u
+
+/* RlxCompileOptions.rng_policy (rlx-ir's RngBackend by number). */
+#define RLX_RNG_PHILOX 0u
+#define RLX_RNG_ORT 1u
+#define RLX_RNG_BNNS 2u
+#define RLX_RNG_ZERO 3u
+#define RLX_DEFAULT_RNG_SEED 42u
+
+/* Options for compile. Borrowed for the call; NULL = defaults.
+ *
+ * rng_policy and rng_seed (1.2) are one group: a reader takes them only
+ * when struct_size >= RLX_COMPILE_OPTIONS_SIZE_1_2 (24). A 1.0/1.1 host
+ * wrote struct_size = 16, which covers rng_policy's bytes as tail padding
+ * (docs/ABI.md §10 says what 1.2 readers did wrong). */
+struct RlxCompileOptions {
+    size_t struct_size;
+    /* One of RLX_MODE_*. */
+    uint32_t mode;
+    /* (1.2) One of RLX_RNG_*. Absent = RLX_RNG_PHILOX. */
+    uint32_t rng_policy;
+    /* (1.2) The global seed mixed into every random op's key. Absent =
+     * RLX_DEFAULT_RNG_SEED. */
+    uint64_t rng_seed;
+};
+#define RLX_COMPILE_OPTIONS_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxCompileOptions, rng_seed)
+/* What each minor's hosts wrote in struct_size (sizeof, padding included). */
+#define RLX_COMPILE_OPTIONS_SIZE_1_0 16u
+#define RLX_COMPILE_OPTIONS_SIZE_1_2 24u
+
+/* RlxValueInfo.role. A reader skips (with a warning) a value whose role it
+ * does not know. */
+#define RLX_ROLE_INPUT 0u
+#define RLX_ROLE_PARAM 1u
+#define RLX_ROLE_OUTPUT 2u
+
+/* One input, param or output. Borrowed for the visit call. */
+typedef struct RlxValueInfo {
+    size_t struct_size;
+    /* One of RLX_ROLE_*. */
+    uint32_t role;
+    RlxStr name;
+    RlxDataType dtype;
+    int32_t ndim;
+    /* ndim sizes; -1 = known only at run time. */
+    const int64_t* shape;
+} RlxValueInfo;
+#define RLX_VALUE_INFO_STRUCT_SIZE RLX_STRUCT_SIZE(RlxValueInfo, shape)
+
+/* A callback over an executable's signature. Borrowed for the call that
+ * receives it. */
+struct RlxValueVisitor {
+    size_t struct_size;
+    /* Passed back to visit. */
+    void* ctx;
+    /* Required. info is borrowed for the call. */
+    void (*visit)(void* ctx, const RlxValueInfo* info);
+};
+#define RLX_VALUE_VISITOR_STRUCT_SIZE RLX_STRUCT_SIZE(RlxValueVisitor, visit)
+
+/* ======================================================================
+ * 8. Custom ops (1.1)                             (tables/custom_ops.rs)
+ * ====================================================================== */
+
+/* RlxCustomOpInfo.origin; an unknown origin reads as "host". */
+#define RLX_ORIGIN_PLUGIN 0u
+#define RLX_ORIGIN_HOST 1u
+
+/* A custom-op kernel. Writes exactly n_outputs OWNED tensors into the
+ * caller's slots; inputs are borrowed for the call. An error status must
+ * be made with the plugin's status_new. Callable from any thread. */
+typedef RlxStatus* (*RlxCustomKernelFn)(void* ctx, const RlxTensor* inputs,
+                                        size_t n_inputs, RlxTensor* outputs,
+                                        size_t n_outputs);
+
+/* A custom op to register. Borrowed for the register call, except
+ * kernel_ctx, whose ownership moves to the plugin: it calls
+ * kernel_ctx_drop(kernel_ctx) when the op is unregistered, or at once if
+ * registration fails. */
+typedef struct RlxCustomOpDesc {
+    size_t struct_size;
+    /* A dotted name ("myorg.fused_gelu"). */
+    RlxStr name;
+    RlxStr description;
+    uint32_t n_inputs;
+    uint32_t n_outputs;
+    /* Required. */
+    RlxCustomKernelFn kernel;
+    void* kernel_ctx;
+    void (*kernel_ctx_drop)(void* ctx);
+} RlxCustomOpDesc;
+#define RLX_CUSTOM_OP_DESC_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxCustomOpDesc, kernel_ctx_drop)
+
+/* What the registry knows of one op. Borrowed for the visit call. */
+typedef struct RlxCustomOpInfo {
+    size_t struct_size;
+    RlxStr name;
+    RlxStr description;
+    uint32_t n_inputs;
+    uint32_t n_outputs;
+    /* One of RLX_ORIGIN_*. */
+    uint32_t origin;
+    /* (1.3) Written as 0, never read: fills what was tail padding. */
+    uint32_t reserved0;
+} RlxCustomOpInfo;
+#define RLX_CUSTOM_OP_INFO_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxCustomOpInfo, reserved0)
+
+/* A callback over custom ops. Borrowed for the call that receives it. */
+typedef struct RlxCustomOpVisitor {
+    size_t struct_size;
+    /* Passed back to visit. */
+    void* ctx;
+    /* Required. info is borrowed for the call. */
+    void (*visit)(void* ctx, const RlxCustomOpInfo* info);
+} RlxCustomOpVisitor;
+#define RLX_CUSTOM_OP_VISITOR_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxCustomOpVisitor, visit)
+
+/* The custom-op registry. Plugin-owned, static. Thread-safe. */
+struct RlxCustomOpApi {
+    size_t struct_size;
+    /* ALREADY_EXISTS when the name is taken. desc borrowed for the call. */
+    RlxStatus* (*register_op)(const RlxCustomOpDesc* desc);
+    /* NOT_FOUND when the name is unknown. */
+    RlxStatus* (*unregister)(RlxStr name);
+    /* Visit the op `name`; NOT_FOUND when unknown. */
+    RlxStatus* (*lookup)(RlxStr name, const RlxCustomOpVisitor* visitor);
+    /* Visit every op, in name order. */
+    RlxStatus* (*list)(const RlxCustomOpVisitor* visitor);
+    /* Run the op `name` on borrowed inputs, writing its n_outputs OWNED
+     * outputs into the caller's slots. */
+    RlxStatus* (*execute)(RlxStr name, const RlxTensor* inputs, size_t n_inputs,
+                          RlxTensor* outputs, size_t n_outputs);
+};
+#define RLX_CUSTOM_OP_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxCustomOpApi, execute)
+
+/* ======================================================================
+ * 9. The entry symbol                                      (export/entry.rs)
+ * ====================================================================== */
+
+#define RLX_ENTRY_SYMBOL "rlx_plugin_entry"
+
+/* The one symbol a plugin exports. host is host-owned, static. Returns the
+ * plugin's root table (plugin-owned, static; a refusal is a table whose
+ * refusal_code != 0), or NULL on a failure it could not describe. Calling
+ * it again returns the same table. */
+typedef const RlxPluginApi* (*RlxEntryFn)(const RlxHostApi* host);
+
+#if defined(_WIN32)
+#define RLX_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define RLX_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef RLX_BUILDING_PLUGIN
+RLX_PLUGIN_EXPORT const RlxPluginApi* rlx_plugin_entry(const RlxHostApi* host);
+#endif
+
+/* Layout checks every compiler of this header makes. */
+#if defined(__cplusplus)
+#define RLX_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define RLX_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+RLX_STATIC_ASSERT(sizeof(RlxLogRecord) == RLX_LOG_RECORD_STRUCT_SIZE,
+                  "RlxLogRecord has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxHostApi) == RLX_HOST_API_STRUCT_SIZE,
+                  "RlxHostApi has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxPluginApi) == RLX_PLUGIN_API_STRUCT_SIZE,
+                  "RlxPluginApi has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxCompileOptions) == RLX_COMPILE_OPTIONS_STRUCT_SIZE,
+                  "RlxCompileOptions has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxCustomOpInfo) == RLX_CUSTOM_OP_INFO_STRUCT_SIZE,
+                  "RlxCustomOpInfo has tail padding");
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RLX_PLUGIN_H */

@@ -1,0 +1,73 @@
+//! Checked views of the pointers and counts callers pass.
+
+use crate::error::{PluginError, PluginResult};
+use crate::tensor::{HostTensor, RlxTensor};
+
+pub(super) unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> PluginResult<&'a mut T> {
+    p.as_mut()
+        .ok_or_else(|| PluginError::invalid_argument(format!("`{what}` is null")))
+}
+
+pub(super) unsafe fn slice_or_empty<'a, T>(
+    p: *const T,
+    n: usize,
+    what: &str,
+) -> PluginResult<&'a [T]> {
+    if n == 0 {
+        Ok(&[])
+    } else if p.is_null() {
+        Err(PluginError::invalid_argument(format!(
+            "`{what}` is null but its count is {n}"
+        )))
+    } else {
+        Ok(std::slice::from_raw_parts(p, n))
+    }
+}
+
+pub(super) unsafe fn copy_inputs(
+    inputs: *const RlxTensor,
+    n: usize,
+) -> PluginResult<Vec<HostTensor>> {
+    slice_or_empty(inputs, n, "inputs")?
+        .iter()
+        .enumerate()
+        .map(|(i, t)| HostTensor::copy_from_raw(t).map_err(|e| e.context(format!("input {i}"))))
+        .collect()
+}
+
+/// Write `outs` as owned tensors into `slots`; on a count mismatch nothing
+/// is written and the outputs are dropped here.
+pub(super) unsafe fn write_outputs(
+    outs: Vec<HostTensor>,
+    slots: *mut RlxTensor,
+    capacity: usize,
+) -> PluginResult<usize> {
+    if outs.len() > capacity {
+        return Err(PluginError::invalid_argument(format!(
+            "the op produced {} outputs but the caller has room for {capacity}",
+            outs.len()
+        )));
+    }
+    if !outs.is_empty() && slots.is_null() {
+        return Err(PluginError::invalid_argument("`outputs` is null"));
+    }
+    let n = outs.len();
+    for (i, t) in outs.into_iter().enumerate() {
+        slots.add(i).write(t.into_raw_owned());
+    }
+    Ok(n)
+}
+
+/// Read a struct the caller passed (null is an error naming `what`) by the
+/// size rule: fields beyond its `struct_size` read as zero (absent).
+///
+/// # Safety
+/// `p` is null or points at a struct starting with `struct_size`, readable
+/// for that size; all-zero is a valid `T`.
+pub(super) unsafe fn read_arg<T>(p: *const T, what: &str) -> PluginResult<T> {
+    if p.is_null() {
+        return Err(PluginError::invalid_argument(format!("`{what}` is null")));
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { crate::sized::read_zero_filled(p) })
+}

@@ -1,0 +1,225 @@
+//! Header §9: the entry symbol. `export_plugin!` writes it; [`entry`] is
+//! its body: the handshake, the plugin's state and its root table.
+
+use super::{custom_ops::CUSTOM_OP_API, executable, registration, status};
+use crate::custom_ops::CustomOpRegistry;
+use crate::error::{panic_message, PluginError, PluginResult, StatusCode};
+use crate::plugin::{Descriptor, Plugin};
+use crate::sized::AbiStruct;
+use crate::strings::{leak_str, RlxKeyValue, RlxStr};
+use crate::tables::*;
+use crate::version::{check_compatible, RlxAbiVersion, ABI_VERSION};
+use abi_stable::StableAbi;
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+/// Write the plugin's entry symbol. `$make` is an expression that builds
+/// the plugin (a value implementing [`Plugin`]); it runs once, at the first
+/// handshake that passes the version check.
+#[macro_export]
+macro_rules! export_plugin {
+    ($make:expr) => {
+        $crate::export_plugin!($make, $crate::export::EntryOptions::default());
+    };
+    ($make:expr, $opts:expr) => {
+        /// The plugin's entry symbol (written by `export_plugin!`).
+        ///
+        /// # Safety
+        /// Called by an RLX host with a valid host table, per docs/ABI.md.
+        #[no_mangle]
+        pub unsafe extern "C" fn rlx_plugin_entry(
+            host: *const $crate::tables::RlxHostApi,
+        ) -> *const $crate::tables::RlxPluginApi {
+            $crate::export::entry(
+                host,
+                || ::std::boxed::Box::new($make) as ::std::boxed::Box<dyn $crate::Plugin>,
+                $opts,
+            )
+        }
+    };
+}
+
+/// How the generated entry presents itself. The default is this build's
+/// true ABI; the other knobs exist so the test suite can build plugins that
+/// look like other builds (older or newer minors, other majors, another
+/// layout) with the real glue.
+#[derive(Clone, Copy)]
+pub struct EntryOptions {
+    pub abi_version: RlxAbiVersion,
+    /// Declare this `struct_size` for the root table instead of the real one.
+    pub struct_size: Option<usize>,
+    /// Append this many extra (zero) bytes after the root table and count
+    /// them in `struct_size`, as a newer minor with more fields would.
+    pub extra_tail_bytes: usize,
+    /// Publish this layout instead of the true one.
+    pub rust_layout: Option<&'static abi_stable::type_layout::TypeLayout>,
+    /// Store this address in `custom_ops` (to prove a host ignores fields
+    /// beyond `struct_size`).
+    pub custom_ops_override: Option<usize>,
+}
+
+impl Default for EntryOptions {
+    fn default() -> Self {
+        EntryOptions {
+            abi_version: ABI_VERSION,
+            struct_size: None,
+            extra_tail_bytes: 0,
+            rust_layout: None,
+            custom_ops_override: None,
+        }
+    }
+}
+
+pub(super) struct State {
+    pub(super) plugin: Box<dyn Plugin>,
+    pub(super) registry: CustomOpRegistry,
+    pub(super) tables: OnceLock<Tables>,
+}
+
+pub(super) struct Tables {
+    pub(super) op_list: RlxOpList,
+    pub(super) lowering: RlxLoweringTable,
+}
+
+// The tables hold pointers to leaked, immutable data.
+unsafe impl Send for Tables {}
+unsafe impl Sync for Tables {}
+
+static STATE: OnceLock<State> = OnceLock::new();
+/// Address of the published root table (accepted or refused).
+static ROOT: OnceLock<usize> = OnceLock::new();
+
+/// The body of the generated entry symbol.
+///
+/// # Safety
+/// `host` is null or points at a host table as docs/ABI.md defines it.
+pub unsafe fn entry(
+    host: *const RlxHostApi,
+    make: impl FnOnce() -> Box<dyn Plugin>,
+    opts: EntryOptions,
+) -> *const RlxPluginApi {
+    if let Some(root) = ROOT.get() {
+        return *root as *const RlxPluginApi;
+    }
+    let root = match catch_unwind(AssertUnwindSafe(|| handshake(host, make, &opts))) {
+        Ok(Ok(root)) => root,
+        Ok(Err(e)) => refusal(opts.abi_version, e),
+        Err(payload) => refusal(
+            opts.abi_version,
+            PluginError::new(
+                StatusCode::Panic,
+                format!("plugin entry panicked: {}", panic_message(&*payload)),
+            ),
+        ),
+    };
+    *ROOT.get_or_init(|| root as usize) as *const RlxPluginApi
+}
+
+fn refusal(version: RlxAbiVersion, e: PluginError) -> *const RlxPluginApi {
+    let mut t = RlxPluginApi::blank(version);
+    t.struct_size = PLUGIN_API_HEADER_SIZE;
+    t.refusal_code = e.code as u32;
+    t.refusal_message = leak_str(e.message);
+    Box::leak(Box::new(t))
+}
+
+unsafe fn handshake(
+    host: *const RlxHostApi,
+    make: impl FnOnce() -> Box<dyn Plugin>,
+    opts: &EntryOptions,
+) -> PluginResult<*const RlxPluginApi> {
+    let host = crate::log::read_host_table(host)?;
+    check_compatible(host.abi_version, opts.abi_version)
+        .map_err(|e| PluginError::new(StatusCode::VersionMismatch, e.to_string()))?;
+    crate::log::install_plugin_logger(&host);
+
+    let plugin = make();
+    let desc = plugin.descriptor();
+    let descriptor: &'static RlxPluginDescriptor = Box::leak(Box::new(raw_descriptor(&desc)));
+    let _ = STATE.set(State {
+        plugin,
+        registry: CustomOpRegistry::new(),
+        tables: OnceLock::new(),
+    });
+
+    let mut t = RlxPluginApi::blank(opts.abi_version);
+    let layout: &'static abi_stable::type_layout::TypeLayout = opts
+        .rust_layout
+        .unwrap_or(<RlxPluginApi as StableAbi>::LAYOUT);
+    t.rust_layout_tag = RlxStr::from_static(RUST_LAYOUT_TAG);
+    t.rust_layout = layout as *const _ as *const c_void;
+    t.descriptor = descriptor;
+    t.status_new = Some(status::status_new);
+    t.status_code = Some(status::status_code);
+    t.status_message = Some(status::status_message);
+    t.status_free = Some(status::status_free);
+    t.init = Some(registration::init);
+    t.supported_ops = Some(registration::supported_ops);
+    t.lowering_table = Some(registration::lowering_table);
+    t.compile = Some(executable::compile);
+    t.executable_destroy = Some(executable::executable_destroy);
+    t.executable_signature = Some(executable::executable_signature);
+    t.executable_bind_param = Some(executable::executable_bind_param);
+    t.executable_run = Some(executable::executable_run);
+    t.custom_ops = match opts.custom_ops_override {
+        Some(addr) => addr as *const RlxCustomOpApi,
+        None => &CUSTOM_OP_API,
+    };
+    t.struct_size = opts.struct_size.unwrap_or(RlxPluginApi::STRUCT_SIZE) + opts.extra_tail_bytes;
+
+    // A newer minor's table: the same prefix followed by fields this build
+    // does not know, all zero.
+    #[repr(C)]
+    struct Extended {
+        api: RlxPluginApi,
+        tail: [u8; 256],
+    }
+    if opts.extra_tail_bytes > 256 {
+        return Err(PluginError::internal("extra_tail_bytes is limited to 256"));
+    }
+    let ext: &'static Extended = Box::leak(Box::new(Extended {
+        api: t,
+        tail: [0; 256],
+    }));
+    Ok(&ext.api)
+}
+
+fn raw_descriptor(d: &Descriptor) -> RlxPluginDescriptor {
+    let devices: &'static [RlxStr] =
+        Box::leak(d.devices.iter().map(|s| leak_str(s.clone())).collect());
+    let build_info: &'static [RlxKeyValue] = Box::leak(
+        d.build_info
+            .iter()
+            .map(|(k, v)| RlxKeyValue {
+                key: leak_str(k.clone()),
+                value: leak_str(v.clone()),
+            })
+            .collect(),
+    );
+    let opsets: &'static [u32] = Box::leak(d.opsets.clone().into_boxed_slice());
+    RlxPluginDescriptor {
+        struct_size: RlxPluginDescriptor::STRUCT_SIZE,
+        name: leak_str(d.name.clone()),
+        version: leak_str(d.version.clone()),
+        description: leak_str(d.description.clone()),
+        devices: devices.as_ptr(),
+        n_devices: devices.len(),
+        build_info: build_info.as_ptr(),
+        n_build_info: build_info.len(),
+        opsets: opsets.as_ptr(),
+        n_opsets: opsets.len(),
+    }
+}
+
+pub(super) fn state() -> PluginResult<&'static State> {
+    STATE.get().ok_or_else(|| {
+        PluginError::internal("the plugin was not initialised by a successful handshake")
+    })
+}
+
+pub(super) fn tables() -> PluginResult<&'static Tables> {
+    state()?.tables.get().ok_or_else(|| {
+        PluginError::invalid_argument("call `init` before reading the plugin's tables")
+    })
+}

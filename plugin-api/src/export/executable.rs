@@ -1,0 +1,186 @@
+//! Header §7: compile, signature, bind, run and destroy.
+
+use super::args::{non_null_mut, read_arg, slice_or_empty, write_outputs};
+use super::entry::state;
+use super::status::guard;
+use crate::error::{PluginError, PluginResult, RlxStatus};
+use crate::plugin::{BoundParam, Mode, ParamBytes, Role};
+use crate::sized::AbiStruct;
+use crate::strings::RlxStr;
+use crate::tables::*;
+use crate::tensor::{ownership, RlxNamedTensor, RlxTensor, TensorRef};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+struct ExeBox(Box<dyn crate::plugin::Executable>);
+
+unsafe fn exe_mut<'a>(exe: *mut RlxExecutable) -> PluginResult<&'a mut ExeBox> {
+    (exe as *mut ExeBox)
+        .as_mut()
+        .ok_or_else(|| PluginError::invalid_argument("executable is null"))
+}
+
+pub(super) unsafe extern "C" fn compile(
+    graph: RlxStr,
+    options: *const RlxCompileOptions,
+    out: *mut *mut RlxExecutable,
+) -> *mut RlxStatus {
+    guard(|| {
+        let out = non_null_mut(out, "out")?;
+        *out = std::ptr::null_mut();
+        let st = state()?;
+        crate::log::sync_max_level();
+        // Fields an older host did not send keep their defaults (the 1.3
+        // reading rule, in RlxCompileOptions::read).
+        let raw = RlxCompileOptions::read(options);
+        let mode = Mode::from_raw(raw.mode).ok_or_else(|| {
+            PluginError::unsupported(format!("unknown execution mode {}", raw.mode))
+        })?;
+        let opts = crate::plugin::CompileOptions {
+            mode,
+            rng_policy: raw.rng_policy,
+            rng_seed: raw.rng_seed,
+        };
+        let text = graph
+            .to_str()
+            .map_err(|e| PluginError::invalid_argument(format!("graph text is not UTF-8: {e}")))?;
+        let exe = st.plugin.compile(text, &opts)?;
+        *out = Box::into_raw(Box::new(ExeBox(exe))) as *mut RlxExecutable;
+        Ok(())
+    })
+}
+
+pub(super) unsafe extern "C" fn executable_destroy(exe: *mut RlxExecutable) {
+    if !exe.is_null() {
+        // Dropping runs the plugin's own code: keep a panic inside.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(exe as *mut ExeBox))));
+    }
+}
+
+pub(super) unsafe extern "C" fn executable_signature(
+    exe: *const RlxExecutable,
+    visitor: *const RlxValueVisitor,
+) -> *mut RlxStatus {
+    guard(|| {
+        let exe = exe_mut(exe as *mut RlxExecutable)?;
+        let visitor = read_arg(visitor, "visitor")?;
+        let (visit, ctx) = (
+            visitor
+                .visit
+                .ok_or_else(|| PluginError::invalid_argument("`visitor.visit` is null"))?,
+            visitor.ctx,
+        );
+        for v in exe.0.signature() {
+            let shape: Vec<i64> = v.shape.iter().map(|d| d.map_or(-1, |d| d as i64)).collect();
+            let info = RlxValueInfo {
+                struct_size: RlxValueInfo::STRUCT_SIZE,
+                role: match v.role {
+                    Role::Input => role::INPUT,
+                    Role::Param => role::PARAM,
+                    Role::Output => role::OUTPUT,
+                },
+                name: RlxStr::from_str(&v.name),
+                dtype: v.dtype.to_dl(),
+                ndim: shape.len() as i32,
+                shape: shape.as_ptr(),
+            };
+            visit(ctx, &info);
+        }
+        Ok(())
+    })
+}
+
+pub(super) unsafe extern "C" fn executable_bind_param(
+    exe: *mut RlxExecutable,
+    name: RlxStr,
+    tensor: *const RlxTensor,
+) -> *mut RlxStatus {
+    // An OWNED tensor is ours from here on, even if we fail: wrap it first
+    // so every path releases it exactly once.
+    let owned = tensor
+        .as_ref()
+        .filter(|t| t.ownership == ownership::OWNED)
+        .copied();
+    let guard_owned = OwnedGuard(owned);
+    guard(move || {
+        let exe = exe_mut(exe)?;
+        let t = tensor
+            .as_ref()
+            .ok_or_else(|| PluginError::invalid_argument("`tensor` is null"))?;
+        let name = name
+            .to_str()
+            .map_err(|e| PluginError::invalid_argument(format!("param name is not UTF-8: {e}")))?;
+        let view = TensorRef::from_raw(t).map_err(|e| e.context(format!("param {name:?}")))?;
+        let (dtype, shape) = (view.dtype, view.shape.clone());
+        let bytes = match (t.ownership, view.compact_bytes()) {
+            (ownership::BORROWED_PERSISTENT, Some(b)) => ParamBytes::Persistent(b),
+            (ownership::OWNED, Some(b)) => ParamBytes::Owned {
+                bytes: b,
+                raw: guard_owned.disarm().expect("owned tensor"),
+            },
+            _ => ParamBytes::Copied(view.to_compact_bytes()),
+        };
+        // Anything not disarmed above (a copied owned tensor) is released
+        // when `guard_owned` drops at the end of this closure.
+        exe.0.bind_param(
+            name,
+            BoundParam {
+                dtype,
+                shape,
+                bytes,
+            },
+        )
+    })
+}
+
+struct OwnedGuard(Option<RlxTensor>);
+
+impl OwnedGuard {
+    fn disarm(mut self) -> Option<RlxTensor> {
+        self.0.take()
+    }
+}
+
+impl Drop for OwnedGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            unsafe { crate::tensor::release(t) };
+        }
+    }
+}
+
+pub(super) unsafe extern "C" fn executable_run(
+    exe: *mut RlxExecutable,
+    inputs: *const RlxNamedTensor,
+    n_inputs: usize,
+    outputs: *mut RlxTensor,
+    n_outputs: usize,
+) -> *mut RlxStatus {
+    guard(|| {
+        let exe = exe_mut(exe)?;
+        let named = slice_or_empty(inputs, n_inputs, "inputs")?;
+        let mut views = Vec::with_capacity(named.len());
+        for nt in named {
+            if nt.struct_size != std::mem::size_of::<RlxNamedTensor>() {
+                return Err(PluginError::invalid_argument(format!(
+                    "named tensor struct_size {} is not {}: RlxNamedTensor is frozen in ABI 1",
+                    nt.struct_size,
+                    std::mem::size_of::<RlxNamedTensor>()
+                )));
+            }
+            let name = nt.name.to_str().map_err(|e| {
+                PluginError::invalid_argument(format!("input name is not UTF-8: {e}"))
+            })?;
+            let view = TensorRef::from_raw(&nt.tensor)
+                .map_err(|e| e.context(format!("input {name:?}")))?;
+            views.push((name, view));
+        }
+        let outs = exe.0.run(&views)?;
+        if outs.len() != n_outputs {
+            return Err(PluginError::invalid_argument(format!(
+                "the executable has {} outputs but the caller passed {n_outputs} slots",
+                outs.len()
+            )));
+        }
+        write_outputs(outs, outputs, n_outputs).map(|_| ())
+    })
+}

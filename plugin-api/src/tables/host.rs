@@ -1,0 +1,65 @@
+//! Header §4: the host table and logging (`RlxHostApi`, `RlxLogRecord`).
+
+use crate::strings::RlxStr;
+use crate::version::RlxAbiVersion;
+use abi_stable::StableAbi;
+use std::ffi::c_void;
+
+/// Log levels, numbered like the `log` crate's `LevelFilter`.
+pub mod log_level {
+    pub const OFF: u32 = 0;
+    pub const ERROR: u32 = 1;
+    pub const WARN: u32 = 2;
+    pub const INFO: u32 = 3;
+    pub const DEBUG: u32 = 4;
+    pub const TRACE: u32 = 5;
+}
+
+/// One log record. Every field is borrowed for the duration of the call.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct RlxLogRecord {
+    pub struct_size: usize,
+    /// `log_level::ERROR ..= log_level::TRACE`.
+    pub level: u32,
+    /// The emitter's own target (e.g. its module path).
+    pub target: RlxStr,
+    pub message: RlxStr,
+    pub module_path: RlxStr,
+    pub file: RlxStr,
+    /// 0 when unknown.
+    pub line: u32,
+    /// (1.3) Written as 0, never read: fills what was tail padding, so a
+    /// later field cannot land where 1.0–1.2 writers counted padding.
+    pub reserved0: u32,
+}
+
+/// What the host offers the plugin. Host-owned; valid for the rest of the
+/// process. Callable from any thread.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct RlxHostApi {
+    pub struct_size: usize,
+    /// The host's ABI version.
+    pub abi_version: RlxAbiVersion,
+    /// The host program, for messages. Host-owned, static.
+    pub host_name: RlxStr,
+    /// Opaque to the plugin; passed back to `log` and `log_max_level`.
+    pub log_ctx: *mut c_void,
+    /// Deliver one record. Optional: without it the plugin logs nothing.
+    pub log: Option<unsafe extern "C" fn(ctx: *mut c_void, record: *const RlxLogRecord)>,
+    /// The most verbose level the host wants now (`log_level::*`). Asked
+    /// at handshake and may be asked again; optional (absent = `TRACE`).
+    pub log_max_level: Option<unsafe extern "C" fn(ctx: *mut c_void) -> u32>,
+}
+
+// The host promises its table is immutable and its functions callable
+// from any thread (docs/ABI.md, threading).
+unsafe impl Sync for RlxHostApi {}
+unsafe impl Send for RlxHostApi {}
+
+crate::abi_struct!(RlxLogRecord, reserved0: u32);
+crate::abi_struct!(
+    RlxHostApi,
+    log_max_level: Option<unsafe extern "C" fn(*mut c_void) -> u32>
+);

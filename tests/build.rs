@@ -1,0 +1,86 @@
+//! Builds the C side of the test suite with the system C compiler, against
+//! `plugin-api/include/rlx_plugin.h` alone:
+//! - `c/layout.c`: the header's sizes and offsets, linked into the tests
+//!   (`tests/c_layout.rs` compares them with the Rust definitions);
+//! - `plugins/c-plugin/c_plugin.c`: a plugin in plain C, built once per ABI
+//!   minor it claims (`-DRLX_C_PLUGIN_MINOR=N`), as
+//!   `$OUT_DIR/c-plugins/1.N/librlx_c_plugin.so`;
+//! - `hosts/c-host/c_host.c`: a host in plain C, `$OUT_DIR/rlx-c-host`.
+//!
+//! The tests find the artefacts through `env!("RLX_C_ARTIFACTS")`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The ABI minors the skew matrix covers (1.0 ..= 1.3).
+const MINORS: [u32; 4] = [0, 1, 2, 3];
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let include = root.join("../plugin-api/include");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    for p in [
+        "c",
+        "plugins/c-plugin",
+        "hosts/c-host",
+        "../plugin-api/include",
+    ] {
+        println!("cargo:rerun-if-changed={}", root.join(p).display());
+    }
+    println!("cargo:rustc-env=RLX_C_ARTIFACTS={}", out.display());
+
+    cc::Build::new()
+        .file(root.join("c/layout.c"))
+        .include(&include)
+        .std("c11")
+        .warnings_into_errors(true)
+        .compile("rlx_c_layout");
+
+    let compiler = cc::Build::new().get_compiler();
+    let plugin_src = root.join("plugins/c-plugin/c_plugin.c");
+    if plugin_src.exists() {
+        for minor in MINORS {
+            let dir = out.join("c-plugins").join(format!("1.{minor}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let lib = dir.join(library_file_name("rlx_c_plugin"));
+            let mut cmd = compiler.to_command();
+            cmd.args(["-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Werror"])
+                .arg(format!("-DRLX_C_PLUGIN_MINOR={minor}"))
+                .arg("-DRLX_BUILDING_PLUGIN")
+                .arg("-fvisibility=hidden")
+                .arg("-I")
+                .arg(&include)
+                .arg(&plugin_src)
+                .arg("-o")
+                .arg(&lib)
+                .arg("-lm");
+            run(cmd, &lib);
+        }
+    }
+    let host_src = root.join("hosts/c-host/c_host.c");
+    if host_src.exists() {
+        let exe = out.join("rlx-c-host");
+        let mut cmd = compiler.to_command();
+        cmd.args(["-std=c11", "-O1", "-Wall", "-Werror"])
+            .arg("-I")
+            .arg(&include)
+            .arg(&host_src)
+            .arg("-o")
+            .arg(&exe)
+            .arg("-ldl");
+        run(cmd, &exe);
+    }
+}
+
+fn library_file_name(stem: &str) -> String {
+    if cfg!(target_os = "macos") {
+        format!("lib{stem}.dylib")
+    } else {
+        format!("lib{stem}.so")
+    }
+}
+
+fn run(mut cmd: Command, what: &Path) {
+    let st = cmd.status().expect("run the C compiler");
+    assert!(st.success(), "building {} failed: {cmd:?}", what.display());
+}

@@ -1,0 +1,87 @@
+/* The header's view of every ABI struct: its size and, for each field, the
+ * offset and size. tests/c_layout.rs compares this table, row for row, with
+ * the Rust definitions. */
+#include "rlx_plugin.h"
+
+typedef struct RlxLayoutRow {
+    const char* type_name;
+    const char* field; /* "" for the struct itself */
+    size_t offset;
+    size_t size;
+} RlxLayoutRow;
+
+#define S(T) {#T, "", 0, sizeof(T)},
+#define F(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
+
+const RlxLayoutRow rlx_c_layout_rows[] = {
+    S(RlxStr) F(RlxStr, ptr) F(RlxStr, len)
+    S(RlxKeyValue) F(RlxKeyValue, key) F(RlxKeyValue, value)
+    S(RlxAbiVersion) F(RlxAbiVersion, major) F(RlxAbiVersion, minor) F(RlxAbiVersion, patch)
+    S(RlxDataType) F(RlxDataType, code) F(RlxDataType, bits) F(RlxDataType, lanes)
+    S(RlxDevice) F(RlxDevice, device_type) F(RlxDevice, device_id)
+    S(RlxDlTensor) F(RlxDlTensor, data) F(RlxDlTensor, device) F(RlxDlTensor, ndim)
+        F(RlxDlTensor, dtype) F(RlxDlTensor, shape) F(RlxDlTensor, strides)
+        F(RlxDlTensor, byte_offset)
+    S(RlxTensor) F(RlxTensor, struct_size) F(RlxTensor, ownership) F(RlxTensor, dl)
+        F(RlxTensor, manager_ctx) F(RlxTensor, deleter)
+    S(RlxNamedTensor) F(RlxNamedTensor, struct_size) F(RlxNamedTensor, name)
+        F(RlxNamedTensor, tensor)
+    S(RlxLogRecord) F(RlxLogRecord, struct_size) F(RlxLogRecord, level)
+        F(RlxLogRecord, target) F(RlxLogRecord, message) F(RlxLogRecord, module_path)
+        F(RlxLogRecord, file) F(RlxLogRecord, line) F(RlxLogRecord, reserved0)
+    S(RlxHostApi) F(RlxHostApi, struct_size) F(RlxHostApi, abi_version)
+        F(RlxHostApi, host_name) F(RlxHostApi, log_ctx) F(RlxHostApi, log)
+        F(RlxHostApi, log_max_level)
+    S(RlxPluginApi) F(RlxPluginApi, struct_size) F(RlxPluginApi, abi_version)
+        F(RlxPluginApi, refusal_code) F(RlxPluginApi, refusal_message)
+        F(RlxPluginApi, rust_layout_tag) F(RlxPluginApi, rust_layout)
+        F(RlxPluginApi, descriptor) F(RlxPluginApi, status_new)
+        F(RlxPluginApi, status_code) F(RlxPluginApi, status_message)
+        F(RlxPluginApi, status_free) F(RlxPluginApi, init)
+        F(RlxPluginApi, supported_ops) F(RlxPluginApi, lowering_table)
+        F(RlxPluginApi, compile) F(RlxPluginApi, executable_destroy)
+        F(RlxPluginApi, executable_signature) F(RlxPluginApi, executable_bind_param)
+        F(RlxPluginApi, executable_run) F(RlxPluginApi, custom_ops)
+    S(RlxPluginDescriptor) F(RlxPluginDescriptor, struct_size)
+        F(RlxPluginDescriptor, name) F(RlxPluginDescriptor, version)
+        F(RlxPluginDescriptor, description) F(RlxPluginDescriptor, devices)
+        F(RlxPluginDescriptor, n_devices) F(RlxPluginDescriptor, build_info)
+        F(RlxPluginDescriptor, n_build_info) F(RlxPluginDescriptor, opsets)
+        F(RlxPluginDescriptor, n_opsets)
+    S(RlxOpSupport) F(RlxOpSupport, struct_size) F(RlxOpSupport, op_kind)
+        F(RlxOpSupport, dtypes) F(RlxOpSupport, n_dtypes)
+    S(RlxOpList) F(RlxOpList, struct_size) F(RlxOpList, ops) F(RlxOpList, n_ops)
+    S(RlxLoweringEntry) F(RlxLoweringEntry, struct_size) F(RlxLoweringEntry, op_kind)
+        F(RlxLoweringEntry, dtypes) F(RlxLoweringEntry, n_dtypes)
+        F(RlxLoweringEntry, strategy) F(RlxLoweringEntry, note)
+        F(RlxLoweringEntry, execute) F(RlxLoweringEntry, execute_ctx)
+    S(RlxLoweringTable) F(RlxLoweringTable, struct_size) F(RlxLoweringTable, entries)
+        F(RlxLoweringTable, n_entries)
+    S(RlxCompileOptions) F(RlxCompileOptions, struct_size) F(RlxCompileOptions, mode)
+        F(RlxCompileOptions, rng_policy) F(RlxCompileOptions, rng_seed)
+    S(RlxValueInfo) F(RlxValueInfo, struct_size) F(RlxValueInfo, role)
+        F(RlxValueInfo, name) F(RlxValueInfo, dtype) F(RlxValueInfo, ndim)
+        F(RlxValueInfo, shape)
+    S(RlxValueVisitor) F(RlxValueVisitor, struct_size) F(RlxValueVisitor, ctx)
+        F(RlxValueVisitor, visit)
+    S(RlxCustomOpDesc) F(RlxCustomOpDesc, struct_size) F(RlxCustomOpDesc, name)
+        F(RlxCustomOpDesc, description) F(RlxCustomOpDesc, n_inputs)
+        F(RlxCustomOpDesc, n_outputs) F(RlxCustomOpDesc, kernel)
+        F(RlxCustomOpDesc, kernel_ctx) F(RlxCustomOpDesc, kernel_ctx_drop)
+    S(RlxCustomOpInfo) F(RlxCustomOpInfo, struct_size) F(RlxCustomOpInfo, name)
+        F(RlxCustomOpInfo, description) F(RlxCustomOpInfo, n_inputs)
+        F(RlxCustomOpInfo, n_outputs) F(RlxCustomOpInfo, origin)
+        F(RlxCustomOpInfo, reserved0)
+    S(RlxCustomOpVisitor) F(RlxCustomOpVisitor, struct_size) F(RlxCustomOpVisitor, ctx)
+        F(RlxCustomOpVisitor, visit)
+    S(RlxCustomOpApi) F(RlxCustomOpApi, struct_size) F(RlxCustomOpApi, register_op)
+        F(RlxCustomOpApi, unregister) F(RlxCustomOpApi, lookup) F(RlxCustomOpApi, list)
+        F(RlxCustomOpApi, execute)
+};
+
+const size_t rlx_c_layout_len = sizeof(rlx_c_layout_rows) / sizeof(rlx_c_layout_rows[0]);
+
+/* The header's constants that a Rust peer must agree with. */
+const uint32_t rlx_c_abi_version[3] = {RLX_ABI_VERSION_MAJOR, RLX_ABI_VERSION_MINOR,
+                                       RLX_ABI_VERSION_PATCH};
+const size_t rlx_c_plugin_api_header_size = RLX_PLUGIN_API_HEADER_SIZE;

@@ -1,0 +1,139 @@
+//! The C header is the ABI: every struct and field of
+//! `plugin-api/include/rlx_plugin.h`, as the system C compiler lays it out
+//! (tests/c/layout.c), has the size and offset of the Rust definition of
+//! the same name, and the Rust structs have no field the header lacks.
+
+use abi_stable::StableAbi;
+use rlx_plugin_api::tables::*;
+use rlx_plugin_api::tensor::{RlxDataType, RlxDevice, RlxDlTensor, RlxNamedTensor, RlxTensor};
+use rlx_plugin_api::{AbiStruct, RlxAbiVersion, RlxKeyValue, RlxStr};
+use rlx_plugin_tests::{c_constants, c_layout, LayoutRow};
+use std::collections::BTreeSet;
+use std::mem::{offset_of, size_of};
+
+fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
+    size_of::<F>()
+}
+
+/// For each listed struct: a row for the struct, a row per field, and the
+/// field names abi_stable records for the type (so a Rust field missing
+/// from this list, and hence from the header check, fails the test).
+macro_rules! rust_layout {
+    ($($t:ident { $($f:ident),* $(,)? }),* $(,)?) => {{
+        let mut rows = Vec::new();
+        let mut names: Vec<(&'static str, Vec<&'static str>, Vec<String>)> = Vec::new();
+        $(
+            rows.push(LayoutRow {
+                type_name: stringify!($t).into(),
+                field: String::new(),
+                offset: 0,
+                size: size_of::<$t>(),
+            });
+            $(
+                rows.push(LayoutRow {
+                    type_name: stringify!($t).into(),
+                    field: stringify!($f).into(),
+                    offset: offset_of!($t, $f),
+                    size: field_size(|t: &$t| &t.$f),
+                });
+            )*
+            let recorded = <$t as StableAbi>::LAYOUT
+                .get_fields()
+                .map(|fs| fs.iter().map(|f| f.name().to_string()).collect())
+                .unwrap_or_default();
+            names.push((stringify!($t), vec![$(stringify!($f)),*], recorded));
+        )*
+        (rows, names)
+    }};
+}
+
+#[test]
+fn every_header_struct_and_field_matches_the_rust_layout() {
+    let (rust, names) = rust_layout! {
+        RlxStr { ptr, len },
+        RlxKeyValue { key, value },
+        RlxAbiVersion { major, minor, patch },
+        RlxDataType { code, bits, lanes },
+        RlxDevice { device_type, device_id },
+        RlxDlTensor { data, device, ndim, dtype, shape, strides, byte_offset },
+        RlxTensor { struct_size, ownership, dl, manager_ctx, deleter },
+        RlxNamedTensor { struct_size, name, tensor },
+        RlxLogRecord { struct_size, level, target, message, module_path, file, line, reserved0 },
+        RlxHostApi { struct_size, abi_version, host_name, log_ctx, log, log_max_level },
+        RlxPluginApi {
+            struct_size, abi_version, refusal_code, refusal_message, rust_layout_tag,
+            rust_layout, descriptor, status_new, status_code, status_message, status_free,
+            init, supported_ops, lowering_table, compile, executable_destroy,
+            executable_signature, executable_bind_param, executable_run, custom_ops,
+        },
+        RlxPluginDescriptor {
+            struct_size, name, version, description, devices, n_devices, build_info,
+            n_build_info, opsets, n_opsets,
+        },
+        RlxOpSupport { struct_size, op_kind, dtypes, n_dtypes },
+        RlxOpList { struct_size, ops, n_ops },
+        RlxLoweringEntry {
+            struct_size, op_kind, dtypes, n_dtypes, strategy, note, execute, execute_ctx,
+        },
+        RlxLoweringTable { struct_size, entries, n_entries },
+        RlxCompileOptions { struct_size, mode, rng_policy, rng_seed },
+        RlxValueInfo { struct_size, role, name, dtype, ndim, shape },
+        RlxValueVisitor { struct_size, ctx, visit },
+        RlxCustomOpDesc {
+            struct_size, name, description, n_inputs, n_outputs, kernel, kernel_ctx,
+            kernel_ctx_drop,
+        },
+        RlxCustomOpInfo { struct_size, name, description, n_inputs, n_outputs, origin, reserved0 },
+        RlxCustomOpVisitor { struct_size, ctx, visit },
+        RlxCustomOpApi { struct_size, register_op, unregister, lookup, list, execute },
+    };
+    for (t, listed, recorded) in &names {
+        assert_eq!(
+            listed.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            *recorded,
+            "{t}: the Rust struct's fields (right) differ from those this test and the header check (left)"
+        );
+    }
+    let c: BTreeSet<LayoutRow> = c_layout().into_iter().collect();
+    let r: BTreeSet<LayoutRow> = rust.into_iter().collect();
+    let only_c: Vec<_> = c.difference(&r).collect();
+    let only_rust: Vec<_> = r.difference(&c).collect();
+    assert!(
+        only_c.is_empty() && only_rust.is_empty(),
+        "the header and the Rust definitions disagree\n  header only: {only_c:#?}\n  Rust only: {only_rust:#?}"
+    );
+    // Every type the root table reaches is checked (no struct is left out).
+    let types: BTreeSet<&str> = c.iter().map(|r| r.type_name.as_str()).collect();
+    assert_eq!(types.len(), names.len());
+}
+
+#[test]
+fn header_constants_match_the_rust_build() {
+    let (version, header) = c_constants();
+    let v = rlx_plugin_api::ABI_VERSION;
+    assert_eq!(version, [v.major, v.minor, v.patch]);
+    assert_eq!(header, PLUGIN_API_HEADER_SIZE);
+}
+
+#[test]
+fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
+    // The size rule (docs/ABI.md §2): what a writer puts in struct_size.
+    assert_eq!(
+        RlxLogRecord::STRUCT_SIZE,
+        offset_of!(RlxLogRecord, reserved0) + 4
+    );
+    assert_eq!(
+        RlxCustomOpInfo::STRUCT_SIZE,
+        offset_of!(RlxCustomOpInfo, reserved0) + 4
+    );
+    assert_eq!(RlxCompileOptions::STRUCT_SIZE, COMPILE_OPTIONS_SIZE_1_2);
+    assert_eq!(
+        RlxPluginApi::STRUCT_SIZE,
+        offset_of!(RlxPluginApi, custom_ops) + 8
+    );
+    // 1.0/1.1 hosts' options: {struct_size, mode} and 4 bytes of padding.
+    assert_eq!(
+        COMPILE_OPTIONS_SIZE_1_0,
+        offset_of!(RlxCompileOptions, rng_policy) + 4
+    );
+}
