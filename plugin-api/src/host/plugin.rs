@@ -298,6 +298,16 @@ impl LoadedPlugin {
     pub fn path(&self) -> &Path {
         &self.path
     }
+    /// The root table as read at load (fields beyond the plugin's
+    /// `struct_size` zeroed), for tools that exercise the ABI directly
+    /// (the conformance kit). Every required function is non-null.
+    pub fn raw_api(&self) -> &RlxPluginApi {
+        &self.api
+    }
+    /// The custom-op registry table as read at load, if any.
+    pub fn raw_custom_ops(&self) -> Option<&RlxCustomOpApi> {
+        self.custom.as_ref()
+    }
     pub fn abi_version(&self) -> RlxAbiVersion {
         self.api.abi_version
     }
