@@ -230,10 +230,13 @@ pub fn rope_tables(seq: usize, head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f3
 /// The output is named `logits`. RoPE cos/sin are constants of the graph.
 pub fn transformer(cfg: &TransformerConfig) -> Model {
     assert!(
-        cfg.d_model % cfg.n_heads == 0,
+        cfg.d_model.is_multiple_of(cfg.n_heads),
         "d_model must divide by n_heads"
     );
-    assert!(cfg.head_dim() % 2 == 0, "RoPE needs an even head_dim");
+    assert!(
+        cfg.head_dim().is_multiple_of(2),
+        "RoPE needs an even head_dim"
+    );
     assert!(
         cfg.seq != cfg.n_heads,
         "seq must differ from n_heads: attention tells [B,S,H,D] from [B,H,S,D] by which axis equals n_heads"

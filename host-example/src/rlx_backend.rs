@@ -252,9 +252,8 @@ impl Lowering {
     /// knob): the matmuls read their weights in place.
     pub fn options(&self, options: &CompileOptions) -> CompileOptions {
         let mut o = options.clone();
-        if !(self.claims(OpKind::Concat) && self.claims(OpKind::Narrow))
-            && !o.fusion_opts.no_weight_concat
-        {
+        let claims_both = self.claims(OpKind::Concat) && self.claims(OpKind::Narrow);
+        if !claims_both && !o.fusion_opts.no_weight_concat {
             log::debug!(
                 "plugin {} claims no Concat/Narrow: weight-concat fusions off",
                 self.label
@@ -608,7 +607,7 @@ impl PluginGraph {
         };
         match unknown {
             0 if known == n => info.shape.iter().map(|d| d.unwrap()).collect(),
-            1 if known > 0 && n % known == 0 => {
+            1 if known > 0 && n.is_multiple_of(known) => {
                 info.shape.iter().map(|d| d.unwrap_or(n / known)).collect()
             }
             _ => self.fail(format!(

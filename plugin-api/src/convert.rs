@@ -7,7 +7,7 @@ use crate::tensor::DType;
 /// Decode little-endian elements of `dtype` to f32.
 pub fn bytes_to_f32(dtype: DType, data: &[u8]) -> PluginResult<Vec<f32>> {
     let es = dtype.size_bytes();
-    if data.len() % es != 0 {
+    if !data.len().is_multiple_of(es) {
         return Err(PluginError::invalid_argument(format!(
             "{} bytes is not a whole number of {dtype} elements",
             data.len()

@@ -13,6 +13,9 @@
 //! (§3), [`tables`] (§4–§8, one file each) and, on the plugin side,
 //! [`export`] (one file per section it implements, §9 the entry).
 
+// Every unsafe block says why it is sound (CI runs clippy with -D warnings).
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod convert;
 pub mod custom_ops;
 pub mod error;

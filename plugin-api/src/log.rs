@@ -19,8 +19,9 @@ pub(crate) struct HostTable {
     pub log_max_level: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
 }
 
-// The host promises its log functions are callable from any thread.
+// SAFETY: the host promises its log functions are callable from any thread.
 unsafe impl Send for HostTable {}
+// SAFETY: as for Send.
 unsafe impl Sync for HostTable {}
 
 /// Copy the host table's prefix, zero-filling what an older host lacks.
@@ -72,6 +73,7 @@ fn filter_from_raw(raw: u32) -> log::LevelFilter {
 impl HostLogger {
     fn host_max(&self) -> log::LevelFilter {
         match self.host.log_max_level {
+            // SAFETY: the host's own function with its own context.
             Some(f) => filter_from_raw(unsafe { f(self.host.log_ctx) }),
             None => log::LevelFilter::Trace,
         }
@@ -99,6 +101,7 @@ impl log::Log for HostLogger {
             line: record.line().unwrap_or(0),
             reserved0: 0,
         };
+        // SAFETY: the host's own sink and context; the record is borrowed for the call.
         unsafe { sink(self.host.log_ctx, &raw) };
     }
 

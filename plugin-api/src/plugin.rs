@@ -208,8 +208,7 @@ impl Drop for BoundParam {
     }
 }
 
-// A BoundParam's memory is either ours or guaranteed by the host to stay
-// valid and unmodified while bound.
+// SAFETY: a persistent param's memory is the host's promise to keep valid and unmodified while bound.
 unsafe impl Send for BoundParam {}
 
 /// A compiled graph.

@@ -14,9 +14,9 @@ pub struct RlxStr {
     pub len: usize,
 }
 
-// An RlxStr is a view of immutable bytes; where it may be shared across
-// threads is governed by the lifetime rules of the field that holds it.
+// SAFETY: an RlxStr is a view of immutable bytes; where it may be shared is governed by the lifetime rules of the field that holds it.
 unsafe impl Send for RlxStr {}
+// SAFETY: as for Send.
 unsafe impl Sync for RlxStr {}
 
 impl RlxStr {

@@ -503,6 +503,7 @@ impl<'a> TensorRef<'a> {
             debug_assert!(off >= self.span.0 && off + es as isize <= self.span.1);
             // SAFETY: off lies within the span validated in from_raw.
             let p = unsafe { self.base.offset(off) };
+            // SAFETY: `off` is within the span validated by from_raw, so `p..p+es` is readable.
             out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, es) });
             for ax in (0..idx.len()).rev() {
                 idx[ax] += 1;
@@ -557,6 +558,7 @@ mod tests {
         let t = HostTensor::from_f32(vec![2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
         let raw = t.clone().into_raw_owned();
         assert_eq!(raw.ownership, ownership::OWNED);
+        // SAFETY: `raw` is an OWNED descriptor made just above.
         let back = unsafe { HostTensor::take_raw(raw) }.unwrap();
         assert_eq!(back, t);
     }
@@ -570,6 +572,7 @@ mod tests {
         let mut strides = [1i64, 3];
         view.raw.dl.shape = shape.as_mut_ptr();
         view.raw.dl.strides = strides.as_mut_ptr();
+        // SAFETY: the descriptor points into `t`, `strides`, alive here.
         let tt = unsafe { HostTensor::copy_from_raw(&view.raw) }.unwrap();
         assert_eq!(tt.shape, vec![3, 2]);
         assert_eq!(tt.to_f32_vec().unwrap(), vec![1., 4., 2., 5., 3., 6.]);
@@ -580,10 +583,12 @@ mod tests {
         let t = HostTensor::from_f32(vec![2], &[1., 2.]).unwrap();
         let mut view = t.as_raw(ownership::BORROWED);
         view.raw.dl.data = std::ptr::null_mut();
+        // SAFETY: from_raw only reads the descriptor's fields here (it fails on the null data).
         let e = unsafe { TensorRef::from_raw(&view.raw) }.unwrap_err();
         assert!(e.message.contains("null data"), "{e}");
         let mut view = t.as_raw(ownership::BORROWED);
         view.raw.dl.device.device_type = 2;
+        // SAFETY: from_raw refuses the device before touching data.
         assert!(unsafe { TensorRef::from_raw(&view.raw) }.is_err());
         assert!(HostTensor::new(DType::F32, vec![3], vec![0; 8]).is_err());
     }

@@ -93,8 +93,11 @@ pub fn lowering_for(g: &Graph, n: &Node) -> PluginResult<&'static Lowering> {
     Ok(l)
 }
 
+/// Named leaves of a graph, in node order.
+pub type Leaves = Vec<(String, NodeId)>;
+
 /// The graph's inputs and params in node order: `(name, node id)`.
-pub fn leaves(g: &Graph) -> (Vec<(String, NodeId)>, Vec<(String, NodeId)>) {
+pub fn leaves(g: &Graph) -> (Leaves, Leaves) {
     let mut inputs = Vec::new();
     let mut params = Vec::new();
     for n in g.nodes() {

@@ -8,7 +8,7 @@
 
 use rlx_ir::op::ReduceOp;
 use rlx_ir::{DType as IrDType, Graph, Op, Shape};
-use rlx_plugin_api::{Mode, StatusCode};
+use rlx_plugin_api::StatusCode;
 use rlx_plugin_tests::parity::{check_against, leaves, mlx, random_values, run_cpu, Feed, Tol};
 
 fn s(d: &[usize], t: IrDType) -> Shape {

@@ -210,7 +210,7 @@ fn concat_parity() {
             let xs: Vec<_> = ins
                 .iter()
                 .enumerate()
-                .map(|(i, d)| g.input(&format!("x{i}"), s(d, dt)))
+                .map(|(i, d)| g.input(format!("x{i}"), s(d, dt)))
                 .collect();
             let c = g.concat_(xs, *axis);
             g.set_outputs(vec![c]);
@@ -392,7 +392,7 @@ fn gather_index_edge_cases() {
             &format!("gather edge {idt:?} idx"),
             &g,
             &f,
-            &[want.clone()],
+            std::slice::from_ref(&want),
             EXACT,
         );
     }

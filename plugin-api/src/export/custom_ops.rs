@@ -35,14 +35,15 @@ struct ForeignKernel {
     n_outputs: usize,
 }
 
-// The registering party promises its kernel and context are thread-safe
-// (docs/ABI.md, threading contract).
+// SAFETY: the registering party promises its kernel and context may be used from any thread (docs/ABI.md, threading).
 unsafe impl Send for ForeignKernel {}
+// SAFETY: as for Send: the kernel is callable from any thread, concurrently.
 unsafe impl Sync for ForeignKernel {}
 
 impl Drop for ForeignKernel {
     fn drop(&mut self) {
         if let Some(d) = self.ctx_drop {
+            // SAFETY: the registering party's drop, called once with the context it gave.
             unsafe { d(self.ctx) };
         }
     }
@@ -54,6 +55,7 @@ impl ForeignKernel {
         let borrowed = crate::tensor::borrow_all(inputs);
         let raws = &borrowed.raws;
         let mut slots = vec![RlxTensor::empty(); self.n_outputs];
+        // SAFETY: the descriptors in `raws` point into `borrowed`, alive for the call; `slots` has room for n_outputs tensors.
         let st = unsafe {
             (self.kernel)(
                 self.ctx,
@@ -63,11 +65,13 @@ impl ForeignKernel {
                 slots.len(),
             )
         };
+        // SAFETY: a kernel's error status is made with this plugin's status_new (the ABI's rule).
         unsafe { take_status(st) }?;
         slots
             .into_iter()
             .enumerate()
             .map(|(i, s)| {
+                // SAFETY: on success the kernel wrote an OWNED tensor into every slot.
                 unsafe { HostTensor::take_raw(s) }
                     .map_err(|e| e.context(format!("kernel output {i}")))
             })
@@ -83,6 +87,7 @@ unsafe extern "C" fn custom_register(desc: *const RlxCustomOpDesc) -> *mut RlxSt
         impl Drop for CtxGuard {
             fn drop(&mut self) {
                 if let Some(d) = self.1.take() {
+                    // SAFETY: the caller's drop for its own context, called once (take()).
                     unsafe { d(self.0) };
                 }
             }

@@ -143,6 +143,7 @@ impl OwnedGuard {
 impl Drop for OwnedGuard {
     fn drop(&mut self) {
         if let Some(t) = self.0.take() {
+            // SAFETY: the caller handed us this OWNED tensor; it is released once, here.
             unsafe { crate::tensor::release(t) };
         }
     }

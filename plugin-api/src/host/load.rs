@@ -100,6 +100,7 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
     let lib = open_library(path)?;
     // Never unloaded (see the module docs).
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+    // SAFETY: the entry symbol has the ABI's type RlxEntryFn (docs/ABI.md §1); the library is never unloaded.
     let entry: RlxEntryFn = unsafe {
         *lib.get::<RlxEntryFn>(ENTRY_SYMBOL.as_bytes())
             .map_err(|_| LoadError::MissingEntrySymbol)?
@@ -119,11 +120,14 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
         log_max_level: Some(log_sink::host_log_max_level),
     }));
 
+    // SAFETY: `host` is a complete host table that lives for the rest of the process.
     let root = unsafe { entry(host) };
     if root.is_null() {
         return Err(LoadError::EntryReturnedNull);
     }
+    // SAFETY: a non-null root is the plugin's static table; read_root checks its header before the rest.
     let api = unsafe { read_root(root)? };
+    // SAFETY: `api` was read by its struct_size; its pointers are the plugin's static data.
     let plugin = unsafe { LoadedPlugin::new(path.to_path_buf(), api)? };
     if let Ok(mut l) = log_ctx.label.write() {
         *l = plugin.descriptor().name.clone();
@@ -163,6 +167,7 @@ fn check_header(path: &Path) -> Result<(), LoadError> {
 
 fn open_library(path: &Path) -> Result<libloading::Library, LoadError> {
     #[cfg(unix)]
+    // SAFETY: opening a library runs its constructors; that is what loading a plugin means (docs/ABI.md §14 on trust).
     let opened = unsafe {
         // RTLD_NOW: resolve every symbol now, so a missing dependency is a
         // load error rather than a crash at first call. RTLD_LOCAL: two

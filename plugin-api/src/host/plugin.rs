@@ -31,19 +31,22 @@ pub struct LoweringInfo {
     pub eager: bool,
 }
 
+/// A lowering-table row and its eager entry point with its context.
+type LoweringRow = (LoweringInfo, Option<(RlxExecuteOpFn, usize)>);
+
 /// A plugin that passed every check. Cheap to share (`Arc`).
 pub struct LoadedPlugin {
     path: PathBuf,
     api: RlxPluginApi,
     descriptor: Descriptor,
     ops: std::sync::OnceLock<Vec<OpSupport>>,
-    lowering: std::sync::OnceLock<Vec<(LoweringInfo, Option<(RlxExecuteOpFn, usize)>)>>,
+    lowering: std::sync::OnceLock<Vec<LoweringRow>>,
     custom: Option<RlxCustomOpApi>,
 }
 
-// The tables are immutable process-lifetime data and the ABI requires the
-// root functions to be thread-safe (docs/ABI.md, threading).
+// SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
 unsafe impl Send for LoadedPlugin {}
+// SAFETY: as for Send.
 unsafe impl Sync for LoadedPlugin {}
 
 fn required<T: Copy>(f: Option<T>, name: &str) -> Result<T, LoadError> {
@@ -199,6 +202,7 @@ impl LoadedPlugin {
 
     /// Registration, then read the op list and lowering table.
     pub(crate) fn init(&self) -> Result<(), LoadError> {
+        // SAFETY: `init` is required (checked at load) and called once, by the loader.
         unsafe { self.check((self.api.init.unwrap())()) }.map_err(LoadError::RegistrationFailed)?;
         let ops = self
             .read_ops()
@@ -217,6 +221,7 @@ impl LoadedPlugin {
             ops: std::ptr::null(),
             n_ops: 0,
         };
+        // SAFETY: `list` is a writable RlxOpList; the function is required.
         unsafe { self.check((self.api.supported_ops.unwrap())(&mut list)) }
             .map_err(|e| e.to_string())?;
         let list = read_written(&list);
@@ -230,21 +235,20 @@ impl LoadedPlugin {
             let op = unsafe { read_sized(p) }.ok_or(format!("op list entry {i} is null"))?;
             // SAFETY: strings and arrays of the plugin's static tables.
             let op_kind = unsafe { op.op_kind.to_string_lossy() };
+            // SAFETY: strings and arrays of the plugin's static tables.
             let dtypes = unsafe { dtypes(op.dtypes, op.n_dtypes, &op_kind, &self.path)? };
             out.push(OpSupport { op_kind, dtypes });
         }
         Ok(out)
     }
 
-    #[allow(clippy::type_complexity)]
-    fn read_lowering(
-        &self,
-    ) -> Result<Vec<(LoweringInfo, Option<(RlxExecuteOpFn, usize)>)>, String> {
+    fn read_lowering(&self) -> Result<Vec<LoweringRow>, String> {
         let mut t = RlxLoweringTable {
             struct_size: 0,
             entries: std::ptr::null(),
             n_entries: 0,
         };
+        // SAFETY: `t` is a writable RlxLoweringTable; the function is required.
         unsafe { self.check((self.api.lowering_table.unwrap())(&mut t)) }
             .map_err(|e| e.to_string())?;
         let t = read_written(&t);
@@ -273,6 +277,7 @@ impl LoadedPlugin {
                     dtypes: unsafe { dtypes(e.dtypes, e.n_dtypes, &op_kind, &self.path)? },
                     op_kind,
                     strategy,
+                    // SAFETY: a string of the plugin's static tables.
                     note: unsafe { e.note.to_string_lossy() },
                     eager: e.execute.is_some(),
                 },
@@ -287,6 +292,7 @@ impl LoadedPlugin {
         if s.is_null() {
             return Ok(());
         }
+        // SAFETY: `s` is a non-null status of this plugin, freed once, after its message is copied.
         unsafe {
             let code = StatusCode::from_raw((self.api.status_code.unwrap())(s));
             let message = (self.api.status_message.unwrap())(s).to_string_lossy();
@@ -354,6 +360,7 @@ impl LoadedPlugin {
         // Generous: no rlx op has more outputs than this.
         let mut slots = vec![RlxTensor::empty(); 16];
         let mut n = 0usize;
+        // SAFETY: `ctx` is the entry's own static context; the inputs point into `borrowed`, alive for the call; `slots` has out_capacity entries.
         self.check(unsafe {
             f(
                 ctx as *const c_void,
@@ -391,6 +398,7 @@ impl LoadedPlugin {
         }
         let opts = options.to_raw();
         let mut exe: *mut RlxExecutable = std::ptr::null_mut();
+        // SAFETY: the graph text and options are borrowed for the call; `exe` is a writable out-pointer.
         self.check(unsafe {
             (self.api.compile.unwrap())(RlxStr::from_str(graph), &opts, &mut exe)
         })?;
@@ -449,11 +457,13 @@ impl LoadedPlugin {
             kernel_ctx: Box::into_raw(ctx) as *mut c_void,
             kernel_ctx_drop: Some(drop_host_kernel),
         };
+        // SAFETY: `desc` is borrowed for the call; ownership of kernel_ctx moves to the plugin, which drops it with drop_host_kernel.
         self.check(unsafe { register(&desc) })
     }
 
     pub fn unregister_custom_op(&self, name: &str) -> PluginResult<()> {
         let f = Self::custom_fn(self.custom()?.unregister, "unregister")?;
+        // SAFETY: the name is borrowed for the call.
         self.check(unsafe { f(RlxStr::from_str(name)) })
     }
 
@@ -465,6 +475,7 @@ impl LoadedPlugin {
             ctx: &mut found as *mut _ as *mut c_void,
             visit: Some(collect_info),
         };
+        // SAFETY: the name and visitor are borrowed for the call; the visitor's ctx is `found`.
         self.check(unsafe { f(RlxStr::from_str(name), &visitor) })?;
         found
             .pop()
@@ -479,6 +490,7 @@ impl LoadedPlugin {
             ctx: &mut found as *mut _ as *mut c_void,
             visit: Some(collect_info),
         };
+        // SAFETY: the visitor is borrowed for the call; its ctx is `found`.
         self.check(unsafe { f(&visitor) })?;
         Ok(found)
     }
@@ -494,6 +506,7 @@ impl LoadedPlugin {
         let borrowed = crate::tensor::borrow_all(inputs);
         let raws = &borrowed.raws;
         let mut slots = vec![RlxTensor::empty(); n_outputs];
+        // SAFETY: the inputs point into `borrowed`, alive for the call; `slots` has n_outputs entries.
         self.check(unsafe {
             f(
                 RlxStr::from_str(name),
@@ -510,6 +523,7 @@ impl LoadedPlugin {
 fn take_outputs(slots: impl Iterator<Item = RlxTensor>) -> PluginResult<Vec<HostTensor>> {
     // Take every slot (so each is released) before reporting an error.
     let taken: Vec<PluginResult<HostTensor>> =
+        // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in each slot.
         slots.map(|s| unsafe { HostTensor::take_raw(s) }).collect();
     taken.into_iter().collect()
 }
@@ -612,8 +626,7 @@ pub struct PluginExecutable {
     keep_alive: Vec<Arc<HostTensor>>,
 }
 
-// One call at a time per executable is the ABI's contract; `&mut self`
-// enforces it, so moving the handle between threads is fine.
+// SAFETY: one call at a time per executable is the ABI's contract and `&mut self` enforces it, so moving the handle between threads is fine.
 unsafe impl Send for PluginExecutable {}
 
 /// The most dimensions a value in a signature may have.
@@ -682,6 +695,7 @@ impl PluginExecutable {
             ctx: &mut out as *mut _ as *mut c_void,
             visit: Some(collect_value),
         };
+        // SAFETY: `exe` is live; the visitor is borrowed for the call and its ctx is `out`.
         self.plugin.check(unsafe {
             (self.plugin.api.executable_signature.unwrap())(self.exe, &visitor)
         })?;
@@ -697,6 +711,7 @@ impl PluginExecutable {
     }
 
     fn bind_raw(&mut self, name: &str, raw: &RlxTensor) -> PluginResult<()> {
+        // SAFETY: `exe` is live; name and descriptor are borrowed for the call (or outlive the executable, when BORROWED_PERSISTENT: keep_alive).
         self.plugin.check(unsafe {
             (self.plugin.api.executable_bind_param.unwrap())(self.exe, RlxStr::from_str(name), raw)
         })
@@ -734,6 +749,7 @@ impl PluginExecutable {
             .collect();
         let n_out = self.values(Role::Output).count();
         let mut slots = vec![RlxTensor::empty(); n_out];
+        // SAFETY: `exe` is live; the inputs point into `views`, alive for the call; `slots` has exactly the output count.
         self.plugin.check(unsafe {
             (self.plugin.api.executable_run.unwrap())(
                 self.exe,
@@ -753,6 +769,7 @@ impl PluginExecutable {
 
 impl Drop for PluginExecutable {
     fn drop(&mut self) {
+        // SAFETY: `exe` came from this plugin's compile and is destroyed once.
         unsafe { (self.plugin.api.executable_destroy.unwrap())(self.exe) };
         // keep_alive drops after this body: the plugin no longer aliases it.
     }

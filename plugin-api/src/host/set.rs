@@ -66,8 +66,8 @@ pub struct PluginSet {
 /// A library is loaded at most once per process (it is never unloaded):
 /// loading the same canonical path again returns the first outcome.
 fn load_cached(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Result<Arc<LoadedPlugin>, LoadError>>>> =
-        OnceLock::new();
+    type Cache = HashMap<PathBuf, Result<Arc<LoadedPlugin>, LoadError>>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
     map.entry(path.to_path_buf())

@@ -103,7 +103,9 @@ pub struct RlxCustomOpApi {
     >,
 }
 
+// SAFETY: the registry table is immutable, process-lifetime data and its functions are thread-safe (docs/ABI.md, threading).
 unsafe impl Sync for RlxCustomOpApi {}
+// SAFETY: as for Sync.
 unsafe impl Send for RlxCustomOpApi {}
 
 crate::abi_struct!(

@@ -53,9 +53,9 @@ pub struct RlxHostApi {
     pub log_max_level: Option<unsafe extern "C" fn(ctx: *mut c_void) -> u32>,
 }
 
-// The host promises its table is immutable and its functions callable
-// from any thread (docs/ABI.md, threading).
+// SAFETY: the host table is immutable and its functions callable from any thread (docs/ABI.md, threading).
 unsafe impl Sync for RlxHostApi {}
+// SAFETY: as for Sync.
 unsafe impl Send for RlxHostApi {}
 
 crate::abi_struct!(RlxLogRecord, reserved0: u32);

@@ -119,9 +119,9 @@ pub struct RlxPluginApi {
 
 // Pointers in these tables are immutable, process-lifetime data.
 
-// Pointers in the root table are immutable, process-lifetime data, and its
-// functions are callable from any thread (docs/ABI.md, threading).
+// SAFETY: the root table's pointers are immutable, process-lifetime data and its functions are callable from any thread.
 unsafe impl Sync for RlxPluginApi {}
+// SAFETY: as for Sync.
 unsafe impl Send for RlxPluginApi {}
 
 /// Size of the frozen header of `RlxPluginApi`.

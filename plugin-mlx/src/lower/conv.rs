@@ -377,6 +377,8 @@ fn conv3d(cx: &Ctx, a: &[&Array]) -> LResult {
 /// reads it). Computed as a true convolution of the stride-dilated input
 /// with the kernel regrouped to `[C_out, C_in/g, *k]`, low padding
 /// `dilation·(k−1) − padding`.
+// The arguments are ConvTranspose's own fields, one for one.
+#[allow(clippy::too_many_arguments)]
 fn transposed(
     x: &Array,
     w: &Array,

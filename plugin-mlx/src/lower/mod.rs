@@ -67,7 +67,7 @@ pub struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// The declared output dims.
     pub fn out_dims(&self) -> Vec<i32> {
-        static_dims(&self.node.shape.dims().to_vec())
+        static_dims(self.node.shape.dims())
     }
     pub fn out_ir_dtype(&self) -> IrDType {
         self.node.shape.dtype()
@@ -77,7 +77,7 @@ impl<'a> Ctx<'a> {
     }
     /// Declared dims of input `i`.
     pub fn in_dims(&self, i: usize) -> Vec<i32> {
-        static_dims(&self.graph.shape(self.input(i)).dims().to_vec())
+        static_dims(self.graph.shape(self.input(i)).dims())
     }
     pub fn in_dtype(&self, i: usize) -> IrDType {
         self.graph.shape(self.input(i)).dtype()

@@ -264,7 +264,7 @@ fn group_norm(cx: &Ctx, a: &[&Array]) -> LResult {
     let d = nchw_dims("GroupNorm", a[0])?;
     let (n, c) = (d[0], d[1]);
     let g = *num_groups;
-    if g == 0 || c as usize % g != 0 {
+    if g == 0 || !(c as usize).is_multiple_of(g) {
         return Err(format!(
             "GroupNorm with {g} groups over {c} channels is not lowered (rlx-cpu needs the \
              groups to divide the channels: it leaves the remainder unwritten)"

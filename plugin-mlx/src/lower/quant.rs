@@ -1214,7 +1214,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
                 return Err(format!("DequantMatMul MlxAffine bits={bits} is not lowered").into());
             }
             let gs = group_size as i32;
-            if gs <= 0 || k % gs != 0 || (gs as u32 * bits as u32) % 8 != 0 {
+            if gs <= 0 || k % gs != 0 || !(gs as u32 * bits as u32).is_multiple_of(8) {
                 return Err(format!(
                     "DequantMatMul MlxAffine: k={k} with group_size={gs} is not supported \
                      (k must be a multiple of group_size)"

@@ -177,7 +177,7 @@ fn place_input(x: &Array, i: usize, is_scalar: bool, modulus: u32, out_dims: &[i
     }
     // Flat tiling.
     let p = period as i32;
-    let tiled = if len % period == 0 {
+    let tiled = if len.is_multiple_of(period) {
         let row = ops::reshape(&base, &[1, p])?;
         let b = ops::broadcast_to(&row, &[(len / period) as i32, p])?;
         ops::reshape(&b, &[len as i32])?
