@@ -1,0 +1,1220 @@
+/*
+ * rlx-c-host — an RLX host written in plain C11 against rlx_plugin.h alone.
+ *
+ * It plays a host of one ABI minor (the host half of the version-skew
+ * matrix): every struct it hands the plugin has the size that minor's host
+ * wrote, and every padding or unused byte is 0xAB, because a real host's
+ * stack holds garbage there and a plugin must not read it.
+ *
+ *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
+ *
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.3; another major
+ *                      is sent as is, to be refused)
+ *   --mode M           lazy (default), eager or compiled
+ *   --activation A     exp (default) or relu: the graph's activation
+ *   --graph FILE       compile FILE's .rlxmodel text instead of the built-in
+ *                      graph; it must compute the same function,
+ *                      y = act(x[2,3] . w[3,2] + b[2,2])
+ *   --print-graph      print the built-in graph text and exit
+ *
+ * Exit codes: 0 ok; 1 a check failed; 2 usage or load error; 3 the plugin
+ * refused the handshake; 4 the host refused the plugin (another major, a
+ * malformed table).
+ *
+ * Build (tests/build.rs does this):
+ *   cc -std=c11 -O1 -Wall -Werror -I plugin-api/include c_host.c -ldl
+ * No libm: build.rs links only -ldl, so the reference exp is written here.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rlx_plugin.h"
+
+enum {
+    EXIT_OK = 0,
+    EXIT_CHECK = 1,
+    EXIT_USAGE = 2,
+    EXIT_REFUSED = 3,
+    EXIT_HOST_REFUSED = 4,
+};
+
+/* The byte every host-written struct is filled with before its fields are
+ * set: garbage a plugin must never interpret. */
+#define GARBAGE 0xAB
+
+/* ======================================================================
+ * Small helpers
+ * ====================================================================== */
+
+static void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "rlx-c-host: FAIL: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(EXIT_CHECK);
+}
+
+static void step(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+static RlxStr str_of(const char* s) {
+    RlxStr r = {s, strlen(s)};
+    return r;
+}
+
+/* printf arguments for "%.*s" of an RlxStr ({NULL, 0} prints as ""). */
+#define STR_ARG(s) (int)(s).len, ((s).ptr ? (s).ptr : "")
+
+static int str_is(RlxStr s, const char* want) {
+    size_t n = strlen(want);
+    return s.len == n && (n == 0 || memcmp(s.ptr, want, n) == 0);
+}
+
+static int str_contains(RlxStr s, const char* needle) {
+    size_t n = strlen(needle);
+    for (size_t i = 0; s.ptr && i + n <= s.len; i++)
+        if (memcmp(s.ptr + i, needle, n) == 0) return 1;
+    return 0;
+}
+
+/* Does a struct written by the plugin reach the end of `field`? Every
+ * reader check goes through this: fields beyond struct_size are absent. */
+#define COVERS(p, type, field) ((p)->struct_size >= RLX_STRUCT_SIZE(type, field))
+
+static double absd(double x) { return x < 0 ? -x : x; }
+
+/* exp in double precision without libm: exp(x) = 2^k * exp(r) with
+ * |r| <= ln2/2, and exp(r) by its Taylor series (30 terms is far past
+ * double precision for |r| < 0.35). */
+static double ref_exp(double x) {
+    const double ln2 = 0.69314718055994530942;
+    long k = (long)(x / ln2 + (x < 0 ? -0.5 : 0.5));
+    double r = x - (double)k * ln2, term = 1.0, sum = 1.0;
+    for (int i = 1; i < 30; i++) {
+        term *= r / i;
+        sum += term;
+    }
+    for (; k > 0; k--) sum *= 2.0;
+    for (; k < 0; k++) sum *= 0.5;
+    return sum;
+}
+
+/* The tolerance of every value check: f32 results against a double
+ * reference, |got - want| <= 1e-5 * max(|want|, 1) — 1e-5 relative, and
+ * 1e-5 absolute below 1, where relative error means nothing (relu's
+ * zeros). A 3-term f32 dot product and an f32 exp are a few ulps (~1e-7)
+ * off; 1e-5 leaves room for a backend's vectorised exp. */
+static int close_enough(double got, double want) {
+    double scale = absd(want) > 1.0 ? absd(want) : 1.0;
+    return absd(got - want) <= 1e-5 * scale;
+}
+
+/* ======================================================================
+ * The host as it claims to be
+ * ====================================================================== */
+
+static struct {
+    unsigned major, minor;
+    uint32_t mode;
+    const char* mode_name;
+    int relu;
+    const char* graph_file;
+    const char* library;
+} g_opt = {1, 3, RLX_MODE_LAZY, "lazy", 0, NULL, NULL};
+
+/* The plugin's root table, set once the handshake and table checks pass. */
+static const RlxPluginApi* g_api;
+
+/* Log counters; the plugin may log from any thread. */
+static struct {
+    atomic_uint records;
+    atomic_uint too_verbose;
+    atomic_uint malformed;
+} g_log;
+
+/* Host-owned, static: valid for the rest of the process (ABI §4). */
+static RlxHostApi g_host;
+
+static const char* level_name(uint32_t level) {
+    switch (level) {
+    case RLX_LOG_ERROR: return "ERROR";
+    case RLX_LOG_WARN: return "WARN";
+    case RLX_LOG_INFO: return "INFO";
+    case RLX_LOG_DEBUG: return "DEBUG";
+    case RLX_LOG_TRACE: return "TRACE";
+    default: return "?";
+    }
+}
+
+/* Print one record as `[plugin LEVEL target] message`. Only the fields the
+ * plugin's struct_size covers are read. */
+static void host_log(void* ctx, const RlxLogRecord* r) {
+    (void)ctx;
+    atomic_fetch_add(&g_log.records, 1);
+    if (!r || !COVERS(r, RlxLogRecord, message)) {
+        atomic_fetch_add(&g_log.malformed, 1);
+        return;
+    }
+    /* We asked for INFO; a more verbose record is allowed through the ABI
+     * ("the most verbose level the host wants") but we drop it. */
+    if (r->level > RLX_LOG_INFO) {
+        atomic_fetch_add(&g_log.too_verbose, 1);
+        return;
+    }
+    fprintf(stderr, "[plugin %s %.*s] %.*s\n", level_name(r->level),
+            STR_ARG(r->target), STR_ARG(r->message));
+}
+
+static uint32_t host_log_max_level(void* ctx) {
+    (void)ctx;
+    return RLX_LOG_INFO;
+}
+
+static void fill_host_table(void) {
+    /* RlxHostApi is unchanged since 1.0; its 4 bytes of padding after
+     * abi_version stay 0xAB. */
+    memset(&g_host, GARBAGE, sizeof g_host);
+    g_host.struct_size = RLX_HOST_API_STRUCT_SIZE;
+    g_host.abi_version.major = g_opt.major;
+    g_host.abi_version.minor = g_opt.minor;
+    g_host.abi_version.patch = 0;
+    g_host.host_name = str_of("rlx-c-host");
+    g_host.log_ctx = &g_log;
+    g_host.log = host_log;
+    g_host.log_max_level = host_log_max_level;
+}
+
+/* ======================================================================
+ * Statuses
+ * ====================================================================== */
+
+static const char* code_name(uint32_t code) {
+    switch (code) {
+    case 0: return "OK";
+    case RLX_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case RLX_STATUS_UNSUPPORTED: return "UNSUPPORTED";
+    case RLX_STATUS_VERSION_MISMATCH: return "VERSION_MISMATCH";
+    case RLX_STATUS_INTERNAL: return "INTERNAL";
+    case RLX_STATUS_PANIC: return "PANIC";
+    case RLX_STATUS_NOT_FOUND: return "NOT_FOUND";
+    case RLX_STATUS_ALREADY_EXISTS: return "ALREADY_EXISTS";
+    default: return "INTERNAL (unknown code)";
+    }
+}
+
+/* A code this host does not know (from a newer peer) reads as INTERNAL. */
+static uint32_t known_code(uint32_t code) {
+    return code <= RLX_STATUS_ALREADY_EXISTS ? code : RLX_STATUS_INTERNAL;
+}
+
+/* Success or fail: a non-null status is printed, freed, and ends the run. */
+static void must(RlxStatus* s, const char* what) {
+    if (!s) return;
+    uint32_t code = g_api->status_code(s);
+    RlxStr msg = g_api->status_message(s);
+    fprintf(stderr, "rlx-c-host: %s: %s (%u): %.*s\n", what, code_name(code), code,
+            STR_ARG(msg));
+    g_api->status_free(s);
+    fail("%s failed", what);
+}
+
+/* An error path: the call must fail, with code `want` (0 = any error) and,
+ * if `needle` is set, a message containing it. The status is freed. */
+static void expect_error(RlxStatus* s, uint32_t want, const char* needle,
+                         const char* what) {
+    if (!s) fail("%s: expected an error, got success", what);
+    uint32_t code = known_code(g_api->status_code(s));
+    RlxStr msg = g_api->status_message(s);
+    step("error path: %s -> %s (%u): %.*s", what, code_name(code), code, STR_ARG(msg));
+    int code_ok = want == 0 || code == want;
+    int msg_ok = !needle || str_contains(msg, needle);
+    g_api->status_free(s);
+    if (!code_ok) fail("%s: expected %s, got %s", what, code_name(want), code_name(code));
+    if (!msg_ok) fail("%s: the message does not mention \"%s\"", what, needle);
+}
+
+/* ======================================================================
+ * Tensors (frozen structs: always sizeof)
+ * ====================================================================== */
+
+static const RlxDataType F32 = {RLX_DL_FLOAT, 32, 1};
+
+static int is_f32(RlxDataType d) {
+    return d.code == RLX_DL_FLOAT && d.bits == 32 && d.lanes == 1;
+}
+
+/* A BORROWED f32 host tensor. strides may be NULL (compact row-major). */
+static void borrowed_f32(RlxTensor* t, float* data, uint64_t byte_offset,
+                         int64_t* shape, int32_t ndim, int64_t* strides) {
+    memset(t, GARBAGE, sizeof *t); /* the 4 bytes after ownership */
+    t->struct_size = sizeof(RlxTensor);
+    t->ownership = RLX_OWNERSHIP_BORROWED;
+    t->dl.data = data;
+    t->dl.device.device_type = 1; /* kDLCPU */
+    t->dl.device.device_id = 0;
+    t->dl.ndim = ndim;
+    t->dl.dtype = F32;
+    t->dl.shape = shape;
+    t->dl.strides = strides;
+    t->dl.byte_offset = byte_offset;
+    t->manager_ctx = NULL;
+    t->deleter = NULL;
+}
+
+static void named(RlxNamedTensor* n, const char* name, const RlxTensor* t) {
+    memset(n, GARBAGE, sizeof *n);
+    n->struct_size = sizeof(RlxNamedTensor);
+    n->name = str_of(name);
+    n->tensor = *t;
+}
+
+/* Caller-owned output slots: garbage until the plugin writes them. */
+static void garbage_slots(RlxTensor* slots, size_t n) {
+    memset(slots, GARBAGE, n * sizeof *slots);
+}
+
+/* Element `i` (row-major index) of a 2-D f32 tensor, honouring strides and
+ * byte_offset as DLPack defines them. */
+static double element_2d(const RlxTensor* t, size_t i) {
+    int64_t cols = t->dl.shape[1];
+    int64_t r = (int64_t)i / cols, c = (int64_t)i % cols;
+    int64_t s0 = t->dl.strides ? t->dl.strides[0] : cols;
+    int64_t s1 = t->dl.strides ? t->dl.strides[1] : 1;
+    const char* base = (const char*)t->dl.data + t->dl.byte_offset;
+    return ((const float*)base)[r * s0 + c * s1];
+}
+
+/* Check an output the plugin handed over: a well-formed OWNED f32[rows,
+ * cols] host tensor whose values match `want`. */
+static void check_output(const RlxTensor* t, const double* want, int64_t rows,
+                         int64_t cols, const char* what) {
+    if (t->struct_size != sizeof(RlxTensor))
+        fail("%s: tensor struct_size %zu, the frozen size is %zu", what, t->struct_size,
+             sizeof(RlxTensor));
+    if (t->ownership != RLX_OWNERSHIP_OWNED)
+        fail("%s: ownership %u, outputs are OWNED", what, t->ownership);
+    if (!t->deleter) fail("%s: an OWNED tensor with no deleter cannot be released", what);
+    if (t->dl.device.device_type != 1) fail("%s: not host memory", what);
+    if (!is_f32(t->dl.dtype))
+        fail("%s: dtype %u/%u/%u, want f32", what, t->dl.dtype.code, t->dl.dtype.bits,
+             t->dl.dtype.lanes);
+    if (t->dl.ndim != 2 || !t->dl.shape || t->dl.shape[0] != rows || t->dl.shape[1] != cols)
+        fail("%s: shape is not [%lld, %lld]", what, (long long)rows, (long long)cols);
+    if (!t->dl.data) fail("%s: null data", what);
+    for (size_t i = 0; i < (size_t)(rows * cols); i++) {
+        double got = element_2d(t, i);
+        if (!close_enough(got, want[i]))
+            fail("%s: element %zu is %.9g, want %.9g", what, i, got, want[i]);
+    }
+}
+
+/* Release an OWNED tensor through its own deleter, exactly once. */
+static void release(RlxTensor* t) {
+    if (t->ownership == RLX_OWNERSHIP_OWNED && t->deleter) t->deleter(t->manager_ctx);
+    memset(t, GARBAGE, sizeof *t);
+}
+
+/* ======================================================================
+ * The graph and its reference
+ * ====================================================================== */
+
+/* y = act(x . w + b): two inputs, one param, three ops. The syntax is what
+ * rlx-ir 0.2.19's rlxmodel::to_text writes (the test compares them). */
+static const char* builtin_graph(void) {
+    return g_opt.relu ? "rlxmodel 1\n"
+                        "opset 1\n"
+                        "\n"
+                        "graph @g {\n"
+                        "  %x = input : f32[2, 3]\n"
+                        "  %w = param : f32[3, 2]\n"
+                        "  %2 = MatMul %x, %w : f32[2, 2]\n"
+                        "  %b = input : f32[2, 2]\n"
+                        "  %4 = Binary(Add) %2, %b : f32[2, 2]\n"
+                        "  %5 = Activation(Relu) %4 : f32[2, 2]\n"
+                        "  return %5\n"
+                        "}\n"
+                      : "rlxmodel 1\n"
+                        "opset 1\n"
+                        "\n"
+                        "graph @g {\n"
+                        "  %x = input : f32[2, 3]\n"
+                        "  %w = param : f32[3, 2]\n"
+                        "  %2 = MatMul %x, %w : f32[2, 2]\n"
+                        "  %b = input : f32[2, 2]\n"
+                        "  %4 = Binary(Add) %2, %b : f32[2, 2]\n"
+                        "  %5 = Activation(Exp) %4 : f32[2, 2]\n"
+                        "  return %5\n"
+                        "}\n";
+}
+
+/* The values, chosen so x.w + b has both signs (relu keeps some, zeroes
+ * others) and stays O(1) (exp stays O(1)). */
+static const float X[6] = {0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.75f};
+static const float W[6] = {0.2f, -0.4f, 0.6f, 0.1f, -0.3f, 0.5f};
+static const float B1[4] = {0.1f, -0.2f, 0.3f, 0.05f};
+static const float B2[4] = {-0.5f, 0.25f, 0.0f, 1.0f};
+
+/* y[2,2] = act(x[2,3] . w[3,2] + b[2,2]) in double, from the f32 values. */
+static void reference(const float* x, const float* w, const float* b, double* y) {
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            double acc = b[i * 2 + j];
+            for (int k = 0; k < 3; k++) acc += (double)x[i * 3 + k] * (double)w[k * 2 + j];
+            y[i * 2 + j] = g_opt.relu ? (acc > 0 ? acc : 0.0) : ref_exp(acc);
+        }
+}
+
+static char* read_file(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) fail("cannot open %s", path);
+    size_t cap = 4096, n = 0;
+    char* buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    if (!buf) fail("out of memory reading %s", path);
+    buf[n] = 0;
+    return buf;
+}
+
+/* ======================================================================
+ * Handshake
+ * ====================================================================== */
+
+/* dlopen the library and call its entry. RTLD_NOW so a missing symbol fails
+ * here, RTLD_LOCAL so plugins keep their own copies of shared libraries.
+ * Never dlclose (ABI §9: the plugin's threads and statics outlive us). */
+static const RlxPluginApi* call_entry(const char* path) {
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "rlx-c-host: dlopen %s: %s\n", path, dlerror());
+        exit(EXIT_USAGE);
+    }
+    void* sym = dlsym(lib, RLX_ENTRY_SYMBOL);
+    if (!sym) {
+        fprintf(stderr, "rlx-c-host: %s has no %s symbol\n", path, RLX_ENTRY_SYMBOL);
+        exit(EXIT_USAGE);
+    }
+    /* ISO C has no object-to-function pointer conversion; POSIX guarantees
+     * the representation, so copy the bits. */
+    RlxEntryFn entry;
+    memcpy(&entry, &sym, sizeof entry);
+    const RlxPluginApi* api = entry(&g_host);
+    if (!api) {
+        fprintf(stderr, "rlx-c-host: the entry returned NULL\n");
+        exit(EXIT_USAGE);
+    }
+    return api;
+}
+
+/* The fields every 1.0 table has: everything before custom_ops. */
+#define PLUGIN_API_SIZE_1_0 offsetof(RlxPluginApi, custom_ops)
+
+/* Read the frozen header; stop at a refusal or another major before
+ * touching anything past it. */
+static void check_header(const RlxPluginApi* api) {
+    RlxAbiVersion v = api->abi_version;
+    step("handshake: plugin ABI %u.%u.%u, table struct_size %zu (host claims %u.%u)", v.major,
+         v.minor, v.patch, api->struct_size, g_opt.major, g_opt.minor);
+    if (api->refusal_code != 0) {
+        printf("refused: %s (%u): %.*s\n", code_name(known_code(api->refusal_code)),
+               api->refusal_code, STR_ARG(api->refusal_message));
+        exit(EXIT_REFUSED);
+    }
+    if (api->struct_size < RLX_PLUGIN_API_HEADER_SIZE) {
+        printf("host refuses: table struct_size %zu is smaller than the frozen header\n",
+               api->struct_size);
+        exit(EXIT_HOST_REFUSED);
+    }
+    if (v.major != g_opt.major) {
+        printf("host refuses: VERSION_MISMATCH: plugin ABI %u.%u.%u, host ABI %u.%u "
+               "(majors differ)\n",
+               v.major, v.minor, v.patch, g_opt.major, g_opt.minor);
+        exit(EXIT_HOST_REFUSED);
+    }
+}
+
+/* The size the table must have: every field both the plugin's minor and
+ * this host's minor define (ABI §3). */
+static void check_table(const RlxPluginApi* api) {
+    size_t need = PLUGIN_API_SIZE_1_0;
+    if (api->abi_version.minor >= 1 && g_opt.minor >= 1) need = RLX_PLUGIN_API_STRUCT_SIZE;
+    if (api->struct_size < need) {
+        printf("host refuses: a %u.%u table of %zu bytes, at least %zu expected\n",
+               api->abi_version.major, api->abi_version.minor, api->struct_size, need);
+        exit(EXIT_HOST_REFUSED);
+    }
+#define REQUIRE(f)                                                               \
+    if (!api->f) {                                                               \
+        printf("host refuses: the required field `" #f "` is null\n");           \
+        exit(EXIT_HOST_REFUSED);                                                 \
+    }
+    REQUIRE(descriptor) REQUIRE(status_new) REQUIRE(status_code)
+    REQUIRE(status_message) REQUIRE(status_free) REQUIRE(init) REQUIRE(supported_ops)
+    REQUIRE(lowering_table) REQUIRE(compile) REQUIRE(executable_destroy)
+    REQUIRE(executable_signature) REQUIRE(executable_bind_param) REQUIRE(executable_run)
+#undef REQUIRE
+    step("table: all required functions present; rust_layout_tag \"%.*s\"",
+         STR_ARG(api->rust_layout_tag));
+}
+
+static void print_descriptor(const RlxPluginDescriptor* d) {
+    if (!COVERS(d, RlxPluginDescriptor, version))
+        fail("descriptor struct_size %zu does not reach `version`", d->struct_size);
+    printf("descriptor: %.*s %.*s", STR_ARG(d->name), STR_ARG(d->version));
+    if (COVERS(d, RlxPluginDescriptor, description))
+        printf(" \"%.*s\"", STR_ARG(d->description));
+    if (COVERS(d, RlxPluginDescriptor, n_devices)) {
+        printf("; devices:");
+        for (size_t i = 0; i < d->n_devices; i++) printf(" %.*s", STR_ARG(d->devices[i]));
+    }
+    if (COVERS(d, RlxPluginDescriptor, n_opsets)) {
+        printf("; opsets:");
+        for (size_t i = 0; i < d->n_opsets; i++) printf(" %u", d->opsets[i]);
+    }
+    printf("\n");
+    if (COVERS(d, RlxPluginDescriptor, n_build_info))
+        for (size_t i = 0; i < d->n_build_info; i++)
+            step("build_info: %.*s = %.*s", STR_ARG(d->build_info[i].key),
+                 STR_ARG(d->build_info[i].value));
+}
+
+/* ======================================================================
+ * Registration tables
+ * ====================================================================== */
+
+static void check_supported_ops(void) {
+    RlxOpList list;
+    memset(&list, GARBAGE, sizeof list);
+    list.struct_size = sizeof list;
+    must(g_api->supported_ops(&list), "supported_ops");
+    if (!COVERS(&list, RlxOpList, n_ops)) fail("op list struct_size %zu", list.struct_size);
+    int seen_matmul = 0, seen_binary = 0, seen_act = 0;
+    printf("supported ops: %zu:", list.n_ops);
+    for (size_t i = 0; i < list.n_ops; i++) {
+        const RlxOpSupport* op = list.ops[i];
+        if (!op || !COVERS(op, RlxOpSupport, op_kind)) fail("op %zu is malformed", i);
+        if (i < 8) printf(" %.*s", STR_ARG(op->op_kind));
+        int f32 = 0;
+        if (COVERS(op, RlxOpSupport, n_dtypes))
+            for (size_t k = 0; k < op->n_dtypes; k++) f32 |= is_f32(op->dtypes[k]);
+        seen_matmul |= str_is(op->op_kind, "MatMul") && f32;
+        seen_binary |= str_is(op->op_kind, "Binary") && f32;
+        seen_act |= str_is(op->op_kind, "Activation") && f32;
+    }
+    printf("%s\n", list.n_ops > 8 ? " ..." : "");
+    if (!seen_matmul || !seen_binary || !seen_act)
+        fail("the plugin does not list MatMul, Binary and Activation for f32");
+    expect_error(g_api->supported_ops(NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "supported_ops(NULL)");
+}
+
+/* The eager single-op path of a lowering entry: Binary(Add) on two
+ * borrowed tensors, up to two output slots offered. */
+static void run_eager_binary(const RlxLoweringEntry* e) {
+    static const char* node = "rlxmodel 1\n"
+                              "opset 1\n"
+                              "\n"
+                              "graph @add {\n"
+                              "  %a = input : f32[2, 2]\n"
+                              "  %b = input : f32[2, 2]\n"
+                              "  %2 = Binary(Add) %a, %b : f32[2, 2]\n"
+                              "  return %2\n"
+                              "}\n";
+    float a[4] = {1, 2, 3, 4}, b[4] = {0.5f, -0.5f, 0.25f, -0.25f};
+    int64_t shape[2] = {2, 2};
+    RlxTensor in[2], out[2];
+    borrowed_f32(&in[0], a, 0, shape, 2, NULL);
+    borrowed_f32(&in[1], b, 0, shape, 2, NULL);
+    garbage_slots(out, 2);
+    size_t n_out = 12345;
+    must(e->execute(e->execute_ctx, str_of(node), in, 2, out, 2, &n_out),
+         "lowering entry Binary: execute");
+    if (n_out != 1) fail("eager Binary wrote %zu outputs, want 1", n_out);
+    double want[4];
+    for (int i = 0; i < 4; i++) want[i] = (double)a[i] + (double)b[i];
+    check_output(&out[0], want, 2, 2, "eager Binary(Add)");
+    release(&out[0]);
+    step("lowering entry Binary: eager execute ok (1 output, released)");
+}
+
+static void check_lowering_table(void) {
+    RlxLoweringTable t;
+    memset(&t, GARBAGE, sizeof t);
+    t.struct_size = sizeof t;
+    must(g_api->lowering_table(&t), "lowering_table");
+    if (!COVERS(&t, RlxLoweringTable, n_entries)) fail("lowering table struct_size");
+    size_t eager = 0, by_strategy[3] = {0, 0, 0}, unknown = 0;
+    const RlxLoweringEntry* binary = NULL;
+    for (size_t i = 0; i < t.n_entries; i++) {
+        const RlxLoweringEntry* e = t.entries[i];
+        if (!e || !COVERS(e, RlxLoweringEntry, execute_ctx)) fail("entry %zu malformed", i);
+        if (e->strategy > RLX_STRATEGY_HOST_EVALUATED) {
+            unknown++; /* skipped, as the header says */
+            continue;
+        }
+        by_strategy[e->strategy]++;
+        if (e->execute) eager++;
+        if (str_is(e->op_kind, "Binary") && e->execute) binary = e;
+    }
+    step("lowering table: %zu entries (native %zu, composite %zu, host-evaluated %zu, "
+         "unknown %zu), %zu eager",
+         t.n_entries, by_strategy[0], by_strategy[1], by_strategy[2], unknown, eager);
+    expect_error(g_api->lowering_table(NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "lowering_table(NULL)");
+    if (!binary) fail("no eager Binary entry");
+    run_eager_binary(binary);
+}
+
+/* ======================================================================
+ * Compile options: as each minor's host wrote them
+ * ====================================================================== */
+
+/* RlxCompileOptions as the 1.0 and 1.1 headers declared it. sizeof is 16:
+ * 4 bytes of tail padding after mode, where 1.2 later put rng_policy. */
+typedef struct RlxCompileOptions_1_0 {
+    size_t struct_size;
+    uint32_t mode;
+} RlxCompileOptions_1_0;
+_Static_assert(sizeof(RlxCompileOptions_1_0) == RLX_COMPILE_OPTIONS_SIZE_1_0,
+               "a 1.0 host wrote 16");
+
+/* A heap block of exactly the size the claimed minor's host wrote, filled
+ * with garbage first: a reader that takes rng_policy from a 1.0/1.1 host
+ * sees 0xABABABAB, and one that reads past the block is caught by
+ * valgrind. Free with free(). */
+static RlxCompileOptions* new_compile_options(uint32_t mode) {
+    if (g_opt.minor < 2) {
+        RlxCompileOptions_1_0* o = malloc(sizeof *o);
+        if (!o) fail("out of memory");
+        memset(o, GARBAGE, sizeof *o);
+        o->struct_size = sizeof *o; /* sizeof, padding included, as 1.0 did */
+        o->mode = mode;
+        return (RlxCompileOptions*)o;
+    }
+    RlxCompileOptions* o = malloc(sizeof *o);
+    if (!o) fail("out of memory");
+    memset(o, GARBAGE, sizeof *o);
+    /* 1.2 wrote 24 = sizeof; 1.3 writes RLX_STRUCT_SIZE(.., rng_seed), the
+     * same 24 now that the struct has no tail padding. */
+    o->struct_size =
+        g_opt.minor == 2 ? RLX_COMPILE_OPTIONS_SIZE_1_2 : RLX_COMPILE_OPTIONS_STRUCT_SIZE;
+    o->mode = mode;
+    o->rng_policy = RLX_RNG_PHILOX;
+    o->rng_seed = RLX_DEFAULT_RNG_SEED;
+    return o;
+}
+
+static RlxExecutable* compile_text(const char* text, uint32_t mode, RlxStatus** status) {
+    RlxCompileOptions* opts = new_compile_options(mode);
+    RlxExecutable* exe = (RlxExecutable*)(uintptr_t)0xABABABABu; /* must be overwritten */
+    *status = g_api->compile(str_of(text), opts, &exe);
+    free(opts);
+    return *status ? NULL : exe;
+}
+
+/* ======================================================================
+ * Signature
+ * ====================================================================== */
+
+typedef struct {
+    uint32_t role;
+    char name[64];
+    RlxDataType dtype;
+    int32_t ndim;
+    int64_t shape[8];
+} Value;
+
+typedef struct {
+    Value v[16];
+    size_t n;
+    unsigned malformed, skipped, out_of_order;
+    uint32_t last_role;
+} Signature;
+
+/* Copy one value (info is borrowed for the call). */
+static void visit_value(void* ctx, const RlxValueInfo* info) {
+    Signature* s = ctx;
+    if (!info || !COVERS(info, RlxValueInfo, shape) || info->name.len >= 64 || info->ndim < 0 ||
+        info->ndim > 8 || (info->ndim > 0 && !info->shape) || s->n == 16) {
+        s->malformed++;
+        return;
+    }
+    if (info->role > RLX_ROLE_OUTPUT) {
+        fprintf(stderr, "rlx-c-host: warning: skipping a value of unknown role %u\n",
+                info->role);
+        s->skipped++;
+        return;
+    }
+    if (s->n > 0 && info->role < s->last_role) s->out_of_order++;
+    s->last_role = info->role;
+    Value* v = &s->v[s->n++];
+    v->role = info->role;
+    memcpy(v->name, info->name.ptr, info->name.len);
+    v->name[info->name.len] = 0;
+    v->dtype = info->dtype;
+    v->ndim = info->ndim;
+    for (int32_t i = 0; i < info->ndim; i++) v->shape[i] = info->shape[i];
+}
+
+static const Value* find_value(const Signature* s, uint32_t role, const char* name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].role == role && (!name || strcmp(s->v[i].name, name) == 0)) return &s->v[i];
+    return NULL;
+}
+
+static void expect_value(const Signature* s, uint32_t role, const char* name, int64_t d0,
+                         int64_t d1) {
+    const Value* v = find_value(s, role, name);
+    if (!v) fail("the signature has no %s", name ? name : "output");
+    if (!is_f32(v->dtype) || v->ndim != 2 || v->shape[0] != d0 || v->shape[1] != d1)
+        fail("signature: %s is not f32[%lld, %lld]", v->name, (long long)d0, (long long)d1);
+}
+
+static void check_signature(RlxExecutable* exe) {
+    Signature s;
+    memset(&s, 0, sizeof s);
+    RlxValueVisitor vis;
+    memset(&vis, GARBAGE, sizeof vis);
+    vis.struct_size = RLX_VALUE_VISITOR_STRUCT_SIZE;
+    vis.ctx = &s;
+    vis.visit = visit_value;
+    must(g_api->executable_signature(exe, &vis), "executable_signature");
+    if (s.malformed || s.out_of_order)
+        fail("signature: %u malformed values, %u out of order (inputs, params, outputs)",
+             s.malformed, s.out_of_order);
+    size_t counts[3] = {0, 0, 0};
+    for (size_t i = 0; i < s.n; i++) counts[s.v[i].role]++;
+    if (counts[0] != 2 || counts[1] != 1 || counts[2] != 1)
+        fail("signature: %zu inputs, %zu params, %zu outputs; want 2, 1, 1", counts[0],
+             counts[1], counts[2]);
+    expect_value(&s, RLX_ROLE_INPUT, "x", 2, 3);
+    expect_value(&s, RLX_ROLE_INPUT, "b", 2, 2);
+    expect_value(&s, RLX_ROLE_PARAM, "w", 3, 2);
+    expect_value(&s, RLX_ROLE_OUTPUT, NULL, 2, 2);
+    step("signature: inputs x f32[2, 3], b f32[2, 2]; param w f32[3, 2]; output %s f32[2, 2]",
+         find_value(&s, RLX_ROLE_OUTPUT, NULL)->name);
+    expect_error(g_api->executable_signature(exe, NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "executable_signature(visitor NULL)");
+}
+
+/* ======================================================================
+ * Bind, run, error paths
+ * ====================================================================== */
+
+static int64_t SHAPE_X[2] = {2, 3}, SHAPE_W[2] = {3, 2}, SHAPE_B[2] = {2, 2};
+
+static void bind_param(RlxExecutable* exe) {
+    /* BORROWED: valid only during the call, so the plugin must copy. To
+     * prove it did, the buffer is scribbled over after the call. */
+    float w[6];
+    memcpy(w, W, sizeof w);
+    RlxTensor t;
+    borrowed_f32(&t, w, 0, SHAPE_W, 2, NULL);
+    must(g_api->executable_bind_param(exe, str_of("w"), &t), "bind_param w");
+    memset(w, GARBAGE, sizeof w);
+    step("bind_param: w (BORROWED; host buffer scribbled over after the call)");
+    expect_error(g_api->executable_bind_param(exe, str_of("no_such_param"), &t), 0, NULL,
+                 "bind_param of an unknown name");
+}
+
+/* Run with x compact, then with x stored transposed (strides {1, 2}) one
+ * float into its buffer (byte_offset 4), and another b. */
+static void run_and_check(RlxExecutable* exe) {
+    float x[6], b[4];
+    memcpy(x, X, sizeof x);
+    memcpy(b, B1, sizeof b);
+    RlxTensor tx, tb, out[1];
+    RlxNamedTensor in[2];
+    borrowed_f32(&tx, x, 0, SHAPE_X, 2, NULL);
+    borrowed_f32(&tb, b, 0, SHAPE_B, 2, NULL);
+    named(&in[0], "x", &tx);
+    named(&in[1], "b", &tb);
+    garbage_slots(out, 1);
+    must(g_api->executable_run(exe, in, 2, out, 1), "run 1");
+    double want[4];
+    reference(X, W, B1, want);
+    check_output(&out[0], want, 2, 2, "run 1");
+    step("run 1: output f32[2, 2] = [%.6f %.6f; %.6f %.6f] matches the C reference",
+         element_2d(&out[0], 0), element_2d(&out[0], 1), element_2d(&out[0], 2),
+         element_2d(&out[0], 3));
+    release(&out[0]);
+
+    /* xt[1 + c*2 + r] = x[r][c]: column-major, after one leading float. */
+    float xt[7] = {-99.0f};
+    int64_t strides[2] = {1, 2};
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 3; c++) xt[1 + c * 2 + r] = X[r * 3 + c];
+    borrowed_f32(&tx, xt, sizeof(float), SHAPE_X, 2, strides);
+    memcpy(b, B2, sizeof b);
+    named(&in[0], "x", &tx);
+    named(&in[1], "b", &tb);
+    garbage_slots(out, 1);
+    must(g_api->executable_run(exe, in, 2, out, 1), "run 2 (strided x)");
+    reference(X, W, B2, want);
+    check_output(&out[0], want, 2, 2, "run 2");
+    release(&out[0]);
+    step("run 2: strided x with byte_offset, new b: matches the C reference");
+}
+
+static void run_error_paths(RlxExecutable* exe) {
+    float x[6], b[4];
+    memcpy(x, X, sizeof x);
+    memcpy(b, B1, sizeof b);
+    RlxTensor tx, tb, out[2];
+    RlxNamedTensor in[2];
+    borrowed_f32(&tx, x, 0, SHAPE_X, 2, NULL);
+    borrowed_f32(&tb, b, 0, SHAPE_B, 2, NULL);
+    named(&in[0], "x", &tx);
+    named(&in[1], "b", &tb);
+
+    /* On error no slot holds a tensor: nothing to release after these. */
+    garbage_slots(out, 2);
+    expect_error(g_api->executable_run(exe, in, 1, out, 1), 0, NULL, "run without input b");
+    garbage_slots(out, 2);
+    expect_error(g_api->executable_run(exe, in, 2, out, 2), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "run with 2 output slots for 1 output");
+
+    int64_t wrong[2] = {3, 2};
+    RlxTensor bad;
+    borrowed_f32(&bad, x, 0, wrong, 2, NULL);
+    named(&in[0], "x", &bad);
+    garbage_slots(out, 2);
+    expect_error(g_api->executable_run(exe, in, 2, out, 1), 0, NULL, "run with x of shape [3, 2]");
+
+    /* RlxTensor is frozen: a descriptor of another size is refused. */
+    borrowed_f32(&bad, x, 0, SHAPE_X, 2, NULL);
+    bad.struct_size = sizeof(size_t);
+    named(&in[0], "x", &bad);
+    garbage_slots(out, 2);
+    expect_error(g_api->executable_run(exe, in, 2, out, 1), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "run with tensor struct_size 8");
+
+    /* The header also refuses a larger struct_size ("any other value"),
+     * but a plugin that accepts one does no harm: report, do not fail. */
+    bad.struct_size = sizeof(RlxTensor) + 8;
+    named(&in[0], "x", &bad);
+    garbage_slots(out, 2);
+    RlxStatus* s = g_api->executable_run(exe, in, 2, out, 1);
+    if (s) {
+        step("note: tensor struct_size %zu -> %s", bad.struct_size,
+             code_name(known_code(g_api->status_code(s))));
+        g_api->status_free(s);
+    } else {
+        step("note: tensor struct_size %zu accepted (the header says a reader refuses it)",
+             bad.struct_size);
+        release(&out[0]);
+    }
+}
+
+static void compile_error_paths(void) {
+    RlxStatus* s;
+    compile_text("this is not an rlxmodel", g_opt.mode, &s);
+    expect_error(s, RLX_STATUS_INVALID_ARGUMENT, NULL, "compile of bad text");
+    compile_text(builtin_graph(), 7, &s);
+    expect_error(s, RLX_STATUS_UNSUPPORTED, NULL, "compile in unknown mode 7");
+    RlxCompileOptions* opts = new_compile_options(g_opt.mode);
+    expect_error(g_api->compile(str_of(builtin_graph()), opts, NULL),
+                 RLX_STATUS_INVALID_ARGUMENT, NULL, "compile with out NULL");
+    free(opts);
+}
+
+static void check_statuses(void) {
+    RlxStatus* s = g_api->status_new(RLX_STATUS_NOT_FOUND, str_of("made by the C host"));
+    if (!s) fail("status_new returned NULL");
+    if (g_api->status_code(s) != RLX_STATUS_NOT_FOUND || !str_is(g_api->status_message(s), "made by the C host"))
+        fail("status_new did not round-trip");
+    g_api->status_free(s);
+    g_api->status_free(NULL);     /* a no-op */
+    g_api->executable_destroy(NULL); /* a no-op */
+    step("statuses: status_new round trip; status_free(NULL), executable_destroy(NULL) ok");
+}
+
+static void run_graph(void) {
+    char* file_text = g_opt.graph_file ? read_file(g_opt.graph_file) : NULL;
+    const char* text = file_text ? file_text : builtin_graph();
+    RlxStatus* s;
+    RlxExecutable* exe = compile_text(text, g_opt.mode, &s);
+    must(s, "compile");
+    if (!exe) fail("compile succeeded without an executable");
+    step("compile: %s graph (%s, %s mode, options struct_size %u)",
+         file_text ? g_opt.graph_file : "built-in", g_opt.relu ? "relu" : "exp", g_opt.mode_name,
+         g_opt.minor < 2 ? RLX_COMPILE_OPTIONS_SIZE_1_0 : RLX_COMPILE_OPTIONS_SIZE_1_2);
+    check_signature(exe);
+    bind_param(exe);
+    run_and_check(exe);
+    run_error_paths(exe);
+    g_api->executable_destroy(exe);
+    step("executable destroyed");
+    free(file_text);
+    compile_error_paths();
+}
+
+/* ======================================================================
+ * Custom ops (1.1)
+ * ====================================================================== */
+
+/* The host kernel's context. Ownership moves to the plugin at register;
+ * its drop callback records what it saw, then frees it. */
+typedef struct {
+    unsigned magic;
+    int slot; /* which drops[] entry it reports to */
+    unsigned calls;
+} KernelCtx;
+
+#define KERNEL_MAGIC 0xC0DEu
+
+static struct {
+    unsigned drops[2];       /* drop callbacks run, per context */
+    unsigned calls_at_drop;  /* KernelCtx.calls of context 0 when dropped */
+    unsigned outputs_made;   /* OWNED outputs the kernel handed over */
+    unsigned outputs_freed;  /* ... and released through our deleter */
+} g_kernel;
+
+static KernelCtx* new_kernel_ctx(int slot) {
+    KernelCtx* c = malloc(sizeof *c);
+    if (!c) fail("out of memory");
+    c->magic = KERNEL_MAGIC;
+    c->slot = slot;
+    c->calls = 0;
+    return c;
+}
+
+static void kernel_ctx_drop(void* ctx) {
+    KernelCtx* c = ctx;
+    if (c->magic != KERNEL_MAGIC) fail("kernel_ctx_drop got a foreign context");
+    g_kernel.drops[c->slot]++;
+    if (c->slot == 0) g_kernel.calls_at_drop = c->calls;
+    c->magic = 0;
+    free(c);
+}
+
+/* One OWNED output's memory: the descriptor's shape and data in one block,
+ * which is also its manager_ctx. */
+typedef struct {
+    int64_t shape[8];
+    float data[];
+} OutBlock;
+
+static void out_block_free(void* ctx) {
+    g_kernel.outputs_freed++;
+    free(ctx);
+}
+
+/* c_host.add1: y = x + 1 for one f32 tensor of any shape. Errors are made
+ * with the plugin's status_new, as the ABI requires. */
+static RlxStatus* add1_kernel(void* ctx, const RlxTensor* inputs, size_t n_inputs,
+                              RlxTensor* outputs, size_t n_outputs) {
+    KernelCtx* c = ctx;
+    if (!c || c->magic != KERNEL_MAGIC)
+        return g_api->status_new(RLX_STATUS_INTERNAL, str_of("c_host.add1: bad kernel_ctx"));
+    c->calls++;
+    if (n_inputs != 1 || n_outputs != 1)
+        return g_api->status_new(RLX_STATUS_INVALID_ARGUMENT,
+                                 str_of("c_host.add1 takes 1 input and makes 1 output"));
+    const RlxTensor* x = &inputs[0];
+    if (x->struct_size != sizeof(RlxTensor) || !is_f32(x->dl.dtype) || x->dl.ndim < 0 ||
+        x->dl.ndim > 8 || (x->dl.ndim > 0 && !x->dl.shape) || x->dl.device.device_type != 1)
+        return g_api->status_new(RLX_STATUS_INVALID_ARGUMENT,
+                                 str_of("c_host.add1 takes one f32 host tensor"));
+    /* The plugin passes its own compact copies; to stay short the kernel
+     * refuses strided inputs rather than gathering them. */
+    if (x->dl.strides)
+        return g_api->status_new(RLX_STATUS_UNSUPPORTED, str_of("c_host.add1: strided input"));
+    size_t n = 1;
+    for (int32_t i = 0; i < x->dl.ndim; i++) n *= (size_t)x->dl.shape[i];
+    if (n > 0 && !x->dl.data)
+        return g_api->status_new(RLX_STATUS_INVALID_ARGUMENT, str_of("c_host.add1: null data"));
+    OutBlock* blk = malloc(sizeof *blk + n * sizeof(float));
+    if (!blk) return g_api->status_new(RLX_STATUS_INTERNAL, str_of("c_host.add1: no memory"));
+    const float* src = (const float*)((const char*)x->dl.data + x->dl.byte_offset);
+    for (size_t i = 0; i < n; i++) blk->data[i] = src[i] + 1.0f;
+    for (int32_t i = 0; i < x->dl.ndim; i++) blk->shape[i] = x->dl.shape[i];
+
+    RlxTensor* y = &outputs[0];
+    memset(y, GARBAGE, sizeof *y);
+    y->struct_size = sizeof(RlxTensor);
+    y->ownership = RLX_OWNERSHIP_OWNED;
+    y->dl.data = blk->data;
+    y->dl.device.device_type = 1;
+    y->dl.device.device_id = 0;
+    y->dl.ndim = x->dl.ndim;
+    y->dl.dtype = F32;
+    y->dl.shape = blk->shape;
+    y->dl.strides = NULL;
+    y->dl.byte_offset = 0;
+    y->manager_ctx = blk;
+    y->deleter = out_block_free;
+    g_kernel.outputs_made++;
+    return NULL;
+}
+
+typedef struct {
+    const char* prefix; /* how each visited op is printed */
+    unsigned n;
+    int seen_add1;
+    uint32_t add1_origin, add1_in, add1_out;
+    int add1_desc_ok;
+} OpVisit;
+
+static void visit_op(void* ctx, const RlxCustomOpInfo* info) {
+    OpVisit* v = ctx;
+    v->n++;
+    if (!info || !COVERS(info, RlxCustomOpInfo, name)) return;
+    /* origin is a 1.1 field; reserved0 (1.3) is never read. */
+    uint32_t origin = COVERS(info, RlxCustomOpInfo, origin) ? info->origin : RLX_ORIGIN_HOST;
+    printf("  %s %.*s (%s, %u in, %u out)\n", v->prefix, STR_ARG(info->name),
+           origin == RLX_ORIGIN_PLUGIN ? "plugin" : "host",
+           COVERS(info, RlxCustomOpInfo, n_inputs) ? info->n_inputs : 0,
+           COVERS(info, RlxCustomOpInfo, n_outputs) ? info->n_outputs : 0);
+    if (str_is(info->name, "c_host.add1")) {
+        v->seen_add1 = 1;
+        v->add1_origin = origin;
+        v->add1_in = info->n_inputs;
+        v->add1_out = info->n_outputs;
+        v->add1_desc_ok = COVERS(info, RlxCustomOpInfo, description) &&
+                          str_is(info->description, "y = x + 1, written in C");
+    }
+}
+
+static OpVisit list_ops(const RlxCustomOpApi* reg, const char* when) {
+    OpVisit v;
+    memset(&v, 0, sizeof v);
+    v.prefix = "custom op";
+    RlxCustomOpVisitor vis;
+    memset(&vis, GARBAGE, sizeof vis);
+    vis.struct_size = RLX_CUSTOM_OP_VISITOR_STRUCT_SIZE;
+    vis.ctx = &v;
+    vis.visit = visit_op;
+    printf("custom ops (%s):\n", when);
+    must(reg->list(&vis), "custom_ops.list");
+    step("custom ops (%s): %u listed", when, v.n);
+    return v;
+}
+
+static void fill_desc(RlxCustomOpDesc* d, KernelCtx* ctx) {
+    memset(d, GARBAGE, sizeof *d);
+    d->struct_size = RLX_CUSTOM_OP_DESC_STRUCT_SIZE;
+    d->name = str_of("c_host.add1");
+    d->description = str_of("y = x + 1, written in C");
+    d->n_inputs = 1;
+    d->n_outputs = 1;
+    d->kernel = add1_kernel;
+    d->kernel_ctx = ctx;
+    d->kernel_ctx_drop = kernel_ctx_drop;
+}
+
+static void execute_add1(const RlxCustomOpApi* reg) {
+    float x[6];
+    memcpy(x, X, sizeof x);
+    RlxTensor in, out[1];
+    borrowed_f32(&in, x, 0, SHAPE_X, 2, NULL);
+    garbage_slots(out, 1);
+    must(reg->execute(str_of("c_host.add1"), &in, 1, out, 1), "custom_ops.execute c_host.add1");
+    double want[6];
+    for (int i = 0; i < 6; i++) want[i] = (double)X[i] + 1.0;
+    check_output(&out[0], want, 2, 3, "c_host.add1");
+    release(&out[0]);
+    if (g_kernel.outputs_made != 1 || g_kernel.outputs_freed != 1)
+        fail("the kernel made %u OWNED outputs, the plugin released %u", g_kernel.outputs_made,
+             g_kernel.outputs_freed);
+    step("custom op c_host.add1: executed through the registry, y = x + 1; the plugin "
+         "released the kernel's OWNED output");
+
+    /* The kernel's own error, made with status_new, comes back to us. */
+    int32_t ints[2] = {1, 2};
+    int64_t shape[1] = {2};
+    RlxTensor bad;
+    borrowed_f32(&bad, (float*)ints, 0, shape, 1, NULL);
+    bad.dl.dtype.code = RLX_DL_INT;
+    garbage_slots(out, 1);
+    expect_error(reg->execute(str_of("c_host.add1"), &bad, 1, out, 1),
+                 RLX_STATUS_INVALID_ARGUMENT, "takes one f32 host tensor",
+                 "custom op c_host.add1 on i32 (the kernel's own status)");
+}
+
+/* Register c_host.add1, then try the taken name again: that fails with
+ * ALREADY_EXISTS and the plugin drops the second context at once. */
+static void register_add1(const RlxCustomOpApi* reg) {
+    RlxCustomOpDesc d;
+    fill_desc(&d, new_kernel_ctx(0));
+    must(reg->register_op(&d), "custom_ops.register_op c_host.add1");
+    step("custom op c_host.add1 registered (kernel_ctx now owned by the plugin)");
+
+    fill_desc(&d, new_kernel_ctx(1));
+    expect_error(reg->register_op(&d), RLX_STATUS_ALREADY_EXISTS, NULL,
+                 "register c_host.add1 twice");
+    if (g_kernel.drops[1] != 1)
+        fail("the refused registration dropped its context %u times, want 1", g_kernel.drops[1]);
+}
+
+/* Look c_host.add1 up; returns the error status (or NULL) and checks what
+ * was visited on success. */
+static RlxStatus* lookup_add1(const RlxCustomOpApi* reg) {
+    OpVisit one;
+    memset(&one, 0, sizeof one);
+    one.prefix = "lookup:";
+    RlxCustomOpVisitor vis;
+    memset(&vis, GARBAGE, sizeof vis);
+    vis.struct_size = RLX_CUSTOM_OP_VISITOR_STRUCT_SIZE;
+    vis.ctx = &one;
+    vis.visit = visit_op;
+    RlxStatus* s = reg->lookup(str_of("c_host.add1"), &vis);
+    if (!s && (one.n != 1 || !one.seen_add1 || one.add1_origin != RLX_ORIGIN_HOST ||
+               one.add1_in != 1 || one.add1_out != 1 || !one.add1_desc_ok))
+        fail("lookup c_host.add1: visited %u, origin %u, %u in, %u out", one.n, one.add1_origin,
+             one.add1_in, one.add1_out);
+    return s;
+}
+
+/* Unregister: the context is dropped exactly once, having seen both kernel
+ * calls; afterwards every use of the name is NOT_FOUND. */
+static void unregister_add1(const RlxCustomOpApi* reg) {
+    must(reg->unregister(str_of("c_host.add1")), "custom_ops.unregister c_host.add1");
+    if (g_kernel.drops[0] != 1)
+        fail("unregister ran kernel_ctx_drop %u times, want exactly 1", g_kernel.drops[0]);
+    if (g_kernel.calls_at_drop != 2)
+        fail("the dropped context counted %u kernel calls, want 2", g_kernel.calls_at_drop);
+    step("custom op c_host.add1 unregistered: kernel_ctx_drop ran once (context saw %u calls)",
+         g_kernel.calls_at_drop);
+
+    expect_error(reg->unregister(str_of("c_host.add1")), RLX_STATUS_NOT_FOUND, NULL,
+                 "unregister c_host.add1 again");
+    expect_error(lookup_add1(reg), RLX_STATUS_NOT_FOUND, NULL, "lookup of the unregistered op");
+    float x[6];
+    memcpy(x, X, sizeof x);
+    RlxTensor in, out[1];
+    borrowed_f32(&in, x, 0, SHAPE_X, 2, NULL);
+    garbage_slots(out, 1);
+    expect_error(reg->execute(str_of("c_host.add1"), &in, 1, out, 1), RLX_STATUS_NOT_FOUND, NULL,
+                 "execute of the unregistered op");
+    if (list_ops(reg, "after").seen_add1) fail("c_host.add1 is still listed");
+    if (g_kernel.drops[0] != 1 || g_kernel.drops[1] != 1) fail("a context was dropped twice");
+}
+
+static void custom_ops(void) {
+    if (g_opt.minor < 1) {
+        step("custom ops: not used (an ABI 1.0 host has no custom_ops field)");
+        return;
+    }
+    /* custom_ops is a 1.1 field: read only when the table reaches it. */
+    if (g_api->struct_size < RLX_PLUGIN_API_STRUCT_SIZE || !g_api->custom_ops) {
+        step("custom ops: the plugin has no registry (struct_size %zu)", g_api->struct_size);
+        return;
+    }
+    const RlxCustomOpApi* reg = g_api->custom_ops;
+    if (!COVERS(reg, RlxCustomOpApi, execute) || !reg->register_op || !reg->unregister ||
+        !reg->lookup || !reg->list || !reg->execute)
+        fail("custom-op registry struct_size %zu: functions missing", reg->struct_size);
+    if (list_ops(reg, "before").seen_add1) fail("c_host.add1 is registered before we did");
+
+    register_add1(reg);
+    must(lookup_add1(reg), "custom_ops.lookup c_host.add1");
+    if (!list_ops(reg, "registered").seen_add1) fail("list does not show c_host.add1");
+    execute_add1(reg);
+    if (g_kernel.drops[0] != 0) fail("the kernel context was dropped while registered");
+    unregister_add1(reg);
+}
+
+/* ======================================================================
+ * main
+ * ====================================================================== */
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: rlx-c-host --claim MAJOR.MINOR [--mode lazy|eager|compiled] "
+            "[--activation exp|relu] [--graph FILE] [--print-graph] PLUGIN_LIBRARY\n");
+    exit(EXIT_USAGE);
+}
+
+static void parse_args(int argc, char** argv, int* print_graph) {
+    int claimed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--claim") == 0 && v) {
+            char dot = 0, extra = 0;
+            if (sscanf(v, "%u%c%u%c", &g_opt.major, &dot, &g_opt.minor, &extra) != 3 || dot != '.')
+                usage();
+            /* Only 1.0 ..= 1.3 have layouts this host knows; another major
+             * is sent as is, to be refused. */
+            if (g_opt.major == 1 && g_opt.minor > RLX_ABI_VERSION_MINOR) usage();
+            claimed = 1;
+            i++;
+        } else if (strcmp(a, "--mode") == 0 && v) {
+            if (strcmp(v, "lazy") == 0) g_opt.mode = RLX_MODE_LAZY;
+            else if (strcmp(v, "eager") == 0) g_opt.mode = RLX_MODE_EAGER;
+            else if (strcmp(v, "compiled") == 0) g_opt.mode = RLX_MODE_COMPILED;
+            else usage();
+            g_opt.mode_name = v;
+            i++;
+        } else if (strcmp(a, "--activation") == 0 && v) {
+            if (strcmp(v, "relu") == 0) g_opt.relu = 1;
+            else if (strcmp(v, "exp") == 0) g_opt.relu = 0;
+            else usage();
+            i++;
+        } else if (strcmp(a, "--graph") == 0 && v) {
+            g_opt.graph_file = v;
+            i++;
+        } else if (strcmp(a, "--print-graph") == 0) {
+            *print_graph = 1;
+        } else if (a[0] != '-' && !g_opt.library) {
+            g_opt.library = a;
+        } else {
+            usage();
+        }
+    }
+    if (!*print_graph && (!claimed || !g_opt.library)) usage();
+}
+
+int main(int argc, char** argv) {
+    /* Line-buffered, so the steps interleave with the plugin's log lines. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int print_graph = 0;
+    parse_args(argc, argv, &print_graph);
+    if (print_graph) {
+        fputs(builtin_graph(), stdout);
+        return EXIT_OK;
+    }
+
+    fill_host_table();
+    step("host: ABI %u.%u, mode %s, plugin %s", g_opt.major, g_opt.minor, g_opt.mode_name,
+         g_opt.library);
+    const RlxPluginApi* api = call_entry(g_opt.library);
+    check_header(api); /* exits on a refusal: nothing past the header is read */
+    check_table(api);
+    g_api = api;
+    print_descriptor(api->descriptor);
+
+    must(api->init(), "init");
+    step("init: ok");
+    check_statuses();
+    check_supported_ops();
+    check_lowering_table();
+    run_graph();
+    custom_ops();
+
+    unsigned dropped = atomic_load(&g_log.too_verbose), bad = atomic_load(&g_log.malformed);
+    step("log: %u records, %u above INFO dropped, %u malformed", atomic_load(&g_log.records),
+         dropped, bad);
+    if (bad) fail("malformed log records");
+    printf("ok\n");
+    return EXIT_OK;
+}

@@ -1,0 +1,352 @@
+//! The host half of the version-skew matrix: `rlx-c-host`, a host written
+//! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
+//! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
+//! 1.0 ..= 1.3 and drives a real plugin through the whole table: handshake,
+//! descriptor, init, op list, lowering table (one eager op), compile in
+//! every mode, signature, bind, run (compact and strided inputs), error
+//! paths, and from 1.1 the custom-op registry with a kernel written in C.
+//!
+//! Each minor's host writes its structs at that minor's size with every
+//! padding byte 0xAB, so a plugin that reads a field an older host never
+//! wrote fails here (a 1.0/1.1 host's RlxCompileOptions is 16 bytes whose
+//! last 4 are garbage where 1.2 put rng_policy). The C host checks every
+//! value against its own double-precision reference and prints `ok` last.
+
+use rlx_ir::op::{Activation, BinaryOp};
+use rlx_ir::{DType as IrDType, Graph, Shape};
+use rlx_plugin_tests::parity::mlx_plugin_dir;
+use rlx_plugin_tests::test_plugin;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MODES: [&str; 3] = ["lazy", "eager", "compiled"];
+
+fn c_host() -> PathBuf {
+    let p = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
+    assert!(
+        p.exists(),
+        "{} is missing: tests/build.rs builds it",
+        p.display()
+    );
+    p
+}
+
+fn mlx_library() -> PathBuf {
+    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
+    mlx_plugin_dir().join(file)
+}
+
+/// One run of the C host.
+struct Run {
+    args: Vec<String>,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn transcript(&self) -> String {
+        format!(
+            "rlx-c-host {}\nexit: {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.args.join(" "),
+            self.code,
+            self.stdout,
+            self.stderr
+        )
+    }
+
+    fn said(&self, s: &str) -> bool {
+        self.stdout.contains(s) || self.stderr.contains(s)
+    }
+}
+
+fn run_c_host<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
+    // No LD_LIBRARY_PATH: the MLX plugin finds its libraries via $ORIGIN.
+    let out = Command::new(c_host())
+        .args(args)
+        .output()
+        .expect("spawn rlx-c-host");
+    Run {
+        args: args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into_owned())
+            .collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The run passed every check: exit 0 and `ok` as the last line.
+fn assert_ok(run: &Run, claim: &str) {
+    if run.said("unknown RNG policy") {
+        panic!(
+            "the plugin read rng_policy from the 0xAB tail padding of a {claim} host's \
+             16-byte RlxCompileOptions (a reader must take rng_policy only when \
+             struct_size >= 24):\n{}",
+            run.transcript()
+        );
+    }
+    assert_eq!(run.code, Some(0), "{}", run.transcript());
+    assert_eq!(
+        run.stdout.lines().last(),
+        Some("ok"),
+        "{}",
+        run.transcript()
+    );
+    // The cell really was the claimed minor's host.
+    let size = if claim < "1.2" { 16 } else { 24 };
+    assert!(
+        run.stdout.contains(&format!("options struct_size {size})")),
+        "{}",
+        run.transcript()
+    );
+    let custom = if claim == "1.0" {
+        "custom ops: not used"
+    } else {
+        "custom op c_host.add1 unregistered: kernel_ctx_drop ran once"
+    };
+    assert!(run.stdout.contains(custom), "{}", run.transcript());
+    // Error paths ran and were reported with their codes.
+    for line in [
+        "error path: supported_ops(NULL) -> INVALID_ARGUMENT",
+        "error path: compile of bad text -> INVALID_ARGUMENT",
+        "error path: run without input b ->",
+        "error path: compile in unknown mode 7 -> UNSUPPORTED",
+    ] {
+        assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
+    }
+}
+
+// ------------------------------------------------------------ the MLX plugin
+
+fn mlx_cell(claim: &str, mode: &str) {
+    let lib = mlx_library();
+    let run = run_c_host(&[
+        "--claim".as_ref(),
+        claim.as_ref(),
+        "--mode".as_ref(),
+        mode.as_ref(),
+        lib.as_os_str(),
+    ]);
+    assert_ok(&run, claim);
+    assert!(
+        run.stdout.contains("descriptor: mlx "),
+        "{}",
+        run.transcript()
+    );
+    // The host's log sink got the plugin's INFO record.
+    assert!(
+        run.stderr.contains("[plugin INFO ") && run.stderr.contains("plugin ready"),
+        "{}",
+        run.transcript()
+    );
+}
+
+macro_rules! mlx_cells {
+    ($($name:ident: $claim:literal, $mode:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                mlx_cell($claim, $mode);
+            }
+        )*
+    };
+}
+
+mlx_cells! {
+    mlx_host_1_0_lazy: "1.0", "lazy";
+    mlx_host_1_0_eager: "1.0", "eager";
+    mlx_host_1_0_compiled: "1.0", "compiled";
+    mlx_host_1_1_lazy: "1.1", "lazy";
+    mlx_host_1_1_eager: "1.1", "eager";
+    mlx_host_1_1_compiled: "1.1", "compiled";
+    mlx_host_1_2_lazy: "1.2", "lazy";
+    mlx_host_1_2_eager: "1.2", "eager";
+    mlx_host_1_2_compiled: "1.2", "compiled";
+    mlx_host_1_3_lazy: "1.3", "lazy";
+    mlx_host_1_3_eager: "1.3", "eager";
+    mlx_host_1_3_compiled: "1.3", "compiled";
+}
+
+/// A host of another major is refused in the frozen header with
+/// VERSION_MISMATCH, and the C host stops there (exit 3), reading nothing
+/// past the header.
+#[test]
+fn mlx_refuses_a_major_2_host() {
+    let lib = mlx_library();
+    let run = run_c_host(&["--claim".as_ref(), "2.0".as_ref(), lib.as_os_str()]);
+    assert_eq!(run.code, Some(3), "{}", run.transcript());
+    assert!(
+        run.stdout.contains("refused: VERSION_MISMATCH (3): "),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.stdout.contains("2.0.0") && run.stdout.contains("upgrade the plugin"),
+        "the refusal names both versions and the fix:\n{}",
+        run.transcript()
+    );
+    for past_header in ["table:", "descriptor:", "init:", "ok"] {
+        assert!(
+            !run.stdout.lines().any(|l| l.starts_with(past_header)),
+            "{past_header}\n{}",
+            run.transcript()
+        );
+    }
+}
+
+// -------------------------------------------------------- the fixture plugin
+
+/// The C host's graph, y = act(x . w + b), written by rlx-ir itself.
+fn graph_text(act: Activation) -> String {
+    let f32s = |d: &[usize]| Shape::new(d, IrDType::F32);
+    let mut g = Graph::new("g");
+    let x = g.input("x", f32s(&[2, 3]));
+    let w = g.param("w", f32s(&[3, 2]));
+    let m = g.matmul(x, w, f32s(&[2, 2]));
+    let b = g.input("b", f32s(&[2, 2]));
+    let a = g.binary(BinaryOp::Add, m, b, f32s(&[2, 2]));
+    let r = g.activation(act, a, f32s(&[2, 2]));
+    g.set_outputs(vec![r]);
+    rlx_ir::rlxmodel::to_text(&g).unwrap()
+}
+
+fn fixture_cell(claim: &str) {
+    let lib = test_plugin("fixture");
+    let dir = tempfile::tempdir().unwrap();
+    let graph = dir.path().join("g.rlxmodel");
+    // Relu: the fixture's only activation; the text is rlx-ir's, handed
+    // over with `--graph`.
+    std::fs::write(&graph, graph_text(Activation::Relu)).unwrap();
+    for mode in MODES {
+        let run = run_c_host(&[
+            "--claim".as_ref(),
+            claim.as_ref(),
+            "--mode".as_ref(),
+            mode.as_ref(),
+            "--activation".as_ref(),
+            "relu".as_ref(),
+            "--graph".as_ref(),
+            graph.as_os_str(),
+            lib.as_os_str(),
+        ]);
+        assert_ok(&run, claim);
+        assert!(
+            run.stdout.contains("descriptor: fixture 0.1.0"),
+            "{}",
+            run.transcript()
+        );
+        assert!(
+            run.stderr
+                .contains("[plugin INFO rlx_fixture_core] fixture registered 6 lowerings"),
+            "{}",
+            run.transcript()
+        );
+        // The fixture's DEBUG and TRACE records are not forwarded past the
+        // host's INFO.
+        assert!(
+            !run.stderr.contains("[plugin DEBUG") && !run.stderr.contains("[plugin TRACE"),
+            "{}",
+            run.transcript()
+        );
+        if claim != "1.0" {
+            assert!(
+                run.stdout
+                    .contains("custom op fixture.scale2 (plugin, 1 in, 1 out)"),
+                "{}",
+                run.transcript()
+            );
+        }
+    }
+}
+
+#[test]
+fn fixture_host_1_0() {
+    fixture_cell("1.0");
+}
+
+#[test]
+fn fixture_host_1_1() {
+    fixture_cell("1.1");
+}
+
+#[test]
+fn fixture_host_1_2() {
+    fixture_cell("1.2");
+}
+
+#[test]
+fn fixture_host_1_3() {
+    fixture_cell("1.3");
+}
+
+/// A host of an older major than the plugin is refused too; the message
+/// says to upgrade the host.
+#[test]
+fn fixture_refuses_a_major_0_host() {
+    let lib = test_plugin("fixture");
+    let run = run_c_host(&["--claim".as_ref(), "0.9".as_ref(), lib.as_os_str()]);
+    assert_eq!(run.code, Some(3), "{}", run.transcript());
+    assert!(
+        run.stdout.contains("refused: VERSION_MISMATCH (3): ")
+            && run.stdout.contains("upgrade the host"),
+        "{}",
+        run.transcript()
+    );
+}
+
+/// The graph text inside c_host.c is what rlx-ir writes for the same graph
+/// (so the C file tracks the format, not a hand-written dialect).
+#[test]
+fn c_host_builtin_graphs_are_what_rlx_ir_writes() {
+    for (flag, act) in [("exp", Activation::Exp), ("relu", Activation::Relu)] {
+        let run = run_c_host(&["--print-graph", "--activation", flag]);
+        assert_eq!(run.code, Some(0), "{}", run.transcript());
+        let parsed = rlx_ir::rlxmodel::from_text(&run.stdout)
+            .unwrap_or_else(|e| panic!("{e}\n{}", run.stdout));
+        assert_eq!(
+            rlx_ir::rlxmodel::to_text(&parsed).unwrap(),
+            graph_text(act),
+            "the C host's {flag} graph"
+        );
+    }
+}
+
+/// The checks are not vacuous: a graph that computes something else
+/// (x . w - b) fails the C host's reference comparison (exit 1).
+#[test]
+fn c_host_fails_when_the_result_differs() {
+    let lib = test_plugin("fixture");
+    let dir = tempfile::tempdir().unwrap();
+    let graph = dir.path().join("sub.rlxmodel");
+    let text = graph_text(Activation::Relu).replace("Binary(Add)", "Binary(Sub)");
+    assert!(text.contains("Binary(Sub)"), "{text}");
+    std::fs::write(&graph, text).unwrap();
+    let run = run_c_host(&[
+        "--claim".as_ref(),
+        "1.3".as_ref(),
+        "--activation".as_ref(),
+        "relu".as_ref(),
+        "--graph".as_ref(),
+        graph.as_os_str(),
+        lib.as_os_str(),
+    ]);
+    assert_eq!(run.code, Some(1), "{}", run.transcript());
+    assert!(
+        run.stderr.contains("FAIL: run 1: element"),
+        "{}",
+        run.transcript()
+    );
+}
+
+/// A library that does not load is a load error (exit 2), not a crash.
+#[test]
+fn c_host_reports_a_library_that_does_not_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("librlx_junk.so");
+    std::fs::write(&junk, b"not an ELF file").unwrap();
+    let run = run_c_host(&["--claim".as_ref(), "1.3".as_ref(), junk.as_os_str()]);
+    assert_eq!(run.code, Some(2), "{}", run.transcript());
+    assert!(run.stderr.contains("dlopen"), "{}", run.transcript());
+}
