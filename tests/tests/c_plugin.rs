@@ -1,0 +1,1358 @@
+//! c-demo, the backend plugin written in plain C11 against
+//! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.3).
+//!
+//! - the 1.3 build through discovery: descriptor, ops, lowering table,
+//!   eager single ops, custom ops, logging;
+//! - rlx-runtime's `Session::new(Device::Mlx)` on it, in every mode, against
+//!   `Session::new(Device::Cpu)`;
+//! - the skew matrix's C half: each build, loaded by this (Rust) host;
+//! - errors, with their exact messages;
+//! - the C ABI driven by hand (what the Rust host API never sends: refused
+//!   handshakes, short compile options, OWNED params, bad descriptors);
+//! - the `rlx-host` CLI end to end;
+//! - the plain-C host (tests/hosts/c-host) on every build, at every claim.
+
+use rlx_ir::infer::GraphExt;
+use rlx_ir::op::{Activation, BinaryOp};
+use rlx_ir::{DType as IrDType, Graph, Shape};
+use rlx_plugin_api::host::{library_file_name, CandidateState, LoadedPlugin, PluginSet};
+use rlx_plugin_api::tables::{RlxCompileOptions, RlxHostApi, RlxLogRecord, RlxPluginApi};
+use rlx_plugin_api::tensor::{ownership, RlxNamedTensor};
+use rlx_plugin_api::{
+    CompileOptions, DType, HostTensor, Mode, Origin, RlxAbiVersion, RlxStr, RlxTensor, Role,
+    StatusCode, Strategy,
+};
+use rlx_plugin_tests::{capture_logs, only_dir, plugins_dir, profile_dir};
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
+
+/// The C build claiming ABI 1.`minor`.
+fn c_build(minor: u32) -> PathBuf {
+    let p = Path::new(env!("RLX_C_ARTIFACTS"))
+        .join("c-plugins")
+        .join(format!("1.{minor}"))
+        .join(library_file_name("rlx_c_plugin"));
+    assert!(
+        p.exists(),
+        "{} is missing: tests/build.rs builds it",
+        p.display()
+    );
+    p
+}
+
+/// A temp plugins directory holding a copy of the 1.`minor` build, and the
+/// plugin loaded from it through discovery. Every copy is a library of its
+/// own (its own statics, so its own custom-op registry).
+fn load_build(minor: u32) -> (tempfile::TempDir, Arc<LoadedPlugin>) {
+    let file = library_file_name("rlx_c_plugin");
+    let dir = plugins_dir(&[(&c_build(minor), &file)]);
+    let set = PluginSet::load(&only_dir(dir.path()));
+    assert_eq!(set.candidates.len(), 1);
+    assert!(
+        matches!(set.candidates[0].state, CandidateState::Loaded(_)),
+        "1.{minor}: {}",
+        set.candidates[0].reason()
+    );
+    let p = set.get("c-demo").expect("c-demo loaded");
+    (dir, p)
+}
+
+fn f32s(shape: &[usize]) -> Shape {
+    Shape::new(shape, IrDType::F32)
+}
+
+fn text(g: &Graph) -> String {
+    rlx_ir::rlxmodel::to_text(g).unwrap()
+}
+
+fn t(shape: &[usize], v: &[f32]) -> HostTensor {
+    HostTensor::from_f32(shape.to_vec(), v).unwrap()
+}
+
+/// x[2,3] · w[3,2] + b[2] → relu, with the bias an input named unlike its
+/// label and the output named.
+fn affine_relu() -> Graph {
+    let mut g = Graph::new("affine");
+    let x = g.input("x", f32s(&[2, 3]));
+    let w = g.param("w", f32s(&[3, 2]));
+    let b = g.input("the bias", f32s(&[2]));
+    let m = g.matmul(x, w, f32s(&[2, 2]));
+    let a = g.binary(BinaryOp::Add, m, b, f32s(&[2, 2]));
+    let r = g.activation(Activation::Relu, a, f32s(&[2, 2]));
+    g.set_named_outputs([("logits", r)]);
+    g
+}
+
+/// Plain Rust: relu(x · w + b), row-major.
+fn affine_relu_ref(x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; 4];
+    for i in 0..2 {
+        for j in 0..2 {
+            let s: f32 = (0..3).map(|p| x[i * 3 + p] * w[p * 2 + j]).sum();
+            out[i * 2 + j] = (s + b[j]).max(0.0);
+        }
+    }
+    out
+}
+
+const X: [f32; 6] = [1., 2., 3., -4., -5., -6.];
+const W: [f32; 6] = [0.5, -1., 0.25, 2., -0.75, 1.];
+const B: [f32; 2] = [0.5, -0.5];
+
+#[test]
+fn c_demo_reads_every_form_rlx_writes() {
+    // What rlx-ir 0.2.19 writes (printed with --nocapture), asserted so a
+    // writer change shows up here, then compiled and run by c-demo.
+    let (_dir, p) = load_build(3);
+    let g = affine_relu();
+    let s = text(&g);
+    println!("{s}");
+    for form in [
+        "rlxmodel 1\nopset 1\nrlx 0.2.19\n",
+        "%x = input : f32[2, 3]",
+        "%w = param : f32[3, 2]",
+        "%2 = Input{name: \"the bias\"} : f32[2] name \"the bias\"",
+        "MatMul %x, %w : f32[2, 2]",
+        "Binary(Add)",
+        "Activation(Relu)",
+        "return %5 as logits",
+    ] {
+        assert!(s.contains(form), "{form:?} not in:\n{s}");
+    }
+    assert!(p.compile(&s, Mode::Lazy).is_ok());
+
+    // Constants: a scalar `const`, a large one as b64 bytes; a node name
+    // that is not a label; an origin block; an output that is an input;
+    // comments.
+    let mut g = Graph::new("consts");
+    let x = g.input("x", f32s(&[2, 150]));
+    let two = g.constant(2.0, IrDType::F32);
+    let y = g.mul(x, two);
+    let big: Vec<f32> = (0..300).map(|i| i as f32 / 8.0).collect();
+    let data = big.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let k = g.append_node(rlx_ir::Op::Constant { data }, vec![], f32s(&[2, 150]), None);
+    let y = g.add(y, k);
+    let y = g.exp(y);
+    g.node_mut(y).name = Some("not a label".into());
+    g.node_mut(k).origin = Some(rlx_ir::NodeOrigin {
+        hir: None,
+        label: Some("table".into()),
+        pass: Some("test".into()),
+    });
+    g.set_outputs(vec![y, x]);
+    let s = text(&g);
+    println!("{s}");
+    for form in [
+        "%1 = const 2.0 : f32[]",
+        "%3 = Constant{data: b64\"AAAAAAAAAD4AAIA+",
+        "origin {label: \"table\", pass: \"test\"}",
+        "name \"not a label\"",
+        "return %5, %x",
+    ] {
+        assert!(s.contains(form), "{form:?} not in:\n{s}");
+    }
+    let commented = s.replace(
+        "graph @consts {",
+        "// c-demo skips comments\ngraph @consts { // here too",
+    );
+    let mut exe = p.compile(&commented, Mode::Eager).unwrap();
+    let xs: Vec<f32> = (0..300).map(|i| (i as f32 - 150.0) / 100.0).collect();
+    let out = exe.run(&[("x", &t(&[2, 150], &xs))]).unwrap();
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[1].to_f32_vec().unwrap(), xs);
+    let got = out[0].to_f32_vec().unwrap();
+    for i in 0..300 {
+        let want = (xs[i] * 2.0 + big[i]).exp();
+        assert!(
+            (got[i] - want).abs() <= 1e-6 * want,
+            "[{i}] {} vs {want}",
+            got[i]
+        );
+    }
+}
+
+#[test]
+fn c_demo_loads_through_discovery_and_works() {
+    let logs = capture_logs(log::LevelFilter::Debug);
+    let (_dir, p) = load_build(3);
+
+    // Handshake and descriptor.
+    assert_eq!(
+        p.abi_version(),
+        RlxAbiVersion {
+            major: 1,
+            minor: 3,
+            patch: 0
+        }
+    );
+    let d = p.descriptor();
+    assert_eq!((d.name.as_str(), d.version.as_str()), ("c-demo", "0.1.0"));
+    assert!(d.description.contains("C11"), "{}", d.description);
+    assert_eq!(d.devices, ["cpu"]);
+    assert_eq!(d.opsets, [1]);
+    assert!(d.build_info.contains(&("language".into(), "C11".into())));
+    assert!(d
+        .build_info
+        .contains(&("abi.claimed".into(), "1.3.0".into())));
+
+    // Ops and the lowering table: the same rows, f32 only.
+    let kinds = [
+        "Input",
+        "Param",
+        "Constant",
+        "Binary",
+        "Activation",
+        "MatMul",
+    ];
+    let ops: Vec<&str> = p
+        .supported_ops()
+        .iter()
+        .map(|o| o.op_kind.as_str())
+        .collect();
+    assert_eq!(ops, kinds);
+    assert!(p.supported_ops().iter().all(|o| o.dtypes == [DType::F32]));
+    let table = p.lowering_table();
+    let rows: Vec<(&str, Strategy, bool)> = table
+        .iter()
+        .map(|e| (e.op_kind.as_str(), e.strategy, e.eager))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("Input", Strategy::Native, false),
+            ("Param", Strategy::Native, false),
+            ("Constant", Strategy::Native, false),
+            ("Binary", Strategy::Native, true),
+            ("Activation", Strategy::Native, true),
+            ("MatMul", Strategy::Native, true),
+        ]
+    );
+    assert!(table
+        .iter()
+        .all(|e| !e.note.is_empty() && e.dtypes == [DType::F32]));
+    let binary = table.iter().find(|e| e.op_kind == "Binary").unwrap();
+    assert_eq!(binary.note, "Add, Sub, Mul, Div; numpy broadcasting");
+
+    // Eager single ops through the lowering entries.
+    let mut g = Graph::new("sub");
+    let a = g.input("a", f32s(&[3]));
+    let b = g.input("b", f32s(&[3]));
+    let s = g.binary(BinaryOp::Sub, a, b, f32s(&[3]));
+    g.set_outputs(vec![s]);
+    let out = p
+        .execute_op(
+            "Binary",
+            &text(&g),
+            &[t(&[3], &[5., 7., 9.]), t(&[3], &[1., 2., 3.])],
+        )
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to_f32_vec().unwrap(), [4., 5., 6.]);
+    let mut g = Graph::new("mm");
+    let a = g.input("a", f32s(&[1, 2]));
+    let w = g.param("w", f32s(&[2, 2]));
+    let m = g.matmul(a, w, f32s(&[1, 2]));
+    g.set_outputs(vec![m]);
+    let out = p
+        .execute_op(
+            "MatMul",
+            &text(&g),
+            &[t(&[1, 2], &[1., 2.]), t(&[2, 2], &[1., 2., 3., 4.])],
+        )
+        .unwrap();
+    assert_eq!(
+        (out[0].shape.clone(), out[0].to_f32_vec().unwrap()),
+        (vec![1, 2], vec![7., 10.])
+    );
+    let e = p.execute_op("Activation", &text(&g), &[]).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "execute Activation: the node graph must hold exactly one Activation node besides its \
+         inputs (it holds 1 op nodes)"
+    );
+    let e = p.execute_op("Input", &text(&g), &[]).unwrap_err();
+    assert_eq!(e.code, StatusCode::Unsupported);
+
+    // A compiled graph: signature (inputs, then params, then outputs).
+    let mut exe = p.compile(&text(&affine_relu()), Mode::Lazy).unwrap();
+    let sig: Vec<(Role, &str, Vec<Option<usize>>)> = exe
+        .signature()
+        .iter()
+        .map(|v| (v.role, v.name.as_str(), v.shape.clone()))
+        .collect();
+    assert_eq!(
+        sig,
+        [
+            (Role::Input, "x", vec![Some(2), Some(3)]),
+            (Role::Input, "the bias", vec![Some(2)]),
+            (Role::Param, "w", vec![Some(3), Some(2)]),
+            (Role::Output, "logits", vec![Some(2), Some(2)]),
+        ]
+    );
+    assert!(exe.signature().iter().all(|v| v.dtype == DType::F32));
+    let (x, w, b) = (t(&[2, 3], &X), t(&[3, 2], &W), t(&[2], &B));
+    // Copied, then zero-copy (persistent), then copied again.
+    exe.bind_param("w", &w).unwrap();
+    let out = exe.run(&[("x", &x), ("the bias", &b)]).unwrap();
+    assert_eq!(out[0].shape, [2, 2]);
+    assert_eq!(out[0].to_f32_vec().unwrap(), affine_relu_ref(&X, &W, &B));
+    exe.bind_param_shared("w", Arc::new(t(&[3, 2], &[1.; 6])))
+        .unwrap();
+    let out = exe.run(&[("the bias", &b), ("x", &x)]).unwrap();
+    assert_eq!(
+        out[0].to_f32_vec().unwrap(),
+        affine_relu_ref(&X, &[1.; 6], &B)
+    );
+    exe.bind_param("w", &w).unwrap();
+    let out = exe.run(&[("x", &x), ("the bias", &b)]).unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), affine_relu_ref(&X, &W, &B));
+
+    // Unnamed outputs take rlx's default names.
+    let mut g = Graph::new("two");
+    let x = g.input("x", f32s(&[2]));
+    let e = g.activation(Activation::Exp, x, f32s(&[2]));
+    let n = g.activation(Activation::Neg, e, f32s(&[2]));
+    g.set_outputs(vec![e, n]);
+    let mut exe = p.compile(&text(&g), Mode::Eager).unwrap();
+    let names: Vec<&str> = exe.values(Role::Output).map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["output0", "output1"]);
+    let out = exe.run(&[("x", &t(&[2], &[0., 1.]))]).unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), [1., 1f32.exp()]);
+    assert_eq!(out[1].to_f32_vec().unwrap(), [-1., -(1f32.exp())]);
+
+    // Custom ops: the plugin's own.
+    let listed = p.list_custom_ops().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].name.as_str(),
+            listed[0].n_inputs,
+            listed[0].n_outputs,
+            listed[0].origin
+        ),
+        ("c_demo.scale2", 1, 1, Origin::Plugin)
+    );
+    let two = p
+        .execute_custom_op("c_demo.scale2", &[t(&[2, 1], &[1.5, -2.])], 1)
+        .unwrap();
+    assert_eq!(
+        (two[0].shape.clone(), two[0].to_f32_vec().unwrap()),
+        (vec![2, 1], vec![3., -4.])
+    );
+
+    // Logging: the init record reaches this logger under the plugin's name,
+    // and compiles log at debug.
+    let records = logs();
+    let ours: Vec<_> = records
+        .iter()
+        .filter(|r| r.target == "rlx_plugin::c-demo::c_demo")
+        .collect();
+    assert!(
+        ours.iter().any(|r| r.level == log::Level::Info
+            && r.message
+                == "c-demo 0.1.0 (C11, ABI 1.3.0) registered 6 lowerings and 1 custom op(s)"),
+        "{records:#?}"
+    );
+    assert!(ours.iter().any(|r| r.level == log::Level::Debug
+        && r.message.contains("in lazy mode; rng policy 0, seed 42")));
+}
+
+/// y = exp(x · w + b), b broadcast over rows; and a second graph with a
+/// constant, a scalar and every binary op.
+fn session_graphs() -> Vec<Graph> {
+    let mut g = Graph::new("affine_exp");
+    let x = g.input("x", f32s(&[4, 8]));
+    let w = g.param("w", f32s(&[8, 6]));
+    let b = g.param("b", f32s(&[6]));
+    let m = g.mm(x, w);
+    let a = g.add(m, b);
+    let y = g.exp(a);
+    g.set_named_outputs([("y", y)]);
+    let mut h = Graph::new("consts");
+    let x = h.input("x", f32s(&[3, 4]));
+    let w = h.param("w", f32s(&[4, 4]));
+    let m = h.mm(x, w);
+    let two = h.constant(2.0, IrDType::F32);
+    let r = h.relu(m);
+    let s = h.mul(r, two);
+    let d = h.sub(s, x);
+    let q = h.div(d, two);
+    h.set_named_outputs([("q", q), ("r", r)]);
+    vec![g, h]
+}
+
+#[test]
+fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
+    // The only test here that registers Device::Mlx (the registry is
+    // process-global).
+    use rlx_host::rlx_backend::{
+        lower_for_claims, parse_op_kinds, register_plugin_backend, with_mode,
+    };
+    use rlx_host::run::{errors, execute, random_data};
+    use rlx_runtime::{Device, Session};
+    let (_dir, p) = load_build(3);
+    register_plugin_backend(p.clone(), Device::Mlx, Mode::Lazy);
+    let claims: &'static [rlx_ir::OpKind] = Box::leak(parse_op_kinds(&p).into_boxed_slice());
+    assert_eq!(claims.len(), 6, "{claims:?}");
+    for (k, graph) in session_graphs().into_iter().enumerate() {
+        // What the plugin is sent (visible with --nocapture).
+        let lowered = lower_for_claims(Device::Mlx, graph.clone(), claims, "c-demo").unwrap();
+        println!("{}", text(&lowered));
+        let data = random_data(&graph, 11 + k as u64).unwrap();
+        let cpu = execute(Device::Cpu, &graph, &data, 1).unwrap();
+        for mode in MODES {
+            let got = with_mode(mode, || execute(Device::Mlx, &graph, &data, 2))
+                .unwrap_or_else(|e| panic!("{} [{}]: {e}", graph.name, mode.name()));
+            assert_eq!(got.outputs.len(), cpu.outputs.len());
+            for (i, (g, c)) in got.outputs.iter().zip(&cpu.outputs).enumerate() {
+                let (abs, rel) = errors(g, c).unwrap();
+                println!(
+                    "{} [{}] output {i}: abs {abs:e} rel {rel:e}",
+                    graph.name,
+                    mode.name()
+                );
+                assert!(
+                    rel <= 1e-5 || abs <= 1e-6,
+                    "{} [{}] output {i}: max rel err {rel} (abs {abs})",
+                    graph.name,
+                    mode.name()
+                );
+                assert!(g.iter().any(|v| *v != 0.0), "output {i} is zeros");
+            }
+        }
+    }
+    // Session used directly, as an rlx-runtime program writes it.
+    let g = &session_graphs()[0];
+    let xs: Vec<f32> = (0..32).map(|i| (i as f32 - 16.0) / 16.0).collect();
+    let ws: Vec<f32> = (0..48)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 20.0)
+        .collect();
+    let bs = [0.1f32, -0.1, 0.2, -0.2, 0.3, -0.3];
+    let mut results = Vec::new();
+    for device in [Device::Mlx, Device::Cpu] {
+        let mut c = Session::new(device).compile(g.clone());
+        c.set_param("w", &ws);
+        c.set_param("b", &bs);
+        results.push(c.run(&[("x", &xs)]));
+    }
+    let (abs, rel) = errors(&results[0][0], &results[1][0]).unwrap();
+    assert!(rel <= 1e-5, "rel {rel} abs {abs}");
+    // Plain Rust, to be sure both are right.
+    for i in 0..4 {
+        for j in 0..6 {
+            let s: f32 = (0..8).map(|p| xs[i * 8 + p] * ws[p * 6 + j]).sum::<f32>() + bs[j];
+            let got = results[0][0][i * 6 + j];
+            assert!(
+                (got - s.exp()).abs() <= 1e-5 * s.exp(),
+                "[{i},{j}] {got} vs {}",
+                s.exp()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_c_build_loads_into_this_host_and_runs() {
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.3, this host.
+    let mut g = Graph::new("mlp");
+    let x = g.input("x", f32s(&[2, 3]));
+    let w = g.param("w", f32s(&[3, 2]));
+    let b = g.param("b", f32s(&[2]));
+    let m = g.mm(x, w);
+    let a = g.add(m, b);
+    let y = g.relu(a);
+    g.set_named_outputs([("y", y)]);
+    let model = text(&g);
+    for minor in 0..=3u32 {
+        let (_dir, p) = load_build(minor);
+        assert_eq!(
+            p.abi_version(),
+            RlxAbiVersion {
+                major: 1,
+                minor,
+                patch: 0
+            },
+            "build 1.{minor}"
+        );
+        let claimed = format!("1.{minor}.0");
+        assert!(p
+            .descriptor()
+            .build_info
+            .contains(&("abi.claimed".into(), claimed)));
+        for mode in MODES {
+            let opts = CompileOptions {
+                mode,
+                rng_policy: 3,
+                rng_seed: 7,
+            };
+            let mut exe = p.compile_with(&model, &opts).unwrap();
+            exe.bind_param("w", &t(&[3, 2], &W)).unwrap();
+            exe.bind_param("b", &t(&[2], &B)).unwrap();
+            let out = exe.run(&[("x", &t(&[2, 3], &X))]).unwrap();
+            assert_eq!(out[0].shape, [2, 2]);
+            assert_eq!(
+                out[0].to_f32_vec().unwrap(),
+                affine_relu_ref(&X, &W, &B),
+                "1.{minor} [{}]",
+                mode.name()
+            );
+        }
+        if minor == 0 {
+            // 1.0 had no registry: the table stops before custom_ops.
+            assert!(!p.has_custom_ops());
+            let e = p.list_custom_ops().unwrap_err();
+            assert_eq!(e.code, StatusCode::Unsupported);
+            assert_eq!(
+                e.message,
+                "plugin c-demo (ABI 1.0.0) has no custom-op registry (added in ABI 1.1)"
+            );
+        } else {
+            assert!(p.has_custom_ops(), "1.{minor}");
+            let names: Vec<String> = p
+                .list_custom_ops()
+                .unwrap()
+                .into_iter()
+                .map(|i| i.name)
+                .collect();
+            assert_eq!(names, ["c_demo.scale2"]);
+            let out = p
+                .execute_custom_op("c_demo.scale2", &[t(&[3], &[1., -2., 0.5])], 1)
+                .unwrap();
+            assert_eq!(out[0].to_f32_vec().unwrap(), [2., -4., 1.]);
+        }
+    }
+}
+
+#[test]
+fn errors_name_the_node_the_tensor_and_the_op() {
+    let (_dir, p) = load_build(3);
+    let compile_err = |g: &Graph| {
+        p.compile(&text(g), Mode::Lazy)
+            .err()
+            .expect("compile fails")
+    };
+
+    // An op c-demo does not run, named with its node.
+    let mut g = Graph::new("softmax");
+    let x = g.input("x", f32s(&[2, 4]));
+    let y = g.sm(x, -1);
+    g.set_outputs(vec![y]);
+    let e = compile_err(&g);
+    assert_eq!(e.code, StatusCode::Unsupported);
+    assert_eq!(
+        e.message,
+        "rlxmodel line 7, column 8: node %1: op Softmax is not supported by c-demo (it runs \
+         Input, Param, Constant, Binary, Activation, MatMul)"
+    );
+    // A claimed kind with a variant it does not run.
+    let mut g = Graph::new("gelu");
+    let x = g.input("x", f32s(&[2]));
+    let y = g.gelu(x);
+    g.set_outputs(vec![y]);
+    let e = compile_err(&g);
+    assert_eq!(e.code, StatusCode::Unsupported);
+    assert_eq!(
+        e.message,
+        "rlxmodel line 7, column 19: node %1: op Activation(Gelu) is not supported by c-demo \
+         (it runs Activation Exp, Relu, Neg, Abs, Tanh, Sigmoid, Log, Sqrt)"
+    );
+    let mut g = Graph::new("max");
+    let x = g.input("x", f32s(&[2]));
+    let y = g.binary(BinaryOp::Max, x, x, f32s(&[2]));
+    g.set_outputs(vec![y]);
+    let e = compile_err(&g);
+    assert_eq!(e.code, StatusCode::Unsupported);
+    assert!(
+        e.message.ends_with(
+            "node %1: op Binary(Max) is not supported by c-demo (it runs Binary Add, Sub, Mul, \
+             Div)"
+        ),
+        "{e}"
+    );
+    // Another dtype.
+    let mut g = Graph::new("ints");
+    let x = g.input("x", Shape::new(&[2], IrDType::I64));
+    g.set_outputs(vec![x]);
+    let e = compile_err(&g);
+    assert_eq!(e.code, StatusCode::Unsupported);
+    assert_eq!(
+        e.message,
+        "rlxmodel line 6, column 16: value %x is i64: c-demo runs f32 only"
+    );
+    // Malformed text: INVALID_ARGUMENT with the line.
+    let e = p
+        .compile(
+            "rlxmodel 1\nopset 1\ngraph @g {\n  nonsense\n}",
+            Mode::Eager,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "rlxmodel line 4, column 3: expected `%n = …`, `%name = …` or `return`, found `nonsense`"
+    );
+    let e = p
+        .compile(
+            &text(&affine_relu()).replace("f32[2, 2]\n  %4", "f32[3, 2]\n  %4"),
+            Mode::Lazy,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "rlxmodel line 9, column 1: node %3: MatMul gives f32[2, 2], but the graph says f32[3, 2]"
+    );
+
+    // Run-time errors name the tensor.
+    let mut exe = p.compile(&text(&affine_relu()), Mode::Compiled).unwrap();
+    let (x, b) = (t(&[2, 3], &X), t(&[2], &B));
+    let e = exe.run(&[("x", &x), ("the bias", &b)]).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "param \"w\" is not bound (bind it with executable_bind_param before running)"
+    );
+    exe.bind_param("w", &t(&[3, 2], &W)).unwrap();
+    let e = exe.run(&[("x", &x)]).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "the graph takes 2 inputs (\"x\", \"the bias\"), 1 given"
+    );
+    let x64 = HostTensor::new(
+        DType::F64,
+        vec![2, 3],
+        X.iter().flat_map(|v| (*v as f64).to_le_bytes()).collect(),
+    )
+    .unwrap();
+    let e = exe.run(&[("x", &x64), ("the bias", &b)]).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(e.message, "input \"x\" is f32[2, 3], got f64[2, 3]");
+    let e = exe.run(&[("x", &b), ("the bias", &b)]).unwrap_err();
+    assert_eq!(e.message, "input \"x\" is f32[2, 3], got f32[2]");
+    let e = exe.run(&[("x", &x), ("bias", &b)]).unwrap_err();
+    assert_eq!(
+        e.message,
+        "the graph has no input named \"bias\" (its inputs: \"x\", \"the bias\")"
+    );
+    let e = exe.run(&[("x", &x), ("x", &x)]).unwrap_err();
+    assert_eq!(e.message, "input \"x\" is given twice");
+    let e = exe.bind_param("v", &t(&[3, 2], &W)).unwrap_err();
+    assert_eq!(e.code, StatusCode::NotFound);
+    assert_eq!(
+        e.message,
+        "the graph has no param named \"v\" (its params: \"w\")"
+    );
+    let e = exe.bind_param("w", &t(&[2, 3], &W)).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(e.message, "param \"w\" is f32[3, 2], got f32[2, 3]");
+    // Still runs with the last good binding.
+    let out = exe.run(&[("x", &x), ("the bias", &b)]).unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), affine_relu_ref(&X, &W, &B));
+}
+
+#[test]
+fn host_kernels_round_trip_through_the_c_registry() {
+    let (_dir, p) = load_build(3);
+    // The kernel holds `alive`; the plugin dropping the kernel's context
+    // drops it.
+    let alive = Arc::new(());
+    let held = alive.clone();
+    p.register_custom_op("host.add_one", "x + 1", 1, 1, move |ins| {
+        let _ = &held;
+        let v: Vec<f32> = ins[0].to_f32_vec()?.iter().map(|x| x + 1.0).collect();
+        Ok(vec![HostTensor::from_f32(ins[0].shape.clone(), &v)?])
+    })
+    .unwrap();
+    assert_eq!(Arc::strong_count(&alive), 2);
+    let info = p.lookup_custom_op("host.add_one").unwrap();
+    assert_eq!(
+        (
+            info.name.as_str(),
+            info.description.as_str(),
+            info.n_inputs,
+            info.n_outputs,
+            info.origin
+        ),
+        ("host.add_one", "x + 1", 1, 1, Origin::Host)
+    );
+    let out = p
+        .execute_custom_op("host.add_one", &[t(&[2], &[41., -1.])], 1)
+        .unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), [42., 0.]);
+
+    // A taken name: ALREADY_EXISTS, and the rejected kernel is dropped at
+    // once.
+    let again = Arc::new(());
+    let held_again = again.clone();
+    let e = p
+        .register_custom_op("host.add_one", "again", 1, 1, move |_| {
+            let _ = &held_again;
+            Ok(vec![])
+        })
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::AlreadyExists);
+    assert_eq!(
+        e.message,
+        "a custom op named \"host.add_one\" is already registered"
+    );
+    assert_eq!(Arc::strong_count(&again), 1);
+
+    // A failing host kernel's status (made with the plugin's status_new)
+    // comes back as it is.
+    p.register_custom_op("a.fails", "always fails", 1, 1, |_| {
+        Err(rlx_plugin_api::PluginError::invalid_argument(
+            "host kernel says no",
+        ))
+    })
+    .unwrap();
+    let e = p
+        .execute_custom_op("a.fails", &[t(&[1], &[0.])], 1)
+        .unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (StatusCode::InvalidArgument, "host kernel says no")
+    );
+    let names: Vec<String> = p
+        .list_custom_ops()
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["a.fails", "c_demo.scale2", "host.add_one"]);
+
+    // Wrong counts.
+    let e = p.execute_custom_op("host.add_one", &[], 1).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(e.message, "custom op host.add_one takes 1 inputs, got 0");
+    let e = p
+        .execute_custom_op("c_demo.scale2", &[t(&[1], &[1.])], 2)
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "custom op c_demo.scale2 has 1 outputs, the caller gave 2 slots"
+    );
+    let e = p.execute_custom_op("nope", &[], 0).unwrap_err();
+    assert_eq!(e.code, StatusCode::NotFound);
+
+    // Unregister drops the kernel; a second time is NOT_FOUND.
+    p.unregister_custom_op("host.add_one").unwrap();
+    assert_eq!(Arc::strong_count(&alive), 1);
+    p.unregister_custom_op("a.fails").unwrap();
+    let e = p.unregister_custom_op("host.add_one").unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (StatusCode::NotFound, "no custom op named \"host.add_one\"")
+    );
+    assert_eq!(
+        p.lookup_custom_op("host.add_one").unwrap_err().code,
+        StatusCode::NotFound
+    );
+
+    // Concurrent use of the registry from several threads.
+    std::thread::scope(|s| {
+        for k in 0..4 {
+            let p = &p;
+            s.spawn(move || {
+                for i in 0..50 {
+                    let name = format!("t{k}.op{i}");
+                    p.register_custom_op(&name, "", 1, 1, |ins| Ok(vec![ins[0].clone()]))
+                        .unwrap();
+                    let out = p
+                        .execute_custom_op(&name, &[t(&[1], &[i as f32])], 1)
+                        .unwrap();
+                    assert_eq!(out[0].to_f32_vec().unwrap(), [i as f32]);
+                    p.execute_custom_op("c_demo.scale2", &[t(&[1], &[1.])], 1)
+                        .unwrap();
+                    let _ = p.list_custom_ops().unwrap();
+                    p.unregister_custom_op(&name).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(p.list_custom_ops().unwrap().len(), 1);
+}
+
+// ---- the C ABI by hand ----
+
+/// One fresh instance of the 1.`minor` build (its own copy, so its own
+/// first entry call), opened without the Rust host's loader.
+struct Raw {
+    _dir: tempfile::TempDir,
+    entry: rlx_plugin_api::tables::RlxEntryFn,
+}
+
+fn raw(minor: u32) -> Raw {
+    let dir = plugins_dir(&[(&c_build(minor), "librlx_c_plugin_raw.so")]);
+    let lib =
+        unsafe { libloading::Library::new(dir.path().join("librlx_c_plugin_raw.so")) }.unwrap();
+    // Never unloaded (as the host's loader does).
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+    let entry = unsafe {
+        *lib.get::<rlx_plugin_api::tables::RlxEntryFn>(b"rlx_plugin_entry")
+            .unwrap()
+    };
+    Raw { _dir: dir, entry }
+}
+
+/// Log messages the raw host received, by host table.
+type Sink = Mutex<Vec<String>>;
+
+unsafe extern "C" fn sink_log(ctx: *mut c_void, rec: *const RlxLogRecord) {
+    let sink = &*(ctx as *const Sink);
+    sink.lock().unwrap().push((*rec).message.to_string_lossy());
+}
+
+fn host_table(major: u32, struct_size: usize, sink: &'static Sink) -> &'static RlxHostApi {
+    Box::leak(Box::new(RlxHostApi {
+        struct_size,
+        abi_version: RlxAbiVersion {
+            major,
+            minor: 3,
+            patch: 0,
+        },
+        host_name: RlxStr::from_static("raw test host"),
+        log_ctx: sink as *const Sink as *mut c_void,
+        log: Some(sink_log),
+        log_max_level: None,
+    }))
+}
+
+fn new_sink() -> &'static Sink {
+    Box::leak(Box::new(Mutex::new(Vec::new())))
+}
+
+/// A status as (code, message), released.
+fn status(api: &RlxPluginApi, s: *mut rlx_plugin_api::RlxStatus) -> Option<(u32, String)> {
+    if s.is_null() {
+        return None;
+    }
+    unsafe {
+        let code = (api.status_code.unwrap())(s);
+        let msg = (api.status_message.unwrap())(s).to_string_lossy();
+        (api.status_free.unwrap())(s);
+        Some((code, msg))
+    }
+}
+
+#[test]
+fn refused_handshakes_are_header_only_tables_naming_both_versions() {
+    let header = rlx_plugin_api::tables::PLUGIN_API_HEADER_SIZE;
+    let good = host_table(1, std::mem::size_of::<RlxHostApi>(), new_sink());
+    let cases: [(Option<&'static RlxHostApi>, u32, &str); 3] = [
+        (
+            None,
+            1,
+            "c-demo 0.1.0 (RLX plugin ABI 1.3.0) was given no host table (RlxHostApi is NULL); \
+             the host must pass one",
+        ),
+        (
+            Some(host_table(2, std::mem::size_of::<RlxHostApi>(), new_sink())),
+            3,
+            "c-demo 0.1.0 speaks RLX plugin ABI 1.3.0 but the host (raw test host) speaks ABI \
+             2.3.0, another major: upgrade the plugin (install a c-demo built for the host's ABI \
+             major)",
+        ),
+        (
+            Some(host_table(1, 16, new_sink())),
+            1,
+            "the host table's struct_size is 16 bytes, smaller than its frozen header (40 bytes): \
+             c-demo 0.1.0 (ABI 1.3.0) cannot read the host's ABI version",
+        ),
+    ];
+    for (host, code, message) in cases {
+        let r = raw(3);
+        let root = unsafe { (r.entry)(host.map_or(std::ptr::null(), |h| h as *const _)) };
+        let api = unsafe { &*root };
+        assert_eq!(api.struct_size, header);
+        assert_eq!((api.abi_version.major, api.abi_version.minor), (1, 3));
+        assert_eq!(api.refusal_code, code);
+        assert_eq!(unsafe { api.refusal_message.to_string_lossy() }, message);
+        // The first call decided: a good host now gets the same table.
+        assert_eq!(unsafe { (r.entry)(good) }, root);
+    }
+    // A host of an older major (0) is told to upgrade itself.
+    let r = raw(1);
+    let api = unsafe { &*(r.entry)(host_table(0, std::mem::size_of::<RlxHostApi>(), new_sink())) };
+    assert_eq!(api.refusal_code, 3);
+    let msg = unsafe { api.refusal_message.to_string_lossy() };
+    assert!(
+        msg.contains("ABI 1.1.0")
+            && msg.contains("ABI 0.3.0")
+            && msg.ends_with("upgrade the host to ABI major 1"),
+        "{msg}"
+    );
+}
+
+/// x[2] + w[2] (w a param), one output.
+const ADD_MODEL: &str = "rlxmodel 1
+opset 1
+
+graph @add {
+  %x = input : f32[2]
+  %w = param : f32[2]
+  %2 = Binary(Add) %x, %w : f32[2]
+  return %2
+}
+";
+
+static DELETED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+unsafe extern "C" fn count_delete(ctx: *mut c_void) {
+    DELETED.lock().unwrap().push(ctx as usize);
+}
+
+fn deletions(tag: usize) -> usize {
+    DELETED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| **t == tag)
+        .count()
+}
+
+#[test]
+fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
+    for minor in 0..=3u32 {
+        let r = raw(minor);
+        let sink = new_sink();
+        let root = unsafe { (r.entry)(host_table(1, std::mem::size_of::<RlxHostApi>(), sink)) };
+        let api = unsafe { &*root };
+        assert_eq!(api.refusal_code, 0);
+        // The root table as a plugin of that minor wrote it.
+        let want_size = if minor == 0 {
+            std::mem::offset_of!(RlxPluginApi, custom_ops)
+        } else {
+            std::mem::size_of::<RlxPluginApi>()
+        };
+        assert_eq!(api.struct_size, want_size, "1.{minor}");
+        assert_eq!((api.abi_version.minor, api.abi_version.patch), (minor, 0));
+        assert!(api.rust_layout.is_null());
+        assert_eq!(api.rust_layout_tag.len, 0);
+        assert_eq!(status(api, unsafe { (api.init.unwrap())() }), None);
+        assert_eq!(
+            status(api, unsafe { (api.init.unwrap())() }),
+            None,
+            "init is idempotent"
+        );
+        assert!(sink
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|m| m.starts_with("c-demo 0.1.0 (C11, ABI 1.")));
+
+        let compile = |opts: Option<&RlxCompileOptions>| {
+            let mut exe = std::ptr::null_mut();
+            let s = unsafe {
+                (api.compile.unwrap())(
+                    RlxStr::from_str(ADD_MODEL),
+                    opts.map_or(std::ptr::null(), |o| o as *const _),
+                    &mut exe,
+                )
+            };
+            (status(api, s), exe)
+        };
+        let last_log = || sink.lock().unwrap().last().cloned().unwrap_or_default();
+        // The RNG group is read only from a 1.2+ build, and only when the
+        // host's struct_size covers it (24): a 1.0/1.1 host's 16 bytes leave
+        // garbage where rng_policy would be.
+        let short = RlxCompileOptions {
+            struct_size: 16,
+            mode: 1,
+            rng_policy: 0xdead_beef,
+            rng_seed: 99,
+        };
+        let full = RlxCompileOptions {
+            struct_size: 24,
+            mode: 2,
+            rng_policy: 3,
+            rng_seed: 7,
+        };
+        let (s, exe) = compile(Some(&short));
+        assert_eq!(s, None);
+        unsafe { (api.executable_destroy.unwrap())(exe) };
+        assert!(
+            last_log().ends_with(
+                "in eager mode; rng policy 0, seed 42 (the graph draws no random numbers)"
+            ),
+            "{}",
+            last_log()
+        );
+        let (s, exe) = compile(Some(&full));
+        assert_eq!(s, None);
+        unsafe { (api.executable_destroy.unwrap())(exe) };
+        let want = if minor >= 2 {
+            "in compiled mode; rng policy 3, seed 7"
+        } else {
+            "in compiled mode; rng policy 0, seed 42"
+        };
+        assert!(last_log().contains(want), "1.{minor}: {}", last_log());
+        let (s, _) = compile(Some(&RlxCompileOptions { mode: 9, ..full }));
+        assert_eq!(
+            s,
+            Some((
+                2,
+                "compile mode 9 is unknown to c-demo (it knows 0 lazy, 1 eager, 2 compiled)".into()
+            ))
+        );
+        let (s, exe) = compile(None);
+        assert_eq!(s, None);
+        assert!(last_log().contains("in lazy mode"));
+
+        // The plugin's own opset check (the Rust host checks before it).
+        let mut other = std::ptr::null_mut();
+        let s = unsafe {
+            (api.compile.unwrap())(
+                RlxStr::from_str(&ADD_MODEL.replace("opset 1", "opset 9")),
+                std::ptr::null(),
+                &mut other,
+            )
+        };
+        assert_eq!(
+            status(api, s),
+            Some((
+                2,
+                "rlxmodel line 2, column 7: opset 9: c-demo reads opset 1 only (re-export the \
+                 model for opset 1, or use a plugin that reads opset 9)"
+                    .into()
+            ))
+        );
+        assert!(other.is_null());
+
+        // OWNED params: the deleter runs exactly once, on success and on
+        // every failure.
+        let bind = |name: &str, t: &RlxTensor| {
+            status(api, unsafe {
+                (api.executable_bind_param.unwrap())(exe, RlxStr::from_str(name), t)
+            })
+        };
+        let w = t(&[2], &[10., 20.]);
+        let tag = 1000 + minor as usize * 10;
+        // `view` keeps the shape array the descriptors point at alive.
+        let view = w.as_raw(ownership::BORROWED);
+        let mut o = view.raw;
+        o.ownership = ownership::OWNED;
+        o.manager_ctx = tag as *mut c_void;
+        o.deleter = Some(count_delete);
+        assert_eq!(bind("w", &o), None);
+        assert_eq!(deletions(tag), 1);
+        let mut bad_shape = o;
+        bad_shape.manager_ctx = (tag + 1) as *mut c_void;
+        bad_shape.dl.ndim = 0;
+        assert_eq!(
+            bind("w", &bad_shape),
+            Some((1, "param \"w\" is f32[2], got f32[]".into()))
+        );
+        assert_eq!(deletions(tag + 1), 1);
+        let mut unknown = o;
+        unknown.manager_ctx = (tag + 2) as *mut c_void;
+        assert_eq!(bind("q", &unknown).map(|s| s.0), Some(6));
+        assert_eq!(deletions(tag + 2), 1);
+        // A descriptor of another size is refused (RlxTensor is frozen).
+        let mut resized = view.raw;
+        resized.struct_size = 72;
+        assert_eq!(
+            bind("w", &resized),
+            Some((
+                1,
+                "param \"w\": RlxTensor.struct_size is 72, but RlxTensor is frozen at 80 bytes"
+                    .into()
+            ))
+        );
+        // Strided: w as every other element of a 4-element buffer.
+        let buf = t(&[4], &[1., -1., 2., -1.]);
+        let mut strided = buf.as_raw(ownership::BORROWED).raw;
+        let (mut shape, mut strides) = ([2i64], [2i64]);
+        strided.dl.shape = shape.as_mut_ptr();
+        strided.dl.strides = strides.as_mut_ptr();
+        assert_eq!(bind("w", &strided), None);
+
+        // Run: the output count must match, and on error no slot is
+        // written.
+        let x = t(&[2], &[0.5, 0.25]);
+        let xv = x.as_raw(ownership::BORROWED);
+        let input = RlxNamedTensor {
+            struct_size: std::mem::size_of::<RlxNamedTensor>(),
+            name: RlxStr::from_str("x"),
+            tensor: xv.raw,
+        };
+        let mut slots = [RlxTensor::empty(), RlxTensor::empty()];
+        slots[0].struct_size = 12345;
+        let run = |slots: &mut [RlxTensor], n: usize| {
+            status(api, unsafe {
+                (api.executable_run.unwrap())(exe, &input, 1, slots.as_mut_ptr(), n)
+            })
+        };
+        assert_eq!(
+            run(&mut slots, 2),
+            Some((
+                1,
+                "executable_run: the graph has 1 outputs, the caller gave 2 slots".into()
+            ))
+        );
+        assert_eq!(slots[0].struct_size, 12345, "an error writes no slot");
+        assert_eq!(run(&mut slots, 1), None);
+        let out = unsafe { HostTensor::take_raw(slots[0]) }.unwrap();
+        assert_eq!(out.to_f32_vec().unwrap(), [1.5, 2.25]);
+        // byte_offset: aligned (one f32 in), and misaligned (copied).
+        for (skip, values) in [(4usize, [10f32, 20.]), (2, [30., 40.])] {
+            let mut bytes = vec![0u8; skip];
+            bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            let mut shape = [2i64];
+            let mut d = RlxTensor::empty();
+            d.dl.data = bytes.as_mut_ptr() as *mut c_void;
+            d.dl.ndim = 1;
+            d.dl.shape = shape.as_mut_ptr();
+            d.dl.byte_offset = skip as u64;
+            assert_eq!(bind("w", &d), None, "byte_offset {skip}");
+            drop(bytes); // copied: BORROWED
+            assert_eq!(run(&mut slots, 1), None);
+            let out = unsafe { HostTensor::take_raw(slots[0]) }.unwrap();
+            assert_eq!(
+                out.to_f32_vec().unwrap(),
+                [0.5 + values[0], 0.25 + values[1]]
+            );
+        }
+
+        // Null pointers are statuses, never crashes.
+        unsafe {
+            let code = |s| status(api, s).map(|s| s.0);
+            assert_eq!(
+                code((api.compile.unwrap())(
+                    RlxStr::from_str(ADD_MODEL),
+                    std::ptr::null(),
+                    std::ptr::null_mut()
+                )),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.executable_signature.unwrap())(exe, std::ptr::null())),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.executable_signature.unwrap())(
+                    std::ptr::null(),
+                    std::ptr::null()
+                )),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.executable_bind_param.unwrap())(
+                    exe,
+                    RlxStr::from_str("w"),
+                    std::ptr::null()
+                )),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.executable_run.unwrap())(
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    0,
+                    std::ptr::null_mut(),
+                    0
+                )),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.executable_run.unwrap())(
+                    exe,
+                    std::ptr::null(),
+                    1,
+                    slots.as_mut_ptr(),
+                    1
+                )),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.supported_ops.unwrap())(std::ptr::null_mut())),
+                Some(1)
+            );
+            assert_eq!(
+                code((api.lowering_table.unwrap())(std::ptr::null_mut())),
+                Some(1)
+            );
+            (api.executable_destroy.unwrap())(std::ptr::null_mut());
+            (api.status_free.unwrap())(std::ptr::null_mut());
+            let s = (api.status_new.unwrap())(7, RlxStr::from_str("made by the host"));
+            assert_eq!(status(api, s), Some((7, "made by the host".into())));
+            if minor >= 1 {
+                let c = &*api.custom_ops;
+                assert_eq!(code((c.register_op.unwrap())(std::ptr::null())), Some(1));
+                assert_eq!(code((c.list.unwrap())(std::ptr::null())), Some(1));
+                assert_eq!(
+                    code((c.lookup.unwrap())(
+                        RlxStr::from_str("c_demo.scale2"),
+                        std::ptr::null()
+                    )),
+                    Some(1)
+                );
+                assert_eq!(
+                    code((c.execute.unwrap())(
+                        RlxStr::from_str("c_demo.scale2"),
+                        std::ptr::null(),
+                        1,
+                        slots.as_mut_ptr(),
+                        1
+                    )),
+                    Some(1)
+                );
+            }
+            (api.executable_destroy.unwrap())(exe);
+        }
+    }
+}
+
+// ---- the rlx-host CLI ----
+
+fn rlx_host_bin() -> PathBuf {
+    let p = profile_dir().join(format!("rlx-host{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        p.exists(),
+        "{} is missing: build it first (`cargo build -p rlx-host`, or `cargo build --workspace`)",
+        p.display()
+    );
+    p
+}
+
+fn rlx_host(plugins: &Path, home: &Path, args: &[&str]) -> serde_json::Value {
+    let o = std::process::Command::new(rlx_host_bin())
+        .args(args)
+        .env("RLX_BACKEND_PLUGINS", plugins)
+        .env("RLX_HOME", home)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("spawn rlx-host");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "rlx-host {args:?} failed: {}\n{out}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+#[test]
+fn rlx_host_cli_lists_and_runs_c_demo() {
+    let file = library_file_name("rlx_c_plugin");
+    let dir = plugins_dir(&[(&c_build(3), &file)]);
+    let home = tempfile::tempdir().unwrap();
+
+    // Our directory's candidate (the binary's own plugins/ directory may
+    // add others).
+    let v = rlx_host(dir.path(), home.path(), &["plugins", "--json"]);
+    let cands = v["candidates"].as_array().unwrap();
+    let ours: Vec<&serde_json::Value> = cands
+        .iter()
+        .filter(|c| c["source"] == "RLX_BACKEND_PLUGINS")
+        .collect();
+    assert_eq!(ours.len(), 1, "{v}");
+    let c = ours[0];
+    assert_eq!(c["state"], "loaded", "{v}");
+    assert_eq!(c["name"], "c-demo");
+    assert_eq!(c["version"], "0.1.0");
+    assert_eq!(c["abi_version"], "1.3.0");
+    assert!(c["path"].as_str().unwrap().ends_with(&file));
+
+    let lib = dir.path().join(&file);
+    let v = rlx_host(
+        dir.path(),
+        home.path(),
+        &["plugins", "inspect", lib.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(v["descriptor"]["build_info"]["language"], "C11");
+    assert_eq!(v["custom_ops"][0]["name"], "c_demo.scale2");
+    assert_eq!(v["lowering_table"].as_array().unwrap().len(), 6);
+
+    // x · w + b, then exp: a model c-demo runs once rlx-runtime lowered it.
+    let model = home.path().join("affine_exp.rlxmodel");
+    std::fs::write(&model, text(&session_graphs()[0])).unwrap();
+    for mode in ["lazy", "eager", "compiled"] {
+        let v = rlx_host(
+            dir.path(),
+            home.path(),
+            &[
+                "run",
+                model.to_str().unwrap(),
+                "--backend",
+                "c-demo",
+                "--mode",
+                mode,
+                "--compare",
+                "cpu",
+                "--seed",
+                "3",
+                "--json",
+            ],
+        );
+        assert_eq!(v["backend"], "c-demo");
+        assert_eq!(v["mode"], mode);
+        let outs = v["outputs"].as_array().unwrap();
+        assert_eq!(outs.len(), 1, "{v}");
+        assert_eq!(outs[0]["name"], "y");
+        assert_eq!(outs[0]["shape"], serde_json::json!([4, 6]));
+        let rel = outs[0]["max_rel_err"].as_f64().unwrap();
+        let abs = outs[0]["max_abs_err"].as_f64().unwrap();
+        assert!(rel <= 1e-5 && abs <= 1e-4, "[{mode}] {v}");
+    }
+}
+
+// ---- the C host (tests/hosts/c-host) on the C plugin ----
+
+#[test]
+fn the_c_host_runs_every_c_build_at_every_claim() {
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.3 against each
+    // c-demo build (its own checks, and `ok` last).
+    let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
+    if !host.exists() {
+        eprintln!(
+            "{} was not built (no tests/hosts/c-host/c_host.c): skipped",
+            host.display()
+        );
+        return;
+    }
+    let run = |claim: u32, minor: u32, mode: &str| {
+        let o = std::process::Command::new(&host)
+            .args([
+                "--claim",
+                &format!("1.{claim}"),
+                "--mode",
+                mode,
+                "--activation",
+                "exp",
+            ])
+            .arg(c_build(minor))
+            .output()
+            .expect("spawn rlx-c-host");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success() && out.lines().last() == Some("ok"),
+            "host 1.{claim} x plugin 1.{minor} [{mode}]: {}\n{out}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    for claim in 0..=3 {
+        for minor in 0..=3 {
+            let out = run(claim, minor, "lazy");
+            let registry = out.contains("custom op c_demo.scale2 (plugin, 1 in, 1 out)");
+            assert_eq!(
+                registry,
+                claim >= 1 && minor >= 1,
+                "host 1.{claim} x plugin 1.{minor}:\n{out}"
+            );
+        }
+    }
+    for mode in ["eager", "compiled"] {
+        run(3, 3, mode);
+    }
+}
