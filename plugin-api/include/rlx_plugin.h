@@ -6,7 +6,7 @@
  * Rust definitions in plugin-api/src carry the same names, and a test
  * (tests/tests/c_layout.rs) checks every size and offset of this header
  * against them. docs/ABI.md is the prose of the same contract, in the same
- * section order.
+ * section order (each section below names its section of docs/ABI.md).
  *
  * Conventions (docs/ABI.md §2):
  * - Every growable struct starts with `size_t struct_size`: the end of the
@@ -15,6 +15,15 @@
  *   field only when struct_size reaches its end, and never reads a byte
  *   beyond struct_size. Growable structs have no tail padding (explicit
  *   `reserved` fields fill it), so RLX_STRUCT_SIZE(T, last) == sizeof(T).
+ *   One exception, from before this rule: RlxCompileOptions' 1.2 fields
+ *   are read only when struct_size >= 24 (see that struct).
+ * - Out-structs (RlxOpList, RlxLoweringTable, written through an `out`
+ *   pointer): the caller sets struct_size to the size it knows before the
+ *   call (0 = its 1.0 size); the callee writes no byte beyond it and sets
+ *   struct_size to what it wrote.
+ * - Frozen structs (RlxStr, RlxKeyValue, RlxAbiVersion, RlxDataType,
+ *   RlxDevice, RlxDlTensor, RlxTensor, RlxNamedTensor) travel by value or
+ *   in arrays and never grow within a major.
  * - Ownership is written on every pointer: "plugin-owned, static" (valid
  *   for the rest of the process, never freed), "host-owned, static",
  *   "borrowed for the call" (valid only during the call that receives it),
@@ -35,7 +44,8 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * 1. Basics: the size rule, strings, versions        (strings.rs, version.rs)
+ * 1. Basics: the size rule, strings, versions       ABI.md §2, §3, §5
+ *                                         (sized.rs, strings.rs, version.rs)
  * ====================================================================== */
 
 /* The struct_size a writer puts in a struct whose last known field is
@@ -70,12 +80,12 @@ typedef struct RlxAbiVersion {
 } RlxAbiVersion;
 
 /* ======================================================================
- * 2. Errors                                                    (error.rs)
+ * 2. Errors                                        ABI.md §6 (error.rs)
  * ====================================================================== */
 
 /* Opaque error. NULL means success. Made by the plugin's status_new,
  * released exactly once by the receiver with the same plugin's
- * status_free. */
+ * status_free. status_code(NULL) is 0 and status_message(NULL) is empty. */
 typedef struct RlxStatus RlxStatus;
 
 /* Status codes: stable numbers, never reused. A reader maps a code it does
@@ -89,7 +99,7 @@ typedef struct RlxStatus RlxStatus;
 #define RLX_STATUS_ALREADY_EXISTS 7u
 
 /* ======================================================================
- * 3. Tensors                                                  (tensor.rs)
+ * 3. Tensors                                      ABI.md §7 (tensor.rs)
  * ====================================================================== */
 
 /* DLPack DLDataType. Frozen. */
@@ -140,7 +150,10 @@ typedef struct RlxDlTensor {
 #define RLX_OWNERSHIP_BORROWED_PERSISTENT 1u
 /* Ownership moves to the receiver, which calls deleter(manager_ctx)
  * exactly once when it no longer needs data, shape and strides, also when
- * the call that received it fails. */
+ * the call that received it fails (and when it refuses the descriptor, if
+ * struct_size reaches `deleter`). Only bind_param and outputs take OWNED
+ * tensors: run, eager and custom-op inputs are borrowed for the call
+ * whatever their ownership says, and never released by the receiver. */
 #define RLX_OWNERSHIP_OWNED 2u
 
 /* A tensor crossing the ABI. Frozen within major 1: tensors travel in
@@ -166,7 +179,7 @@ typedef struct RlxNamedTensor {
 } RlxNamedTensor;
 
 /* ======================================================================
- * 4. The host table and logging                      (tables/host.rs)
+ * 4. The host table and logging            ABI.md §8 (tables/host.rs)
  * ====================================================================== */
 
 /* Log levels, numbered like Rust's log::LevelFilter. */
@@ -178,7 +191,8 @@ typedef struct RlxNamedTensor {
 #define RLX_LOG_TRACE 5u
 
 /* One log record, plugin -> host. The struct and every string are
- * borrowed for the log call. */
+ * borrowed for the log call. A record of a level outside 1..=5 is
+ * dropped. */
 typedef struct RlxLogRecord {
     size_t struct_size;
     /* RLX_LOG_ERROR ..= RLX_LOG_TRACE. */
@@ -190,13 +204,16 @@ typedef struct RlxLogRecord {
     RlxStr file;
     /* 0 when unknown. */
     uint32_t line;
-    /* (1.3) Written as 0, never read: fills what was tail padding. */
+    /* (1.3) Written as 0, never read: fills what was tail padding, which
+     * 1.0-1.2 writers already counted in struct_size (88 on 64-bit). */
     uint32_t reserved0;
 } RlxLogRecord;
 #define RLX_LOG_RECORD_STRUCT_SIZE RLX_STRUCT_SIZE(RlxLogRecord, reserved0)
 
 /* What the host offers the plugin. Host-owned, static (valid for the rest
- * of the process). The first three fields are its frozen header. */
+ * of the process). The first three fields are its frozen header, identical
+ * in every major; a plugin refuses a table whose struct_size is smaller
+ * (INVALID_ARGUMENT), as it refuses a NULL one. */
 typedef struct RlxHostApi {
     size_t struct_size;
     /* The host's ABI version. */
@@ -213,9 +230,10 @@ typedef struct RlxHostApi {
     uint32_t (*log_max_level)(void* ctx);
 } RlxHostApi;
 #define RLX_HOST_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxHostApi, log_max_level)
+#define RLX_HOST_API_HEADER_SIZE offsetof(RlxHostApi, log_ctx)
 
 /* ======================================================================
- * 5. The root table and the descriptor                 (tables/root.rs)
+ * 5. The root table and the descriptor      ABI.md §9 (tables/root.rs)
  * ====================================================================== */
 
 typedef struct RlxPluginDescriptor RlxPluginDescriptor;
@@ -295,6 +313,10 @@ typedef struct RlxPluginApi {
 } RlxPluginApi;
 #define RLX_PLUGIN_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
+/* The least struct_size a plugin claiming 1.minor may declare: every field
+ * that minor defines (a smaller table is refused). */
+#define RLX_PLUGIN_API_SIZE_1_0 offsetof(RlxPluginApi, custom_ops)
+#define RLX_PLUGIN_API_SIZE_1_1 RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
 
 /* Who the plugin is. Plugin-owned; every pointer is plugin-owned, static. */
 struct RlxPluginDescriptor {
@@ -318,7 +340,7 @@ struct RlxPluginDescriptor {
     RLX_STRUCT_SIZE(RlxPluginDescriptor, n_opsets)
 
 /* ======================================================================
- * 6. Registration tables                       (tables/registration.rs)
+ * 6. Registration tables          ABI.md §10 (tables/registration.rs)
  * ====================================================================== */
 
 /* One supported op kind and the dtypes it takes. Plugin-owned, static
@@ -333,7 +355,9 @@ typedef struct RlxOpSupport {
 #define RLX_OP_SUPPORT_STRUCT_SIZE RLX_STRUCT_SIZE(RlxOpSupport, n_dtypes)
 
 /* The supported-op list: an array of pointers, so the element can grow.
- * Written by supported_ops; every pointer plugin-owned, static. */
+ * An out-struct written by supported_ops (the caller sets struct_size);
+ * every pointer plugin-owned, static. A graph's leaves count as ops: a
+ * plugin that takes graphs lists Input and Param (and Constant). */
 struct RlxOpList {
     size_t struct_size;
     const RlxOpSupport* const* ops;
@@ -348,8 +372,8 @@ struct RlxOpList {
 #define RLX_STRATEGY_HOST_EVALUATED 2u /* host CPU inside the plugin */
 
 /* Eagerly execute one op. node (borrowed) is a .rlxmodel graph whose only
- * non-input node is the op; inputs (borrowed) are bound to its inputs in
- * order. Up to out_capacity OWNED tensors are written to outputs (caller
+ * non-leaf node is the op; inputs (borrowed) are bound to the graph's
+ * leaves (Input and Param nodes) in node order. Up to out_capacity OWNED tensors are written to outputs (caller
  * slots) and their count to *n_outputs. */
 typedef RlxStatus* (*RlxExecuteOpFn)(const void* ctx, RlxStr node,
                                      const RlxTensor* inputs, size_t n_inputs,
@@ -375,8 +399,9 @@ typedef struct RlxLoweringEntry {
 #define RLX_LOWERING_ENTRY_STRUCT_SIZE \
     RLX_STRUCT_SIZE(RlxLoweringEntry, execute_ctx)
 
-/* The lowering table: an array of pointers. Written by lowering_table;
- * every pointer plugin-owned, static. */
+/* The lowering table: an array of pointers. An out-struct written by
+ * lowering_table (the caller sets struct_size); every pointer
+ * plugin-owned, static. */
 struct RlxLoweringTable {
     size_t struct_size;
     const RlxLoweringEntry* const* entries;
@@ -386,7 +411,7 @@ struct RlxLoweringTable {
     RLX_STRUCT_SIZE(RlxLoweringTable, n_entries)
 
 /* ======================================================================
- * 7. Executables                                  (tables/executable.rs)
+ * 7. Executables                    ABI.md §11 (tables/executable.rs)
  * ====================================================================== */
 
 /* RlxCompileOptions.mode; an unknown mode is UNSUPPORTED. */
@@ -406,7 +431,7 @@ struct RlxLoweringTable {
  * rng_policy and rng_seed (1.2) are one group: a reader takes them only
  * when struct_size >= RLX_COMPILE_OPTIONS_SIZE_1_2 (24). A 1.0/1.1 host
  * wrote struct_size = 16, which covers rng_policy's bytes as tail padding
- * (docs/ABI.md §10 says what 1.2 readers did wrong). */
+ * (docs/ABI.md §3.1 says what 1.2 readers did wrong). */
 struct RlxCompileOptions {
     size_t struct_size;
     /* One of RLX_MODE_*. */
@@ -454,16 +479,18 @@ struct RlxValueVisitor {
 #define RLX_VALUE_VISITOR_STRUCT_SIZE RLX_STRUCT_SIZE(RlxValueVisitor, visit)
 
 /* ======================================================================
- * 8. Custom ops (1.1)                             (tables/custom_ops.rs)
+ * 8. Custom ops (1.1)               ABI.md §12 (tables/custom_ops.rs)
  * ====================================================================== */
 
-/* RlxCustomOpInfo.origin; an unknown origin reads as "host". */
+/* RlxCustomOpInfo.origin; an unknown origin reads as "plugin". */
 #define RLX_ORIGIN_PLUGIN 0u
 #define RLX_ORIGIN_HOST 1u
 
 /* A custom-op kernel. Writes exactly n_outputs OWNED tensors into the
  * caller's slots; inputs are borrowed for the call. An error status must
- * be made with the plugin's status_new. Callable from any thread. */
+ * be made with the plugin's status_new, and a kernel that fails releases
+ * any output it wrote (the caller ignores the slots). Callable from any
+ * thread. */
 typedef RlxStatus* (*RlxCustomKernelFn)(void* ctx, const RlxTensor* inputs,
                                         size_t n_inputs, RlxTensor* outputs,
                                         size_t n_outputs);
@@ -496,7 +523,8 @@ typedef struct RlxCustomOpInfo {
     uint32_t n_outputs;
     /* One of RLX_ORIGIN_*. */
     uint32_t origin;
-    /* (1.3) Written as 0, never read: fills what was tail padding. */
+    /* (1.3) Written as 0, never read: fills what was tail padding, which
+     * 1.1-1.2 writers already counted in struct_size (56 on 64-bit). */
     uint32_t reserved0;
 } RlxCustomOpInfo;
 #define RLX_CUSTOM_OP_INFO_STRUCT_SIZE \
@@ -525,14 +553,15 @@ struct RlxCustomOpApi {
     /* Visit every op, in name order. */
     RlxStatus* (*list)(const RlxCustomOpVisitor* visitor);
     /* Run the op `name` on borrowed inputs, writing its n_outputs OWNED
-     * outputs into the caller's slots. */
+     * outputs into the caller's slots; another n_outputs than the op's is
+     * INVALID_ARGUMENT. */
     RlxStatus* (*execute)(RlxStr name, const RlxTensor* inputs, size_t n_inputs,
                           RlxTensor* outputs, size_t n_outputs);
 };
 #define RLX_CUSTOM_OP_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxCustomOpApi, execute)
 
 /* ======================================================================
- * 9. The entry symbol                                      (export/entry.rs)
+ * 9. The entry symbol                  ABI.md §1 (export/entry.rs)
  * ====================================================================== */
 
 #define RLX_ENTRY_SYMBOL "rlx_plugin_entry"

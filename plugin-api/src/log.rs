@@ -6,7 +6,6 @@ use crate::error::{PluginError, PluginResult};
 use crate::strings::RlxStr;
 use crate::tables::{log_level, RlxHostApi, RlxLogRecord};
 use std::ffi::c_void;
-use std::mem::offset_of;
 use std::sync::OnceLock;
 
 /// The host table's fields this build knows, read through the host's
@@ -30,7 +29,7 @@ pub(crate) unsafe fn read_host_table(host: *const RlxHostApi) -> PluginResult<Ho
         return Err(PluginError::invalid_argument("the host table is null"));
     }
     let declared = std::ptr::read_unaligned(host as *const usize);
-    let frozen = offset_of!(RlxHostApi, host_name);
+    let frozen = crate::tables::HOST_API_HEADER_SIZE;
     if declared < frozen {
         return Err(PluginError::invalid_argument(format!(
             "host table struct_size {declared} is smaller than its frozen header ({frozen} bytes)"

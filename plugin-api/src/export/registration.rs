@@ -88,7 +88,7 @@ fn build_tables(entries: Vec<LoweringEntry>) -> PluginResult<Tables> {
 pub(super) unsafe extern "C" fn supported_ops(out: *mut RlxOpList) -> *mut RlxStatus {
     guard(|| {
         let out = non_null_mut(out, "out")?;
-        *out = copy_op_list(&tables()?.op_list);
+        write_out(out, copy_op_list(&tables()?.op_list));
         Ok(())
     })
 }
@@ -97,13 +97,37 @@ pub(super) unsafe extern "C" fn lowering_table(out: *mut RlxLoweringTable) -> *m
     guard(|| {
         let out = non_null_mut(out, "out")?;
         let t = &tables()?.lowering;
-        *out = RlxLoweringTable {
-            struct_size: t.struct_size,
-            entries: t.entries,
-            n_entries: t.n_entries,
-        };
+        write_out(
+            out,
+            RlxLoweringTable {
+                struct_size: t.struct_size,
+                entries: t.entries,
+                n_entries: t.n_entries,
+            },
+        );
         Ok(())
     })
+}
+
+/// Write an out-struct by the size rule for out-structs (docs/ABI.md §2):
+/// the caller sets `struct_size` to the size it knows before the call (a
+/// caller before 1.3 left 0, meaning the struct's 1.0 size, which for the
+/// op list and lowering table is this build's size), and no byte beyond it
+/// is written; `struct_size` then says how much was.
+fn write_out<T: AbiStruct>(out: &mut T, value: T) {
+    // SAFETY: `out` is a live &mut T; its first field is the usize
+    // struct_size of every ABI struct.
+    let declared = unsafe { std::ptr::read(out as *mut T as *const usize) };
+    let n = match declared {
+        0 => T::STRUCT_SIZE,
+        d => d.min(T::STRUCT_SIZE),
+    };
+    // SAFETY: `value` and `*out` are both T, and n <= size_of::<T>(); then
+    // the struct_size field is overwritten with what was written.
+    unsafe {
+        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, out as *mut T as *mut u8, n);
+        std::ptr::write(out as *mut T as *mut usize, n);
+    }
 }
 
 fn copy_op_list(l: &RlxOpList) -> RlxOpList {

@@ -216,8 +216,9 @@ impl LoadedPlugin {
     }
 
     fn read_ops(&self) -> Result<Vec<OpSupport>, String> {
+        // The caller sizes an out-struct (docs/ABI.md §2).
         let mut list = RlxOpList {
-            struct_size: 0,
+            struct_size: RlxOpList::STRUCT_SIZE,
             ops: std::ptr::null(),
             n_ops: 0,
         };
@@ -244,7 +245,7 @@ impl LoadedPlugin {
 
     fn read_lowering(&self) -> Result<Vec<LoweringRow>, String> {
         let mut t = RlxLoweringTable {
-            struct_size: 0,
+            struct_size: RlxLoweringTable::STRUCT_SIZE,
             entries: std::ptr::null(),
             n_entries: 0,
         };

@@ -23,9 +23,11 @@ pub type RlxCustomKernelFn = unsafe extern "C" fn(
     n_outputs: usize,
 ) -> *mut RlxStatus;
 
-/// A custom op to register. Borrowed for the `register` call, except
+/// A custom op to register. Borrowed for the `register_op` call, except
 /// `kernel_ctx`, whose ownership moves to the plugin: it calls
-/// `kernel_ctx_drop(kernel_ctx)` when the op is unregistered or replaced.
+/// `kernel_ctx_drop(kernel_ctx)` once, when the op is unregistered, or at
+/// once when registration fails (a taken name is `ALREADY_EXISTS`, never
+/// a replacement).
 #[repr(C)]
 #[derive(StableAbi)]
 pub struct RlxCustomOpDesc {

@@ -58,6 +58,12 @@ unsafe impl Sync for RlxHostApi {}
 // SAFETY: as for Sync.
 unsafe impl Send for RlxHostApi {}
 
+/// Size of the host table's frozen header (`struct_size`, `abi_version`,
+/// `host_name`): the least a plugin of any major must be able to read.
+pub const HOST_API_HEADER_SIZE: usize = std::mem::offset_of!(RlxHostApi, log_ctx);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(HOST_API_HEADER_SIZE == 40);
+
 crate::abi_struct!(RlxLogRecord, reserved0: u32);
 crate::abi_struct!(
     RlxHostApi,

@@ -132,8 +132,8 @@ static RlxStatus* c_status_new(uint32_t code, RlxStr message) {
 }
 
 static uint32_t c_status_code(const RlxStatus* s) {
-    /* NULL is success; a caller asking anyway gets INTERNAL, not a crash. */
-    return s ? s->code : RLX_STATUS_INTERNAL;
+    /* NULL is success: its code is 0 (rlx_plugin.h §2). */
+    return s ? s->code : 0u;
 }
 
 static RlxStr c_status_message(const RlxStatus* s) {
@@ -2012,18 +2012,8 @@ done:
     return s;
 }
 
-/* Release every OWNED run input (they were handed over; see the ABI's
- * ownership rule) whose descriptor can be trusted. */
-static void release_inputs(const RlxNamedTensor* in, size_t n) {
-    if (!in) return;
-    for (size_t i = 0; i < n; i++) {
-        if (in[i].struct_size != sizeof(RlxNamedTensor)) return;
-        if (tensor_size_reaches_deleter(&in[i].tensor))
-            release_if_owned(&in[i].tensor);
-    }
-}
-
-/* The body of executable_run; the caller releases OWNED inputs. */
+/* The body of executable_run. Inputs are borrowed for the call whatever
+ * their ownership says (rlx_plugin.h §3): they are never released here. */
 static RlxStatus* run_checked(RlxExecutable* e, const RlxNamedTensor* in,
                               size_t n_in, RlxTensor* outputs,
                               size_t n_outputs) {
@@ -2130,7 +2120,6 @@ static RlxStatus* c_executable_run(RlxExecutable* e, const RlxNamedTensor* in,
         e ? run_checked(e, in, n_in, outputs, n_outputs)
           : errorf(RLX_STATUS_INVALID_ARGUMENT,
                    "executable_run: the executable is NULL");
-    release_inputs(in, n_in);
     return s;
 }
 
@@ -2223,12 +2212,7 @@ static RlxStatus* c_execute_op(const void* ctx, RlxStr node,
     if ((s = run_checked(e, named, n_named, outputs, e->n_outputs))) goto done;
     *n_outputs = e->n_outputs;
 done:
-    /* Inputs were handed to us, not to the internal calls (which saw
-     * borrowed copies): release the OWNED ones here. */
-    if (inputs)
-        for (size_t j = 0; j < n_inputs; j++)
-            if (inputs[j].struct_size == sizeof(RlxTensor))
-                release_if_owned(&inputs[j]);
+    /* Inputs are borrowed for the call: never released here. */
     free(named);
     exe_free(e);
     return s;
@@ -2538,21 +2522,16 @@ static RlxStatus* c_execute_custom(RlxStr name, const RlxTensor* inputs,
             goto done;
         }
     }
-    /* Empty slots first, so that whatever a failing kernel left OWNED can
-     * be told apart and released. */
+    /* Empty slots first: the caller sees no stale descriptor. */
     for (size_t i = 0; i < n_outputs; i++) outputs[i] = empty_tensor();
     if (op->native)
         s = op->native(inputs, n_inputs, outputs, n_outputs);
     else
         s = op->kernel(op->kernel_ctx, inputs, n_inputs, outputs, n_outputs);
-    if (s)
-        for (size_t i = 0; i < n_outputs; i++) drop_output(&outputs[i]);
+    /* A kernel that fails releases what it wrote (rlx_plugin.h §8): the
+     * slots are ignored then. Inputs are borrowed: never released here. */
 done:
     if (op) op_release(op);
-    if (inputs)
-        for (size_t i = 0; i < n_inputs; i++)
-            if (inputs[i].struct_size == sizeof(RlxTensor))
-                release_if_owned(&inputs[i]);
     return s;
 }
 
