@@ -444,6 +444,8 @@ impl PluginBackend {
             mode,
             rng_policy: rng_policy_number(rng.backend),
             rng_seed: rng.seed,
+            // The plugin's default device (ABI 1.4): its GPU when it has one.
+            device: None,
         };
         let exe = self
             .reg

@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.3.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.4.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -17,8 +17,8 @@
  *   `reserved` fields fill it), so RLX_STRUCT_SIZE(T, last) == sizeof(T).
  *   One exception, from before this rule: RlxCompileOptions' 1.2 fields
  *   are read only when struct_size >= 24 (see that struct).
- * - Out-structs (RlxOpList, RlxLoweringTable, written through an `out`
- *   pointer): the caller sets struct_size to the size it knows before the
+ * - Out-structs (RlxOpList, RlxLoweringTable, RlxDeviceInfo from
+ *   executable_device, written through an `out` pointer): the caller sets struct_size to the size it knows before the
  *   call (0 = its 1.0 size); the callee writes no byte beyond it and sets
  *   struct_size to what it wrote.
  * - Frozen structs (RlxStr, RlxKeyValue, RlxAbiVersion, RlxDataType,
@@ -54,7 +54,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 3
+#define RLX_ABI_VERSION_MINOR 4
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -237,6 +237,7 @@ typedef struct RlxHostApi {
  * ====================================================================== */
 
 typedef struct RlxPluginDescriptor RlxPluginDescriptor;
+typedef struct RlxDeviceInfo RlxDeviceInfo;
 typedef struct RlxOpList RlxOpList;
 typedef struct RlxLoweringTable RlxLoweringTable;
 typedef struct RlxCompileOptions RlxCompileOptions;
@@ -310,13 +311,44 @@ typedef struct RlxPluginApi {
     /* --- 1.1 --- */
     /* The custom-op registry. Plugin-owned, static. NULL: none. */
     const RlxCustomOpApi* custom_ops;
+
+    /* --- 1.4 --- */
+    /* Optional. Which device exe runs on, written into the out-struct
+     * *out (the caller sets out->struct_size); out->name is plugin-owned,
+     * valid until executable_destroy(exe). */
+    RlxStatus* (*executable_device)(const RlxExecutable* exe,
+                                    RlxDeviceInfo* out);
 } RlxPluginApi;
-#define RLX_PLUGIN_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
+#define RLX_PLUGIN_API_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxPluginApi, executable_device)
 #define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
 /* The least struct_size a plugin claiming 1.minor may declare: every field
  * that minor defines (a smaller table is refused). */
 #define RLX_PLUGIN_API_SIZE_1_0 offsetof(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_1 RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
+#define RLX_PLUGIN_API_SIZE_1_4 RLX_STRUCT_SIZE(RlxPluginApi, executable_device)
+
+/* RlxDeviceInfo.kind and RlxCompileOptions.device_kind. */
+#define RLX_DEVICE_DEFAULT 0u /* compile options only: the default device */
+#define RLX_DEVICE_CPU 1u
+#define RLX_DEVICE_GPU 2u
+
+/* (1.4) One device a plugin can run on. Plugin-owned, static in the
+ * descriptor; an out-struct of executable_device. */
+struct RlxDeviceInfo {
+    size_t struct_size;
+    /* RLX_DEVICE_CPU or RLX_DEVICE_GPU. A reader skips (with a warning) a
+     * device whose kind it does not know. */
+    uint32_t kind;
+    /* The index among devices of its kind. */
+    uint32_t ordinal;
+    /* For people ("NVIDIA H200"). Plugin-owned, static (in the
+     * descriptor) or until executable_destroy (executable_device). */
+    RlxStr name;
+    /* Total memory in bytes; 0 when unknown. */
+    uint64_t memory_bytes;
+};
+#define RLX_DEVICE_INFO_STRUCT_SIZE RLX_STRUCT_SIZE(RlxDeviceInfo, memory_bytes)
 
 /* Who the plugin is. Plugin-owned; every pointer is plugin-owned, static. */
 struct RlxPluginDescriptor {
@@ -335,9 +367,15 @@ struct RlxPluginDescriptor {
     /* The .rlxmodel opsets it reads, n_opsets of them. */
     const uint32_t* opsets;
     size_t n_opsets;
+
+    /* --- 1.4 --- */
+    /* The devices it can run on now (found when it loaded), an array of
+     * pointers; the first is the default device. */
+    const RlxDeviceInfo* const* device_infos;
+    size_t n_device_infos;
 };
 #define RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxPluginDescriptor, n_opsets)
+    RLX_STRUCT_SIZE(RlxPluginDescriptor, n_device_infos)
 
 /* ======================================================================
  * 6. Registration tables          ABI.md §10 (tables/registration.rs)
@@ -372,8 +410,8 @@ struct RlxOpList {
 #define RLX_STRATEGY_HOST_EVALUATED 2u /* host CPU inside the plugin */
 
 /* Eagerly execute one op. node (borrowed) is a .rlxmodel graph whose only
- * non-leaf node is the op; inputs (borrowed) are bound to the graph's
- * leaves (Input and Param nodes) in node order. Up to out_capacity OWNED tensors are written to outputs (caller
+ * non-input node is the op; inputs (borrowed) are bound to the graph's
+ * Input nodes in node order. Up to out_capacity OWNED tensors are written to outputs (caller
  * slots) and their count to *n_outputs. */
 typedef RlxStatus* (*RlxExecuteOpFn)(const void* ctx, RlxStr node,
                                      const RlxTensor* inputs, size_t n_inputs,
@@ -441,12 +479,19 @@ struct RlxCompileOptions {
     /* (1.2) The global seed mixed into every random op's key. Absent =
      * RLX_DEFAULT_RNG_SEED. */
     uint64_t rng_seed;
+    /* (1.4) RLX_DEVICE_*: the device to compile for. Absent or
+     * RLX_DEVICE_DEFAULT = the plugin's default device. A device the
+     * plugin does not have now is UNSUPPORTED, naming those it has. */
+    uint32_t device_kind;
+    /* (1.4) The index among devices of that kind. */
+    uint32_t device_ordinal;
 };
 #define RLX_COMPILE_OPTIONS_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxCompileOptions, rng_seed)
+    RLX_STRUCT_SIZE(RlxCompileOptions, device_ordinal)
 /* What each minor's hosts wrote in struct_size (sizeof, padding included). */
 #define RLX_COMPILE_OPTIONS_SIZE_1_0 16u
 #define RLX_COMPILE_OPTIONS_SIZE_1_2 24u
+#define RLX_COMPILE_OPTIONS_SIZE_1_4 32u
 
 /* RlxValueInfo.role. A reader skips (with a warning) a value whose role it
  * does not know. */
@@ -598,6 +643,10 @@ RLX_STATIC_ASSERT(sizeof(RlxCompileOptions) == RLX_COMPILE_OPTIONS_STRUCT_SIZE,
                   "RlxCompileOptions has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxCustomOpInfo) == RLX_CUSTOM_OP_INFO_STRUCT_SIZE,
                   "RlxCustomOpInfo has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxDeviceInfo) == RLX_DEVICE_INFO_STRUCT_SIZE,
+                  "RlxDeviceInfo has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxPluginDescriptor) == RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE,
+                  "RlxPluginDescriptor has tail padding");
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -34,8 +34,8 @@ pub mod host;
 pub use custom_ops::{CustomKernel, CustomOpInfo, CustomOpRegistry, Origin};
 pub use error::{PluginError, PluginResult, RlxStatus, StatusCode};
 pub use plugin::{
-    BoundParam, CompileOptions, Descriptor, Executable, ExecuteOp, LoweringEntry, Mode, ParamBytes,
-    Plugin, Role, Strategy, ValueInfo,
+    parse_device, BoundParam, CompileOptions, Descriptor, DeviceInfo, DeviceKind, Executable,
+    ExecuteOp, LoweringEntry, Mode, ParamBytes, Plugin, Role, Strategy, ValueInfo,
 };
 pub use sized::AbiStruct;
 pub use strings::{RlxKeyValue, RlxStr};

@@ -19,6 +19,88 @@ pub struct Descriptor {
     pub build_info: Vec<(String, String)>,
     /// The `.rlxmodel` opsets the plugin reads.
     pub opsets: Vec<u32>,
+    /// (ABI 1.4) The devices it can run on now, the default first. Empty
+    /// from a plugin before 1.4.
+    pub device_infos: Vec<DeviceInfo>,
+}
+
+/// A kind of device (see `tables::device_kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    Cpu,
+    Gpu,
+}
+
+impl DeviceKind {
+    pub fn to_raw(self) -> u32 {
+        match self {
+            DeviceKind::Cpu => crate::tables::device_kind::CPU,
+            DeviceKind::Gpu => crate::tables::device_kind::GPU,
+        }
+    }
+    /// None for `DEFAULT` and for kinds this build does not know.
+    pub fn from_raw(raw: u32) -> Option<DeviceKind> {
+        match raw {
+            crate::tables::device_kind::CPU => Some(DeviceKind::Cpu),
+            crate::tables::device_kind::GPU => Some(DeviceKind::Gpu),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+        }
+    }
+    /// `cpu` or `gpu`.
+    pub fn parse(s: &str) -> Option<DeviceKind> {
+        [DeviceKind::Cpu, DeviceKind::Gpu]
+            .into_iter()
+            .find(|k| k.name() == s)
+    }
+}
+
+/// One device a plugin can run on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub kind: DeviceKind,
+    /// Index among devices of its kind.
+    pub ordinal: u32,
+    /// For people (`"NVIDIA H200"`).
+    pub name: String,
+    /// Total memory in bytes; 0 when unknown.
+    pub memory_bytes: u64,
+}
+
+impl DeviceInfo {
+    /// `gpu:0`, `cpu:0`: how a device is named on command lines and in
+    /// messages.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.kind.name(), self.ordinal)
+    }
+}
+
+impl std::fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.label(), self.name)?;
+        if self.memory_bytes > 0 {
+            write!(
+                f,
+                ", {:.1} GiB",
+                self.memory_bytes as f64 / (1u64 << 30) as f64
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Parse `gpu`, `gpu:1`, `cpu`: a device as a user names it.
+pub fn parse_device(s: &str) -> Option<(DeviceKind, u32)> {
+    let (kind, ordinal) = match s.split_once(':') {
+        Some((k, o)) => (k, o.parse().ok()?),
+        None => (s, 0),
+    };
+    Some((DeviceKind::parse(kind)?, ordinal))
 }
 
 /// How a lowering computes its op (see `tables::strategy`).
@@ -116,6 +198,9 @@ pub struct CompileOptions {
     pub rng_policy: u32,
     /// The global RNG seed (rlx's `RngOptions::seed`).
     pub rng_seed: u64,
+    /// (ABI 1.4) The device to compile for (kind, ordinal); None = the
+    /// plugin's default device.
+    pub device: Option<(DeviceKind, u32)>,
 }
 
 impl Default for CompileOptions {
@@ -124,6 +209,7 @@ impl Default for CompileOptions {
             mode: Mode::default(),
             rng_policy: crate::tables::rng_policy::PHILOX,
             rng_seed: crate::tables::DEFAULT_RNG_SEED,
+            device: None,
         }
     }
 }
@@ -141,6 +227,10 @@ impl CompileOptions {
             mode: self.mode.to_raw(),
             rng_policy: self.rng_policy,
             rng_seed: self.rng_seed,
+            device_kind: self
+                .device
+                .map_or(crate::tables::device_kind::DEFAULT, |(k, _)| k.to_raw()),
+            device_ordinal: self.device.map_or(0, |(_, o)| o),
             ..Default::default()
         }
     }
@@ -218,11 +308,21 @@ pub trait Executable: Send {
     fn bind_param(&mut self, name: &str, param: BoundParam) -> PluginResult<()>;
     /// Run with named inputs; returns one tensor per output.
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>>;
+    /// (ABI 1.4) The device it runs on; None if the plugin does not say.
+    fn device(&self) -> Option<DeviceInfo> {
+        None
+    }
 }
 
 /// A backend plugin.
 pub trait Plugin: Send + Sync + 'static {
     fn descriptor(&self) -> Descriptor;
+    /// Asked once, at the handshake: an error refuses the host with its
+    /// code and message (a plugin that cannot serve on this machine, such
+    /// as a GPU build without a GPU, says why instead of loading).
+    fn availability(&self) -> PluginResult<()> {
+        Ok(())
+    }
     /// Registration: return the lowering table (the supported-op list is
     /// derived from it) and register any custom ops the plugin provides.
     fn init(&self, custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;

@@ -15,6 +15,8 @@ pub fn execute_single(
     node_text: &str,
     inputs: &[HostTensor],
 ) -> PluginResult<Vec<HostTensor>> {
+    // A single op runs on the plugin's default device.
+    let _on = crate::executable::on_device(crate::devices::resolve(None)?)?;
     let graph = rlx_ir::rlxmodel::from_text(node_text)
         .map_err(|e| PluginError::invalid_argument(format!("cannot read the node: {e}")))?;
     let ops: Vec<_> = graph

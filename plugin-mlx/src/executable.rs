@@ -5,10 +5,11 @@ use crate::dtype::{ir_to_abi, ir_to_mx};
 use crate::graph_check::{describe, leaves, lowering_for, parse_and_check, shape_str};
 use crate::lower::{static_dims, Ctx, A};
 use rlx_ir::{Graph, NodeId, Op};
+use rlx_mlx_shim::array::{Device, DeviceGuard};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
 use rlx_plugin_api::{
-    BoundParam, CompileOptions, Executable, HostTensor, Mode, PluginError, PluginResult, Role,
-    TensorRef, ValueInfo,
+    BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, PluginError,
+    PluginResult, Role, TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +35,15 @@ pub fn evaluate(
         uses[o.0 as usize] += 1;
     }
     let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
+    let on_gpu = rlx_mlx_shim::array::thread_device_is_gpu();
     for n in graph.nodes() {
+        // MLX's GPU backends have no float64: such a node is built on the
+        // CPU stream (MLX moves data between streams itself).
+        let _cpu = if on_gpu && touches_f64(graph, n) {
+            Some(DeviceGuard::set(Device::CPU).map_err(|e| PluginError::internal(e.to_string()))?)
+        } else {
+            None
+        };
         let v = match &n.op {
             Op::Input { .. } | Op::Param { .. } => leaf(n.id)?,
             _ => {
@@ -87,6 +96,19 @@ pub fn evaluate(
             Ok(v.clone_handle())
         })
         .collect()
+}
+
+/// Does the node read or make a float64 value?
+fn touches_f64(graph: &Graph, n: &rlx_ir::Node) -> bool {
+    std::iter::once(n.id)
+        .chain(n.inputs.iter().copied())
+        .any(|i| graph.shape(i).dtype() == rlx_ir::DType::F64)
+}
+
+/// Build and run this thread's MLX ops on `device` while the guard lives.
+pub fn on_device(device: &DeviceInfo) -> PluginResult<DeviceGuard> {
+    DeviceGuard::set(crate::devices::shim_device(device))
+        .map_err(|e| PluginError::unsupported(format!("cannot run on {}: {e}", device.label())))
 }
 
 /// MLX's message, with what it means for an rlx graph where MLX's wording
@@ -163,6 +185,8 @@ pub struct MlxExecutable {
     params: Vec<(String, NodeId)>,
     bound: HashMap<NodeId, Bound>,
     compiled: Option<Compiled>,
+    /// Where it runs: its ops are built (and so run) on this device.
+    device: DeviceInfo,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -171,6 +195,8 @@ unsafe impl Send for MlxExecutable {}
 
 impl MlxExecutable {
     pub fn compile(text: &str, options: &CompileOptions) -> PluginResult<MlxExecutable> {
+        let device = crate::devices::resolve(options.device)?.clone();
+        let _on = on_device(&device)?;
         let mode = options.mode;
         let rng = rng_options(options)?;
         let graph = Arc::new(parse_and_check(text)?);
@@ -208,6 +234,7 @@ impl MlxExecutable {
             params,
             bound: HashMap::new(),
             compiled,
+            device,
         })
     }
 
@@ -328,7 +355,12 @@ impl Executable for MlxExecutable {
         Ok(())
     }
 
+    fn device(&self) -> Option<DeviceInfo> {
+        Some(self.device.clone())
+    }
+
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
+        let _on = on_device(&self.device)?;
         let mut leaves: HashMap<NodeId, A> = HashMap::new();
         for (name, t) in inputs {
             let id = self

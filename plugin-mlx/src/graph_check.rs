@@ -43,11 +43,24 @@ pub fn shape_str(g: &Graph, id: NodeId) -> String {
     )
 }
 
+/// Why graph text could not be read, with the ABI's code for it: an op or
+/// variant this plugin's rlx-ir does not know (a newer host's), or a newer
+/// format or opset, is UNSUPPORTED; malformed text is INVALID_ARGUMENT.
+pub fn read_error(e: rlx_ir::rlxmodel::RlxModelError) -> PluginError {
+    use rlx_ir::rlxmodel::RlxModelError as E;
+    let unknown = matches!(&e, E::Value(v) if v.to_string().contains("unknown variant"));
+    let msg = format!("cannot read the graph: {e}");
+    match e {
+        E::Version(_) => PluginError::unsupported(msg),
+        _ if unknown => PluginError::unsupported(msg),
+        _ => PluginError::invalid_argument(msg),
+    }
+}
+
 /// Parse text and check every node: a lowering exists, takes the node's
 /// dtype, shapes are static, and inputs come before their users.
 pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
-    let graph = rlx_ir::rlxmodel::from_text(text)
-        .map_err(|e| PluginError::invalid_argument(format!("cannot read the graph: {e}")))?;
+    let graph = rlx_ir::rlxmodel::from_text(text).map_err(read_error)?;
     for n in graph.nodes() {
         lowering_for(&graph, n)?;
         if !graph.shape(n.id).is_static() {

@@ -12,6 +12,8 @@ pub struct MlxPlugin;
 
 impl MlxPlugin {
     pub fn new() -> Self {
+        // Before MLX computes anything: it reads MLX_ENABLE_TF32 once.
+        crate::devices::choose_tf32();
         MlxPlugin
     }
 }
@@ -23,19 +25,44 @@ impl Default for MlxPlugin {
 }
 
 impl Plugin for MlxPlugin {
+    fn availability(&self) -> PluginResult<()> {
+        match crate::devices::unusable_reason() {
+            Some(why) => Err(rlx_plugin_api::PluginError::unsupported(why)),
+            None => Ok(()),
+        }
+    }
+
     fn descriptor(&self) -> Descriptor {
+        let build = crate::devices::build();
+        let devices = crate::devices::available();
+        let mut build_info = vec![
+            ("mlx.version".into(), rlx_mlx_shim::mlx_version()),
+            ("mlx.library".into(), rlx_mlx_shim::info::mlx_library_path()),
+            ("mlx.backend".into(), format!("{build:?}").to_lowercase()),
+            ("blas".into(), crate::blas::describe()),
+            ("rlx-ir".into(), rlx_ir::rlxmodel::RLX_VERSION.into()),
+        ];
+        if build == crate::devices::Build::Cuda {
+            build_info.push(("mlx.tf32".into(), crate::devices::choose_tf32().into()));
+            build_info.push((
+                "mlx.gpu_fallback".into(),
+                "f64 values and linalg (DenseSolve, BatchedDenseSolve) run on the CPU stream"
+                    .into(),
+            ));
+        }
         Descriptor {
-            name: "mlx".into(),
+            name: build.plugin_name().into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "Apple MLX backend (CPU) for RLX".into(),
-            devices: vec!["cpu".into()],
-            build_info: vec![
-                ("mlx.version".into(), rlx_mlx_shim::mlx_version()),
-                ("mlx.library".into(), rlx_mlx_shim::info::mlx_library_path()),
-                ("blas".into(), crate::blas::describe()),
-                ("rlx-ir".into(), rlx_ir::rlxmodel::RLX_VERSION.into()),
-            ],
+            description: match build {
+                crate::devices::Build::Cpu => "Apple MLX backend (CPU) for RLX".into(),
+                crate::devices::Build::Cuda => {
+                    "Apple MLX backend (CUDA GPU and CPU) for RLX".into()
+                }
+            },
+            devices: devices.iter().map(|d| d.label()).collect(),
+            build_info,
             opsets: vec![rlx_ir::rlxmodel::OPSET],
+            device_infos: devices.to_vec(),
         }
     }
 

@@ -49,6 +49,18 @@ DType from_mlx(mx::Dtype d);
 void init();
 bool default_device_is_cpu();
 
+// This thread's device for shim ops (see thread_device()). Throws if MLX
+// cannot run on it.
+void set_thread_device(bool gpu, int32_t index);
+bool thread_device_is_gpu();
+int32_t thread_device_index();
+// GPUs MLX can use now (0 for the CPU-only build, or no device/driver).
+int32_t gpu_device_count();
+// What MLX says of a device: its name ("" if none) and total memory (0 if
+// unknown).
+rust::String device_name(bool gpu, int32_t index);
+uint64_t device_memory(bool gpu, int32_t index);
+
 std::unique_ptr<ArrayList> new_array_list();
 
 // Construction.

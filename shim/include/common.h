@@ -36,12 +36,22 @@ namespace rlx {
 
 namespace mx = mlx::core;
 
-// Makes MLX's default device the CPU (idempotent, thread-safe). The mlx-cpu
-// wheel only has a CPU backend; every op in the shim also names the CPU
-// device explicitly, so nothing depends on this having run.
+// Makes MLX's default device the CPU (idempotent, thread-safe). Every op
+// in the shim names its device explicitly (target() or cpu()), so nothing
+// depends on this having run.
 void ensure_init();
 
-// The device every shim op runs on.
+// The device this thread's shim ops run on: the CPU unless the plugin set
+// another around building and running an executable (set_thread_device).
+// Per thread, because executables on different devices may be built and
+// run concurrently.
+mx::Device& thread_device();
+
+// The device of an ordinary op: this thread's device.
+inline mx::StreamOrDevice target() { return thread_device(); }
+
+// The device of an op MLX implements only on the CPU (LAPACK-backed
+// linalg, float64 read-outs), whatever this thread's device is.
 inline mx::StreamOrDevice cpu() {
   return mx::Device(mx::Device::DeviceType::cpu);
 }

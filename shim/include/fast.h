@@ -19,7 +19,7 @@ inline std::unique_ptr<Array> rms_norm(
     const Array& x,
     const Array* weight,
     float eps) {
-  return wrap(mx::fast::rms_norm(x.a, opt(weight), eps, cpu()));
+  return wrap(mx::fast::rms_norm(x.a, opt(weight), eps, target()));
 }
 
 // weight and bias may each be null.
@@ -29,7 +29,7 @@ inline std::unique_ptr<Array> layer_norm(
     const Array* bias,
     float eps) {
   return wrap(
-      mx::fast::layer_norm(x.a, opt(weight), opt(bias), eps, cpu()));
+      mx::fast::layer_norm(x.a, opt(weight), opt(bias), eps, target()));
 }
 
 inline std::unique_ptr<Array> rope(
@@ -40,7 +40,7 @@ inline std::unique_ptr<Array> rope(
     float scale,
     int32_t offset) {
   return wrap(mx::fast::rope(
-      x.a, dims, traditional, base, scale, offset, std::nullopt, cpu()));
+      x.a, dims, traditional, base, scale, offset, std::nullopt, target()));
 }
 
 // Offset given as an array (scalar, or one per batch entry).
@@ -52,7 +52,7 @@ inline std::unique_ptr<Array> rope_offset_array(
     float scale,
     const Array& offset) {
   return wrap(mx::fast::rope(
-      x.a, dims, traditional, base, scale, offset.a, std::nullopt, cpu()));
+      x.a, dims, traditional, base, scale, offset.a, std::nullopt, target()));
 }
 
 // Custom frequencies instead of a base.
@@ -65,7 +65,7 @@ inline std::unique_ptr<Array> rope_freqs(
     const Array& freqs) {
   return wrap(mx::fast::rope(
       x.a, dims, traditional, std::nullopt, scale, offset,
-      std::optional<mx::array>(freqs.a), cpu()));
+      std::optional<mx::array>(freqs.a), target()));
 }
 
 // mask_mode: "" (use `mask` if non-null) or "causal"; mask and sinks may be
@@ -80,7 +80,7 @@ inline std::unique_ptr<Array> scaled_dot_product_attention(
     const Array* sinks) {
   return wrap(mx::fast::scaled_dot_product_attention(
       queries.a, keys.a, values.a, scale, std::string(mask_mode), opt(mask),
-      opt(sinks), false, cpu()));
+      opt(sinks), false, target()));
 }
 
 }  // namespace rlx

@@ -12,10 +12,10 @@ namespace rlx {
       const Array& a, int32_t n, int32_t axis) {                         \
     if (n < 1) {                                                         \
       return wrap(mx::fft::name(a.a, axis, mx::fft::FFTNorm::Backward,   \
-                                cpu()));                                 \
+                                target()));                                 \
     }                                                                    \
     return wrap(mx::fft::name(a.a, n, axis, mx::fft::FFTNorm::Backward,  \
-                              cpu()));                                   \
+                              target()));                                   \
   }
 
 RLX_FFT1(fft)
@@ -31,10 +31,10 @@ RLX_FFT1(irfft)
       rust::Slice<const int32_t> axes) {                                   \
     if (n.empty()) {                                                       \
       return wrap(mx::fft::name(a.a, to_ints(axes),                        \
-                                mx::fft::FFTNorm::Backward, cpu()));       \
+                                mx::fft::FFTNorm::Backward, target()));       \
     }                                                                      \
     return wrap(mx::fft::name(a.a, to_shape(n), to_ints(axes),             \
-                              mx::fft::FFTNorm::Backward, cpu()));         \
+                              mx::fft::FFTNorm::Backward, target()));         \
   }
 
 RLX_FFTN(fftn)

@@ -12,25 +12,25 @@ namespace rlx {
 using ArrayPtr = std::unique_ptr<Array>;
 
 inline ArrayPtr astype(const Array& a, DType dtype) {
-  return wrap(mx::astype(a.a, to_mlx(dtype), cpu()));
+  return wrap(mx::astype(a.a, to_mlx(dtype), target()));
 }
 
 inline ArrayPtr view(const Array& a, DType dtype) {
-  return wrap(mx::view(a.a, to_mlx(dtype), cpu()));
+  return wrap(mx::view(a.a, to_mlx(dtype), target()));
 }
 
 inline ArrayPtr copy(const Array& a) {
-  return wrap(mx::copy(a.a, cpu()));
+  return wrap(mx::copy(a.a, target()));
 }
 
 inline ArrayPtr contiguous(const Array& a) {
-  return wrap(mx::contiguous(a.a, false, cpu()));
+  return wrap(mx::contiguous(a.a, false, target()));
 }
 
 // ---- unary ------------------------------------------------------------------
 #define RLX_UNARY(name)                    \
   inline ArrayPtr name(const Array& a) {   \
-    return wrap(mx::name(a.a, cpu()));     \
+    return wrap(mx::name(a.a, target()));     \
   }
 
 RLX_UNARY(abs)
@@ -76,13 +76,13 @@ RLX_UNARY(conjugate)
 #undef RLX_UNARY
 
 inline ArrayPtr round(const Array& a, int32_t decimals) {
-  return wrap(mx::round(a.a, decimals, cpu()));
+  return wrap(mx::round(a.a, decimals, target()));
 }
 
 // ---- binary -----------------------------------------------------------------
 #define RLX_BINARY(name)                                  \
   inline ArrayPtr name(const Array& a, const Array& b) {  \
-    return wrap(mx::name(a.a, b.a, cpu()));               \
+    return wrap(mx::name(a.a, b.a, target()));               \
   }
 
 RLX_BINARY(add)
@@ -117,7 +117,7 @@ RLX_BINARY(kron)
 #undef RLX_BINARY
 
 inline ArrayPtr where_(const Array& cond, const Array& a, const Array& b) {
-  return wrap(mx::where(cond.a, a.a, b.a, cpu()));
+  return wrap(mx::where(cond.a, a.a, b.a, target()));
 }
 
 // NaN means "no bound" on that side.
@@ -132,7 +132,7 @@ inline ArrayPtr clip(const Array& a, double lo, double hi) {
   if (!amin && !amax) {
     return wrap(a.a);
   }
-  return wrap(mx::clip(a.a, amin, amax, cpu()));
+  return wrap(mx::clip(a.a, amin, amax, target()));
 }
 
 inline ArrayPtr addmm(
@@ -141,32 +141,32 @@ inline ArrayPtr addmm(
     const Array& b,
     float alpha,
     float beta) {
-  return wrap(mx::addmm(c.a, a.a, b.a, alpha, beta, cpu()));
+  return wrap(mx::addmm(c.a, a.a, b.a, alpha, beta, target()));
 }
 
 // ---- shape manipulation -----------------------------------------------------
 inline ArrayPtr reshape(const Array& a, rust::Slice<const int32_t> shape) {
-  return wrap(mx::reshape(a.a, to_shape_any(shape), cpu()));
+  return wrap(mx::reshape(a.a, to_shape_any(shape), target()));
 }
 
 inline ArrayPtr flatten(const Array& a, int32_t start_axis, int32_t end_axis) {
-  return wrap(mx::flatten(a.a, start_axis, end_axis, cpu()));
+  return wrap(mx::flatten(a.a, start_axis, end_axis, target()));
 }
 
 // Empty `axes` reverses the axes (numpy's default).
 inline ArrayPtr transpose(const Array& a, rust::Slice<const int32_t> axes) {
   if (axes.empty()) {
-    return wrap(mx::transpose(a.a, cpu()));
+    return wrap(mx::transpose(a.a, target()));
   }
-  return wrap(mx::transpose(a.a, to_ints(axes), cpu()));
+  return wrap(mx::transpose(a.a, to_ints(axes), target()));
 }
 
 inline ArrayPtr swapaxes(const Array& a, int32_t axis1, int32_t axis2) {
-  return wrap(mx::swapaxes(a.a, axis1, axis2, cpu()));
+  return wrap(mx::swapaxes(a.a, axis1, axis2, target()));
 }
 
 inline ArrayPtr moveaxis(const Array& a, int32_t source, int32_t destination) {
-  return wrap(mx::moveaxis(a.a, source, destination, cpu()));
+  return wrap(mx::moveaxis(a.a, source, destination, target()));
 }
 
 inline ArrayPtr slice(
@@ -176,7 +176,7 @@ inline ArrayPtr slice(
     rust::Slice<const int32_t> strides) {
   return wrap(mx::slice(
       a.a, to_shape_any(start), to_shape_any(stop), to_shape_any(strides),
-      cpu()));
+      target()));
 }
 
 inline ArrayPtr slice_update(
@@ -187,64 +187,64 @@ inline ArrayPtr slice_update(
     rust::Slice<const int32_t> strides) {
   return wrap(mx::slice_update(
       src.a, update.a, to_shape_any(start), to_shape_any(stop),
-      to_shape_any(strides), cpu()));
+      to_shape_any(strides), target()));
 }
 
 inline ArrayPtr concatenate(const ArrayList& arrays, int32_t axis) {
-  return wrap(mx::concatenate(arrays.v, axis, cpu()));
+  return wrap(mx::concatenate(arrays.v, axis, target()));
 }
 
 inline ArrayPtr stack(const ArrayList& arrays, int32_t axis) {
-  return wrap(mx::stack(arrays.v, axis, cpu()));
+  return wrap(mx::stack(arrays.v, axis, target()));
 }
 
 inline std::unique_ptr<ArrayList> split_sections(
     const Array& a,
     int32_t num_splits,
     int32_t axis) {
-  return wrap_list(mx::split(a.a, num_splits, axis, cpu()));
+  return wrap_list(mx::split(a.a, num_splits, axis, target()));
 }
 
 inline std::unique_ptr<ArrayList> split_indices(
     const Array& a,
     rust::Slice<const int32_t> indices,
     int32_t axis) {
-  return wrap_list(mx::split(a.a, to_shape_any(indices), axis, cpu()));
+  return wrap_list(mx::split(a.a, to_shape_any(indices), axis, target()));
 }
 
 inline ArrayPtr broadcast_to(const Array& a, rust::Slice<const int32_t> shape) {
-  return wrap(mx::broadcast_to(a.a, to_shape(shape), cpu()));
+  return wrap(mx::broadcast_to(a.a, to_shape(shape), target()));
 }
 
 inline ArrayPtr expand_dims(const Array& a, rust::Slice<const int32_t> axes) {
-  return wrap(mx::expand_dims(a.a, to_ints(axes), cpu()));
+  return wrap(mx::expand_dims(a.a, to_ints(axes), target()));
 }
 
 inline ArrayPtr squeeze(const Array& a, rust::Slice<const int32_t> axes) {
-  return wrap(mx::squeeze(a.a, to_ints(axes), cpu()));
+  return wrap(mx::squeeze(a.a, to_ints(axes), target()));
 }
 
 inline ArrayPtr squeeze_all(const Array& a) {
-  return wrap(mx::squeeze(a.a, cpu()));
+  return wrap(mx::squeeze(a.a, target()));
 }
 
 inline ArrayPtr flip(const Array& a, rust::Slice<const int32_t> axes) {
-  return wrap(mx::flip(a.a, to_ints(axes), cpu()));
+  return wrap(mx::flip(a.a, to_ints(axes), target()));
 }
 
 inline ArrayPtr roll(
     const Array& a,
     rust::Slice<const int32_t> shift,
     rust::Slice<const int32_t> axes) {
-  return wrap(mx::roll(a.a, to_shape_any(shift), to_ints(axes), cpu()));
+  return wrap(mx::roll(a.a, to_shape_any(shift), to_ints(axes), target()));
 }
 
 inline ArrayPtr repeat(const Array& a, int32_t repeats, int32_t axis) {
-  return wrap(mx::repeat(a.a, repeats, axis, cpu()));
+  return wrap(mx::repeat(a.a, repeats, axis, target()));
 }
 
 inline ArrayPtr tile(const Array& a, rust::Slice<const int32_t> reps) {
-  return wrap(mx::tile(a.a, to_ints(reps), cpu()));
+  return wrap(mx::tile(a.a, to_ints(reps), target()));
 }
 
 inline ArrayPtr pad(
@@ -255,7 +255,7 @@ inline ArrayPtr pad(
     double value) {
   return wrap(mx::pad(
       a.a, to_ints(axes), to_shape(low), to_shape(high),
-      mx::array(value, a.a.dtype()), "constant", cpu()));
+      mx::array(value, a.a.dtype()), "constant", target()));
 }
 
 // mode: "constant" (zero), "edge", "reflect" (as MLX supports them).
@@ -268,15 +268,15 @@ inline ArrayPtr pad_mode(
     rust::Str mode) {
   return wrap(mx::pad(
       a.a, to_ints(axes), to_shape(low), to_shape(high),
-      mx::array(value, a.a.dtype()), std::string(mode), cpu()));
+      mx::array(value, a.a.dtype()), std::string(mode), target()));
 }
 
 inline ArrayPtr tril(const Array& a, int32_t k) {
-  return wrap(mx::tril(a.a, k, cpu()));
+  return wrap(mx::tril(a.a, k, target()));
 }
 
 inline ArrayPtr triu(const Array& a, int32_t k) {
-  return wrap(mx::triu(a.a, k, cpu()));
+  return wrap(mx::triu(a.a, k, target()));
 }
 
 inline ArrayPtr as_strided(
@@ -286,7 +286,7 @@ inline ArrayPtr as_strided(
     std::size_t offset) {
   return wrap(mx::as_strided(
       a.a, to_shape(shape), mx::Strides(strides.begin(), strides.end()),
-      offset, cpu()));
+      offset, target()));
 }
 
 inline ArrayPtr diagonal(
@@ -294,23 +294,23 @@ inline ArrayPtr diagonal(
     int32_t offset,
     int32_t axis1,
     int32_t axis2) {
-  return wrap(mx::diagonal(a.a, offset, axis1, axis2, cpu()));
+  return wrap(mx::diagonal(a.a, offset, axis1, axis2, target()));
 }
 
 // ---- indexing ---------------------------------------------------------------
 inline ArrayPtr take(const Array& a, const Array& indices, int32_t axis) {
-  return wrap(mx::take(a.a, indices.a, axis, cpu()));
+  return wrap(mx::take(a.a, indices.a, axis, target()));
 }
 
 inline ArrayPtr take_flat(const Array& a, const Array& indices) {
-  return wrap(mx::take(a.a, indices.a, cpu()));
+  return wrap(mx::take(a.a, indices.a, target()));
 }
 
 inline ArrayPtr take_along_axis(
     const Array& a,
     const Array& indices,
     int32_t axis) {
-  return wrap(mx::take_along_axis(a.a, indices.a, axis, cpu()));
+  return wrap(mx::take_along_axis(a.a, indices.a, axis, target()));
 }
 
 inline ArrayPtr put_along_axis(
@@ -318,7 +318,7 @@ inline ArrayPtr put_along_axis(
     const Array& indices,
     const Array& values,
     int32_t axis) {
-  return wrap(mx::put_along_axis(a.a, indices.a, values.a, axis, cpu()));
+  return wrap(mx::put_along_axis(a.a, indices.a, values.a, axis, target()));
 }
 
 inline ArrayPtr scatter_add_axis(
@@ -326,14 +326,14 @@ inline ArrayPtr scatter_add_axis(
     const Array& indices,
     const Array& values,
     int32_t axis) {
-  return wrap(mx::scatter_add_axis(a.a, indices.a, values.a, axis, cpu()));
+  return wrap(mx::scatter_add_axis(a.a, indices.a, values.a, axis, target()));
 }
 
 #define RLX_SCATTER(name)                                                  \
   inline ArrayPtr name(                                                    \
       const Array& a, const Array& indices, const Array& updates,          \
       int32_t axis) {                                                      \
-    return wrap(mx::name(a.a, indices.a, updates.a, axis, cpu()));        \
+    return wrap(mx::name(a.a, indices.a, updates.a, axis, target()));        \
   }
 
 RLX_SCATTER(scatter)
@@ -348,7 +348,7 @@ inline ArrayPtr gather(
     const Array& indices,
     int32_t axis,
     rust::Slice<const int32_t> slice_sizes) {
-  return wrap(mx::gather(a.a, indices.a, axis, to_shape(slice_sizes), cpu()));
+  return wrap(mx::gather(a.a, indices.a, axis, to_shape(slice_sizes), target()));
 }
 
 // ---- reductions -------------------------------------------------------------
@@ -356,7 +356,7 @@ inline ArrayPtr gather(
 #define RLX_REDUCE(name)                                                     \
   inline ArrayPtr name(                                                      \
       const Array& a, rust::Slice<const int32_t> axes, bool keepdims) {      \
-    return wrap(mx::name(a.a, to_ints(axes), keepdims, cpu()));             \
+    return wrap(mx::name(a.a, to_ints(axes), keepdims, target()));             \
   }
 
 RLX_REDUCE(sum)
@@ -374,7 +374,7 @@ inline ArrayPtr var(
     rust::Slice<const int32_t> axes,
     bool keepdims,
     int32_t ddof) {
-  return wrap(mx::var(a.a, to_ints(axes), keepdims, ddof, cpu()));
+  return wrap(mx::var(a.a, to_ints(axes), keepdims, ddof, target()));
 }
 
 inline ArrayPtr std_(
@@ -382,28 +382,28 @@ inline ArrayPtr std_(
     rust::Slice<const int32_t> axes,
     bool keepdims,
     int32_t ddof) {
-  return wrap(mx::std(a.a, to_ints(axes), keepdims, ddof, cpu()));
+  return wrap(mx::std(a.a, to_ints(axes), keepdims, ddof, target()));
 }
 
 inline ArrayPtr argmax(const Array& a, int32_t axis, bool keepdims) {
-  return wrap(mx::argmax(a.a, axis, keepdims, cpu()));
+  return wrap(mx::argmax(a.a, axis, keepdims, target()));
 }
 
 inline ArrayPtr argmin(const Array& a, int32_t axis, bool keepdims) {
-  return wrap(mx::argmin(a.a, axis, keepdims, cpu()));
+  return wrap(mx::argmin(a.a, axis, keepdims, target()));
 }
 
 inline ArrayPtr softmax(
     const Array& a,
     rust::Slice<const int32_t> axes,
     bool precise) {
-  return wrap(mx::softmax(a.a, to_ints(axes), precise, cpu()));
+  return wrap(mx::softmax(a.a, to_ints(axes), precise, target()));
 }
 
 #define RLX_SCAN(name)                                                     \
   inline ArrayPtr name(                                                    \
       const Array& a, int32_t axis, bool reverse, bool inclusive) {        \
-    return wrap(mx::name(a.a, axis, reverse, inclusive, cpu()));          \
+    return wrap(mx::name(a.a, axis, reverse, inclusive, target()));          \
   }
 
 RLX_SCAN(cumsum)
@@ -414,23 +414,23 @@ RLX_SCAN(logcumsumexp)
 #undef RLX_SCAN
 
 inline ArrayPtr sort(const Array& a, int32_t axis) {
-  return wrap(mx::sort(a.a, axis, cpu()));
+  return wrap(mx::sort(a.a, axis, target()));
 }
 
 inline ArrayPtr argsort(const Array& a, int32_t axis) {
-  return wrap(mx::argsort(a.a, axis, cpu()));
+  return wrap(mx::argsort(a.a, axis, target()));
 }
 
 inline ArrayPtr partition(const Array& a, int32_t kth, int32_t axis) {
-  return wrap(mx::partition(a.a, kth, axis, cpu()));
+  return wrap(mx::partition(a.a, kth, axis, target()));
 }
 
 inline ArrayPtr argpartition(const Array& a, int32_t kth, int32_t axis) {
-  return wrap(mx::argpartition(a.a, kth, axis, cpu()));
+  return wrap(mx::argpartition(a.a, kth, axis, target()));
 }
 
 inline ArrayPtr topk(const Array& a, int32_t k, int32_t axis) {
-  return wrap(mx::topk(a.a, k, axis, cpu()));
+  return wrap(mx::topk(a.a, k, axis, target()));
 }
 
 // ---- linear algebra-ish ops -------------------------------------------------
@@ -447,7 +447,7 @@ inline ArrayPtr conv_general(
   return wrap(mx::conv_general(
       input.a, weight.a, to_ints(stride), to_ints(padding_lo),
       to_ints(padding_hi), to_ints(kernel_dilation), to_ints(input_dilation),
-      groups, flip, cpu()));
+      groups, flip, target()));
 }
 
 inline ArrayPtr conv_transpose1d(
@@ -460,7 +460,7 @@ inline ArrayPtr conv_transpose1d(
     int32_t groups) {
   return wrap(mx::conv_transpose1d(
       input.a, weight.a, stride, padding, dilation, output_padding, groups,
-      cpu()));
+      target()));
 }
 
 inline std::pair<int, int> pair2(rust::Slice<const int32_t> s, const char* what) {
@@ -483,7 +483,7 @@ inline ArrayPtr conv_transpose2d(
   return wrap(mx::conv_transpose2d(
       input.a, weight.a, pair2(stride, "stride"), pair2(padding, "padding"),
       pair2(dilation, "dilation"), pair2(output_padding, "output_padding"),
-      groups, cpu()));
+      groups, target()));
 }
 
 inline ArrayPtr tensordot(
@@ -491,11 +491,11 @@ inline ArrayPtr tensordot(
     const Array& b,
     rust::Slice<const int32_t> axes_a,
     rust::Slice<const int32_t> axes_b) {
-  return wrap(mx::tensordot(a.a, b.a, to_ints(axes_a), to_ints(axes_b), cpu()));
+  return wrap(mx::tensordot(a.a, b.a, to_ints(axes_a), to_ints(axes_b), target()));
 }
 
 inline ArrayPtr einsum(rust::Str subscripts, const ArrayList& operands) {
-  return wrap(mx::einsum(std::string(subscripts), operands.v, cpu()));
+  return wrap(mx::einsum(std::string(subscripts), operands.v, target()));
 }
 
 // biases may be null (mxfp modes take none). mode: "affine", "mxfp4",
@@ -515,7 +515,7 @@ inline ArrayPtr quantized_matmul(
   }
   return wrap(mx::quantized_matmul(
       x.a, w.a, scales.a, b, transpose, group_size, bits, std::string(mode),
-      cpu()));
+      target()));
 }
 
 }  // namespace rlx

@@ -14,7 +14,7 @@ inline void random_seed(uint64_t seed) {
 }
 
 inline std::unique_ptr<ArrayList> random_split(const Array& key) {
-  auto [a, b] = mx::random::split(key.a, cpu());
+  auto [a, b] = mx::random::split(key.a, target());
   std::vector<mx::array> v;
   v.push_back(std::move(a));
   v.push_back(std::move(b));
@@ -22,14 +22,14 @@ inline std::unique_ptr<ArrayList> random_split(const Array& key) {
 }
 
 inline std::unique_ptr<Array> random_split_n(const Array& key, int32_t num) {
-  return wrap(mx::random::split(key.a, num, cpu()));
+  return wrap(mx::random::split(key.a, num, target()));
 }
 
 inline std::unique_ptr<Array> random_bits(
     rust::Slice<const int32_t> shape,
     int32_t width,
     const Array& key) {
-  return wrap(mx::random::bits(to_shape(shape), width, key.a, cpu()));
+  return wrap(mx::random::bits(to_shape(shape), width, key.a, target()));
 }
 
 inline std::unique_ptr<Array> random_uniform(
@@ -41,7 +41,7 @@ inline std::unique_ptr<Array> random_uniform(
   auto dt = to_mlx(dtype);
   return wrap(mx::random::uniform(
       mx::array(low, dt), mx::array(high, dt), to_shape(shape), dt, key.a,
-      cpu()));
+      target()));
 }
 
 inline std::unique_ptr<Array> random_normal(
@@ -51,7 +51,7 @@ inline std::unique_ptr<Array> random_normal(
     float scale,
     const Array& key) {
   return wrap(mx::random::normal(
-      to_shape(shape), to_mlx(dtype), loc, scale, key.a, cpu()));
+      to_shape(shape), to_mlx(dtype), loc, scale, key.a, target()));
 }
 
 inline std::unique_ptr<Array> random_randint(
@@ -62,7 +62,7 @@ inline std::unique_ptr<Array> random_randint(
     const Array& key) {
   return wrap(mx::random::randint(
       mx::array(low, mx::int64), mx::array(high, mx::int64), to_shape(shape),
-      to_mlx(dtype), key.a, cpu()));
+      to_mlx(dtype), key.a, target()));
 }
 
 inline std::unique_ptr<Array> random_bernoulli(
@@ -70,7 +70,7 @@ inline std::unique_ptr<Array> random_bernoulli(
     rust::Slice<const int32_t> shape,
     const Array& key) {
   return wrap(mx::random::bernoulli(
-      mx::array(p, mx::float32), to_shape(shape), key.a, cpu()));
+      mx::array(p, mx::float32), to_shape(shape), key.a, target()));
 }
 
 inline std::unique_ptr<Array> random_truncated_normal(
@@ -82,14 +82,14 @@ inline std::unique_ptr<Array> random_truncated_normal(
   auto dt = to_mlx(dtype);
   return wrap(mx::random::truncated_normal(
       mx::array(lower, dt), mx::array(upper, dt), to_shape(shape), dt, key.a,
-      cpu()));
+      target()));
 }
 
 inline std::unique_ptr<Array> random_gumbel(
     rust::Slice<const int32_t> shape,
     DType dtype,
     const Array& key) {
-  return wrap(mx::random::gumbel(to_shape(shape), to_mlx(dtype), key.a, cpu()));
+  return wrap(mx::random::gumbel(to_shape(shape), to_mlx(dtype), key.a, target()));
 }
 
 inline std::unique_ptr<Array> random_categorical(
@@ -98,14 +98,14 @@ inline std::unique_ptr<Array> random_categorical(
     int32_t num_samples,
     const Array& key) {
   return wrap(
-      mx::random::categorical(logits.a, axis, num_samples, key.a, cpu()));
+      mx::random::categorical(logits.a, axis, num_samples, key.a, target()));
 }
 
 inline std::unique_ptr<Array> random_permutation(
     const Array& x,
     int32_t axis,
     const Array& key) {
-  return wrap(mx::random::permutation(x.a, axis, key.a, cpu()));
+  return wrap(mx::random::permutation(x.a, axis, key.a, target()));
 }
 
 }  // namespace rlx

@@ -3,6 +3,8 @@
 
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <variant>
 
 #include "rlx-mlx-shim/src/array.rs.h"
 
@@ -26,6 +28,63 @@ void init() {
 
 bool default_device_is_cpu() {
   return mx::default_device() == mx::Device::DeviceType::cpu;
+}
+
+mx::Device& thread_device() {
+  thread_local mx::Device d(mx::Device::DeviceType::cpu);
+  return d;
+}
+
+namespace {
+mx::Device device_of(bool gpu, int32_t index) {
+  return mx::Device(gpu ? mx::Device::DeviceType::gpu : mx::Device::DeviceType::cpu, index);
+}
+}  // namespace
+
+void set_thread_device(bool gpu, int32_t index) {
+  auto d = device_of(gpu, index);
+  if (gpu && (index < 0 || index >= gpu_device_count())) {
+    throw std::invalid_argument("[rlx shim] no such GPU: gpu:" + std::to_string(index));
+  }
+  thread_device() = d;
+}
+
+bool thread_device_is_gpu() { return thread_device().type == mx::Device::DeviceType::gpu; }
+
+int32_t thread_device_index() { return thread_device().index; }
+
+int32_t gpu_device_count() {
+  try {
+    if (!mx::is_available(mx::Device(mx::Device::DeviceType::gpu))) return 0;
+    return mx::device_count(mx::Device::DeviceType::gpu);
+  } catch (...) {
+    // A GPU build without a usable driver or device: no GPU.
+    return 0;
+  }
+}
+
+rust::String device_name(bool gpu, int32_t index) {
+  if (!gpu) return rust::String("cpu");
+  const auto& info = mx::device_info(device_of(gpu, index));
+  for (const char* key : {"device_name", "name"}) {
+    auto it = info.find(key);
+    if (it != info.end() && std::holds_alternative<std::string>(it->second)) {
+      return rust::String::lossy(std::get<std::string>(it->second));
+    }
+  }
+  return rust::String("gpu");
+}
+
+uint64_t device_memory(bool gpu, int32_t index) {
+  if (!gpu) return 0;
+  const auto& info = mx::device_info(device_of(gpu, index));
+  for (const char* key : {"total_memory", "memory_size"}) {
+    auto it = info.find(key);
+    if (it != info.end() && std::holds_alternative<size_t>(it->second)) {
+      return std::get<size_t>(it->second);
+    }
+  }
+  return 0;
 }
 
 namespace {
@@ -189,7 +248,7 @@ std::unique_ptr<Array> full(
     double v,
     DType dtype) {
   auto dt = to_mlx(dtype);
-  return wrap(mx::full(to_shape(shape), mx::array(v, dt), dt, cpu()));
+  return wrap(mx::full(to_shape(shape), mx::array(v, dt), dt, target()));
 }
 
 std::unique_ptr<Array> arange(
@@ -197,7 +256,7 @@ std::unique_ptr<Array> arange(
     double stop,
     double step,
     DType dtype) {
-  return wrap(mx::arange(start, stop, step, to_mlx(dtype), cpu()));
+  return wrap(mx::arange(start, stop, step, to_mlx(dtype), target()));
 }
 
 std::unique_ptr<Array> array_clone(const Array& a) {
@@ -275,10 +334,10 @@ void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
   if (!x.flags().row_contiguous) {
     // Transposed, sliced with strides, broadcast...: materialise a
     // row-major copy first.
-    x = mx::contiguous(x, /*allow_col_major=*/false, cpu());
+    x = mx::contiguous(x, /*allow_col_major=*/false, target());
     mx::eval({x});
     if (!x.flags().row_contiguous) {
-      x = mx::copy(mx::reshape(x, {-1}, cpu()), cpu());
+      x = mx::copy(mx::reshape(x, {-1}, target()), target());
       mx::eval({x});
       if (!x.flags().row_contiguous) {
         throw std::runtime_error(

@@ -45,6 +45,15 @@ pub mod ffi {
         /// shim op names the CPU device itself).
         fn init() -> Result<()>;
         fn default_device_is_cpu() -> bool;
+        /// This thread's device for shim ops; errors if MLX has no such
+        /// device.
+        fn set_thread_device(gpu: bool, index: i32) -> Result<()>;
+        fn thread_device_is_gpu() -> bool;
+        fn thread_device_index() -> i32;
+        /// GPUs MLX can use now (0 for the CPU-only build).
+        fn gpu_device_count() -> i32;
+        fn device_name(gpu: bool, index: i32) -> Result<String>;
+        fn device_memory(gpu: bool, index: i32) -> Result<u64>;
 
         fn new_array_list() -> Result<UniquePtr<ArrayList>>;
         fn push(self: Pin<&mut ArrayList>, a: &Array) -> Result<()>;
@@ -390,4 +399,61 @@ pub fn array_id(a: &Array) -> usize {
 }
 pub fn default_device_is_cpu() -> bool {
     ffi::default_device_is_cpu()
+}
+
+pub use ffi::{gpu_device_count, thread_device_index, thread_device_is_gpu};
+
+/// A device shim ops can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device {
+    pub gpu: bool,
+    pub index: i32,
+}
+
+impl Device {
+    pub const CPU: Device = Device {
+        gpu: false,
+        index: 0,
+    };
+
+    /// This thread's device now.
+    pub fn current() -> Device {
+        Device {
+            gpu: ffi::thread_device_is_gpu(),
+            index: ffi::thread_device_index(),
+        }
+    }
+
+    /// MLX's name for it ("cpu" for the CPU).
+    pub fn name(self) -> Result<String, crate::ShimError> {
+        ffi::device_name(self.gpu, self.index).map_err(|e| crate::ShimError::new("device_name", e))
+    }
+
+    /// Total memory in bytes, 0 when MLX does not say.
+    pub fn memory(self) -> Result<u64, crate::ShimError> {
+        ffi::device_memory(self.gpu, self.index)
+            .map_err(|e| crate::ShimError::new("device_memory", e))
+    }
+}
+
+/// Runs this thread's shim ops on `device` until dropped, then restores the
+/// device it found (so guards nest).
+pub struct DeviceGuard {
+    previous: Device,
+}
+
+impl DeviceGuard {
+    pub fn set(device: Device) -> Result<DeviceGuard, crate::ShimError> {
+        let previous = Device::current();
+        ffi::set_thread_device(device.gpu, device.index)
+            .map_err(|e| crate::ShimError::new("set_thread_device", e))?;
+        Ok(DeviceGuard { previous })
+    }
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        // The previous device was valid when it was set.
+        let _ = ffi::set_thread_device(self.previous.gpu, self.previous.index);
+    }
 }

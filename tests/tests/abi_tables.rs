@@ -42,9 +42,15 @@ fn struct_sizes_and_header_are_as_documented() {
     );
     assert_eq!(size_of::<RlxAbiVersion>(), 12);
     assert_eq!(size_of::<RlxStr>(), 2 * size_of::<usize>());
-    // ABI 1.0 ends where 1.1's custom_ops begins; 1.1 is the whole table.
+    // ABI 1.0 ends where 1.1's custom_ops begins; 1.1-1.3 end where 1.4's
+    // executable_device begins; 1.4 is the whole table.
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
-    assert_eq!(plugin_api_min_size(1), size_of::<RlxPluginApi>());
+    assert_eq!(
+        plugin_api_min_size(1),
+        offset_of!(RlxPluginApi, executable_device)
+    );
+    assert_eq!(plugin_api_min_size(3), plugin_api_min_size(1));
+    assert_eq!(plugin_api_min_size(4), size_of::<RlxPluginApi>());
     assert_eq!(plugin_api_min_size(7), size_of::<RlxPluginApi>());
     // DLPack layout: RlxDlTensor is DLTensor field for field.
     use rlx_plugin_api::tensor::RlxDlTensor;

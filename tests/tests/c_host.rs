@@ -95,7 +95,11 @@ fn assert_ok(run: &Run, claim: &str) {
         run.transcript()
     );
     // The cell really was the claimed minor's host.
-    let size = if claim < "1.2" { 16 } else { 24 };
+    let size = match claim {
+        "1.0" | "1.1" => 16,
+        "1.2" | "1.3" => 24,
+        _ => 32,
+    };
     assert!(
         run.stdout.contains(&format!("options struct_size {size})")),
         "{}",
@@ -167,6 +171,9 @@ mlx_cells! {
     mlx_host_1_3_lazy: "1.3", "lazy";
     mlx_host_1_3_eager: "1.3", "eager";
     mlx_host_1_3_compiled: "1.3", "compiled";
+    mlx_host_1_4_lazy: "1.4", "lazy";
+    mlx_host_1_4_eager: "1.4", "eager";
+    mlx_host_1_4_compiled: "1.4", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -281,6 +288,11 @@ fn fixture_host_1_3() {
     fixture_cell("1.3");
 }
 
+#[test]
+fn fixture_host_1_4() {
+    fixture_cell("1.4");
+}
+
 /// A host of an older major than the plugin is refused too; the message
 /// says to upgrade the host.
 #[test]
@@ -349,4 +361,55 @@ fn c_host_reports_a_library_that_does_not_load() {
     let run = run_c_host(&["--claim".as_ref(), "1.3".as_ref(), junk.as_os_str()]);
     assert_eq!(run.code, Some(2), "{}", run.transcript());
     assert!(run.stderr.contains("dlopen"), "{}", run.transcript());
+}
+
+/// ABI 1.4 from C: the MLX plugin lists its devices (the default first),
+/// says which device an executable runs on, and refuses a device it does
+/// not have with UNSUPPORTED naming the ones it has.
+#[test]
+fn mlx_devices_through_the_1_4_abi() {
+    let lib = mlx_library();
+    let run = run_c_host(&["--claim".as_ref(), "1.4".as_ref(), lib.as_os_str()]);
+    assert_eq!(run.code, Some(0), "{}", run.transcript());
+    let has_gpu = run.stdout.contains("device 0: gpu:0");
+    let default = if has_gpu { "gpu:0" } else { "cpu:0" };
+    assert!(
+        run.stdout.contains(&format!("device 0: {default}"))
+            && run
+                .stdout
+                .contains(&format!("executable device: {default}")),
+        "{}",
+        run.transcript()
+    );
+    // The CPU is always there, and can be asked for by name.
+    let cpu = run_c_host(&[
+        "--claim".as_ref(),
+        "1.4".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        lib.as_os_str(),
+    ]);
+    assert_eq!(cpu.code, Some(0), "{}", cpu.transcript());
+    assert!(
+        cpu.stdout.contains("executable device: cpu:0"),
+        "{}",
+        cpu.transcript()
+    );
+    // A GPU this machine lacks.
+    let missing = if has_gpu { "gpu:64" } else { "gpu" };
+    let gpu = run_c_host(&[
+        "--claim".as_ref(),
+        "1.4".as_ref(),
+        "--device".as_ref(),
+        missing.as_ref(),
+        lib.as_os_str(),
+    ]);
+    assert_ne!(gpu.code, Some(0), "{}", gpu.transcript());
+    assert!(
+        gpu.stderr.contains("UNSUPPORTED (2): no device gpu:")
+            && gpu.stderr.contains("; it has ")
+            && gpu.stderr.contains("cpu:0 (cpu)"),
+        "{}",
+        gpu.transcript()
+    );
 }

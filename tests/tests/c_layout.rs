@@ -65,18 +65,20 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             rust_layout, descriptor, status_new, status_code, status_message, status_free,
             init, supported_ops, lowering_table, compile, executable_destroy,
             executable_signature, executable_bind_param, executable_run, custom_ops,
+            executable_device,
         },
         RlxPluginDescriptor {
             struct_size, name, version, description, devices, n_devices, build_info,
-            n_build_info, opsets, n_opsets,
+            n_build_info, opsets, n_opsets, device_infos, n_device_infos,
         },
+        RlxDeviceInfo { struct_size, kind, ordinal, name, memory_bytes },
         RlxOpSupport { struct_size, op_kind, dtypes, n_dtypes },
         RlxOpList { struct_size, ops, n_ops },
         RlxLoweringEntry {
             struct_size, op_kind, dtypes, n_dtypes, strategy, note, execute, execute_ctx,
         },
         RlxLoweringTable { struct_size, entries, n_entries },
-        RlxCompileOptions { struct_size, mode, rng_policy, rng_seed },
+        RlxCompileOptions { struct_size, mode, rng_policy, rng_seed, device_kind, device_ordinal },
         RlxValueInfo { struct_size, role, name, dtype, ndim, shape },
         RlxValueVisitor { struct_size, ctx, visit },
         RlxCustomOpDesc {
@@ -126,10 +128,15 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
         RlxCustomOpInfo::STRUCT_SIZE,
         offset_of!(RlxCustomOpInfo, reserved0) + 4
     );
-    assert_eq!(RlxCompileOptions::STRUCT_SIZE, COMPILE_OPTIONS_SIZE_1_2);
+    assert_eq!(RlxCompileOptions::STRUCT_SIZE, COMPILE_OPTIONS_SIZE_1_4);
+    assert_eq!(
+        COMPILE_OPTIONS_SIZE_1_2,
+        offset_of!(RlxCompileOptions, device_kind)
+    );
+    assert_eq!(RlxDeviceInfo::STRUCT_SIZE, 40);
     assert_eq!(
         RlxPluginApi::STRUCT_SIZE,
-        offset_of!(RlxPluginApi, custom_ops) + 8
+        offset_of!(RlxPluginApi, executable_device) + 8
     );
     // 1.0/1.1 hosts' options: {struct_size, mode} and 4 bytes of padding.
     assert_eq!(

@@ -1,8 +1,8 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.3).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.4).
 //!
-//! - the 1.3 build through discovery: descriptor, ops, lowering table,
+//! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
 //! - rlx-runtime's `Session::new(Device::Mlx)` on it, in every mode, against
 //!   `Session::new(Device::Cpu)`;
@@ -107,7 +107,7 @@ const B: [f32; 2] = [0.5, -0.5];
 fn c_demo_reads_every_form_rlx_writes() {
     // What rlx-ir 0.2.19 writes (printed with --nocapture), asserted so a
     // writer change shows up here, then compiled and run by c-demo.
-    let (_dir, p) = load_build(3);
+    let (_dir, p) = load_build(4);
     let g = affine_relu();
     let s = text(&g);
     println!("{s}");
@@ -178,14 +178,14 @@ fn c_demo_reads_every_form_rlx_writes() {
 #[test]
 fn c_demo_loads_through_discovery_and_works() {
     let logs = capture_logs(log::LevelFilter::Debug);
-    let (_dir, p) = load_build(3);
+    let (_dir, p) = load_build(4);
 
     // Handshake and descriptor.
     assert_eq!(
         p.abi_version(),
         RlxAbiVersion {
             major: 1,
-            minor: 3,
+            minor: 4,
             patch: 0
         }
     );
@@ -197,7 +197,7 @@ fn c_demo_loads_through_discovery_and_works() {
     assert!(d.build_info.contains(&("language".into(), "C11".into())));
     assert!(d
         .build_info
-        .contains(&("abi.claimed".into(), "1.3.0".into())));
+        .contains(&("abi.claimed".into(), "1.4.0".into())));
 
     // Ops and the lowering table: the same rows, f32 only.
     let kinds = [
@@ -355,7 +355,7 @@ fn c_demo_loads_through_discovery_and_works() {
     assert!(
         ours.iter().any(|r| r.level == log::Level::Info
             && r.message
-                == "c-demo 0.1.0 (C11, ABI 1.3.0) registered 6 lowerings and 1 custom op(s)"),
+                == "c-demo 0.1.0 (C11, ABI 1.4.0) registered 6 lowerings and 1 custom op(s)"),
         "{records:#?}"
     );
     assert!(ours.iter().any(|r| r.level == log::Level::Debug
@@ -395,7 +395,7 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
     };
     use rlx_host::run::{errors, execute, random_data};
     use rlx_runtime::{Device, Session};
-    let (_dir, p) = load_build(3);
+    let (_dir, p) = load_build(4);
     register_plugin_backend(p.clone(), Device::Mlx, Mode::Lazy);
     let claims: &'static [rlx_ir::OpKind] = Box::leak(parse_op_kinds(&p).into_boxed_slice());
     assert_eq!(claims.len(), 6, "{claims:?}");
@@ -458,7 +458,7 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.3, this host.
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.4, this host.
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -468,7 +468,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
     let y = g.relu(a);
     g.set_named_outputs([("y", y)]);
     let model = text(&g);
-    for minor in 0..=3u32 {
+    for minor in 0..=4u32 {
         let (_dir, p) = load_build(minor);
         assert_eq!(
             p.abi_version(),
@@ -489,6 +489,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
                 mode,
                 rng_policy: 3,
                 rng_seed: 7,
+                device: None,
             };
             let mut exe = p.compile_with(&model, &opts).unwrap();
             exe.bind_param("w", &t(&[3, 2], &W)).unwrap();
@@ -530,7 +531,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
 
 #[test]
 fn errors_name_the_node_the_tensor_and_the_op() {
-    let (_dir, p) = load_build(3);
+    let (_dir, p) = load_build(4);
     let compile_err = |g: &Graph| {
         p.compile(&text(g), Mode::Lazy)
             .err()
@@ -660,7 +661,7 @@ fn errors_name_the_node_the_tensor_and_the_op() {
 
 #[test]
 fn host_kernels_round_trip_through_the_c_registry() {
-    let (_dir, p) = load_build(3);
+    let (_dir, p) = load_build(4);
     // The kernel holds `alive`; the plugin dropping the kernel's context
     // drops it.
     let alive = Arc::new(());
@@ -816,7 +817,7 @@ fn host_table(major: u32, struct_size: usize, sink: &'static Sink) -> &'static R
         struct_size,
         abi_version: RlxAbiVersion {
             major,
-            minor: 3,
+            minor: 4,
             patch: 0,
         },
         host_name: RlxStr::from_static("raw test host"),
@@ -851,29 +852,29 @@ fn refused_handshakes_are_header_only_tables_naming_both_versions() {
         (
             None,
             1,
-            "c-demo 0.1.0 (RLX plugin ABI 1.3.0) was given no host table (RlxHostApi is NULL); \
+            "c-demo 0.1.0 (RLX plugin ABI 1.4.0) was given no host table (RlxHostApi is NULL); \
              the host must pass one",
         ),
         (
             Some(host_table(2, std::mem::size_of::<RlxHostApi>(), new_sink())),
             3,
-            "c-demo 0.1.0 speaks RLX plugin ABI 1.3.0 but the host (raw test host) speaks ABI \
-             2.3.0, another major: upgrade the plugin (install a c-demo built for the host's ABI \
+            "c-demo 0.1.0 speaks RLX plugin ABI 1.4.0 but the host (raw test host) speaks ABI \
+             2.4.0, another major: upgrade the plugin (install a c-demo built for the host's ABI \
              major)",
         ),
         (
             Some(host_table(1, 16, new_sink())),
             1,
             "the host table's struct_size is 16 bytes, smaller than its frozen header (40 bytes): \
-             c-demo 0.1.0 (ABI 1.3.0) cannot read the host's ABI version",
+             c-demo 0.1.0 (ABI 1.4.0) cannot read the host's ABI version",
         ),
     ];
     for (host, code, message) in cases {
-        let r = raw(3);
+        let r = raw(4);
         let root = unsafe { (r.entry)(host.map_or(std::ptr::null(), |h| h as *const _)) };
         let api = unsafe { &*root };
         assert_eq!(api.struct_size, header);
-        assert_eq!((api.abi_version.major, api.abi_version.minor), (1, 3));
+        assert_eq!((api.abi_version.major, api.abi_version.minor), (1, 4));
         assert_eq!(api.refusal_code, code);
         assert_eq!(unsafe { api.refusal_message.to_string_lossy() }, message);
         // The first call decided: a good host now gets the same table.
@@ -886,7 +887,7 @@ fn refused_handshakes_are_header_only_tables_naming_both_versions() {
     let msg = unsafe { api.refusal_message.to_string_lossy() };
     assert!(
         msg.contains("ABI 1.1.0")
-            && msg.contains("ABI 0.3.0")
+            && msg.contains("ABI 0.4.0")
             && msg.ends_with("upgrade the host to ABI major 1"),
         "{msg}"
     );
@@ -921,17 +922,17 @@ fn deletions(tag: usize) -> usize {
 
 #[test]
 fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
-    for minor in 0..=3u32 {
+    for minor in 0..=4u32 {
         let r = raw(minor);
         let sink = new_sink();
         let root = unsafe { (r.entry)(host_table(1, std::mem::size_of::<RlxHostApi>(), sink)) };
         let api = unsafe { &*root };
         assert_eq!(api.refusal_code, 0);
         // The root table as a plugin of that minor wrote it.
-        let want_size = if minor == 0 {
-            std::mem::offset_of!(RlxPluginApi, custom_ops)
-        } else {
-            std::mem::size_of::<RlxPluginApi>()
+        let want_size = match minor {
+            0 => std::mem::offset_of!(RlxPluginApi, custom_ops),
+            1..=3 => std::mem::offset_of!(RlxPluginApi, executable_device),
+            _ => std::mem::size_of::<RlxPluginApi>(),
         };
         assert_eq!(api.struct_size, want_size, "1.{minor}");
         assert_eq!((api.abi_version.minor, api.abi_version.patch), (minor, 0));
@@ -969,12 +970,17 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
             mode: 1,
             rng_policy: 0xdead_beef,
             rng_seed: 99,
+            device_kind: 0xdead_beef,
+            device_ordinal: 7,
         };
         let full = RlxCompileOptions {
             struct_size: 24,
             mode: 2,
             rng_policy: 3,
             rng_seed: 7,
+            // Beyond a 24-byte struct_size: never read.
+            device_kind: 0xdead_beef,
+            device_ordinal: 7,
         };
         let (s, exe) = compile(Some(&short));
         assert_eq!(s, None);
@@ -1243,7 +1249,7 @@ fn rlx_host(plugins: &Path, home: &Path, args: &[&str]) -> serde_json::Value {
 #[test]
 fn rlx_host_cli_lists_and_runs_c_demo() {
     let file = library_file_name("rlx_c_plugin");
-    let dir = plugins_dir(&[(&c_build(3), &file)]);
+    let dir = plugins_dir(&[(&c_build(4), &file)]);
     let home = tempfile::tempdir().unwrap();
 
     // Our directory's candidate (the binary's own plugins/ directory may
@@ -1259,7 +1265,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
     assert_eq!(c["state"], "loaded", "{v}");
     assert_eq!(c["name"], "c-demo");
     assert_eq!(c["version"], "0.1.0");
-    assert_eq!(c["abi_version"], "1.3.0");
+    assert_eq!(c["abi_version"], "1.4.0");
     assert!(c["path"].as_str().unwrap().ends_with(&file));
 
     let lib = dir.path().join(&file);
@@ -1309,7 +1315,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.3 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.4 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
@@ -1341,8 +1347,8 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
         );
         out
     };
-    for claim in 0..=3 {
-        for minor in 0..=3 {
+    for claim in 0..=4 {
+        for minor in 0..=4 {
             let out = run(claim, minor, "lazy");
             let registry = out.contains("custom op c_demo.scale2 (plugin, 1 in, 1 out)");
             assert_eq!(
@@ -1353,6 +1359,6 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
         }
     }
     for mode in ["eager", "compiled"] {
-        run(3, 3, mode);
+        run(4, 4, mode);
     }
 }

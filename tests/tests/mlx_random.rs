@@ -305,6 +305,7 @@ fn a_non_default_seed_reaches_the_plugin() {
                 mode,
                 rng_policy: rng_policy::PHILOX,
                 rng_seed: seed,
+                device: None,
             };
             let mut exe = mlx().compile_with(&text, &opts).unwrap();
             let got = exe.run(&[]).unwrap()[0].to_f32_vec().unwrap();
@@ -332,6 +333,7 @@ fn a_non_default_seed_reaches_the_plugin() {
         mode: Mode::Lazy,
         rng_policy: rng_policy::ORT,
         rng_seed: 1,
+        device: None,
     };
     let e = mlx().compile_with(&text, &opts).err().unwrap();
     assert!(

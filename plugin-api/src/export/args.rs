@@ -1,6 +1,7 @@
 //! Checked views of the pointers and counts callers pass.
 
 use crate::error::{PluginError, PluginResult};
+use crate::sized::AbiStruct;
 use crate::tensor::{HostTensor, RlxTensor};
 
 pub(super) unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> PluginResult<&'a mut T> {
@@ -70,4 +71,25 @@ pub(super) unsafe fn read_arg<T>(p: *const T, what: &str) -> PluginResult<T> {
     }
     // SAFETY: the caller's promise.
     Ok(unsafe { crate::sized::read_zero_filled(p) })
+}
+
+/// Write an out-struct by the size rule for out-structs (docs/ABI.md §2):
+/// the caller sets `struct_size` to the size it knows before the call (a
+/// caller before 1.3 left 0, meaning the struct's 1.0 size, which for the
+/// op list and lowering table is this build's size), and no byte beyond it
+/// is written; `struct_size` then says how much was.
+pub(super) fn write_out<T: AbiStruct>(out: &mut T, value: T) {
+    // SAFETY: `out` is a live &mut T; its first field is the usize
+    // struct_size of every ABI struct.
+    let declared = unsafe { std::ptr::read(out as *mut T as *const usize) };
+    let n = match declared {
+        0 => T::STRUCT_SIZE,
+        d => d.min(T::STRUCT_SIZE),
+    };
+    // SAFETY: `value` and `*out` are both T, and n <= size_of::<T>(); then
+    // the struct_size field is overwritten with what was written.
+    unsafe {
+        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, out as *mut T as *mut u8, n);
+        std::ptr::write(out as *mut T as *mut usize, n);
+    }
 }

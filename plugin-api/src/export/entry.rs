@@ -4,7 +4,7 @@
 use super::{custom_ops::CUSTOM_OP_API, executable, registration, status};
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::{panic_message, PluginError, PluginResult, StatusCode};
-use crate::plugin::{Descriptor, Plugin};
+use crate::plugin::{Descriptor, DeviceInfo, Plugin};
 use crate::sized::AbiStruct;
 use crate::strings::{leak_str, RlxKeyValue, RlxStr};
 use crate::tables::*;
@@ -75,6 +75,8 @@ pub(super) struct State {
     pub(super) plugin: Box<dyn Plugin>,
     pub(super) registry: CustomOpRegistry,
     pub(super) tables: OnceLock<Tables>,
+    /// The descriptor's devices (1.4), the default first.
+    pub(super) devices: Vec<DeviceInfo>,
 }
 
 pub(super) struct Tables {
@@ -136,12 +138,14 @@ unsafe fn handshake(
     crate::log::install_plugin_logger(&host);
 
     let plugin = make();
+    plugin.availability()?;
     let desc = plugin.descriptor();
     let descriptor: &'static RlxPluginDescriptor = Box::leak(Box::new(raw_descriptor(&desc)));
     let _ = STATE.set(State {
         plugin,
         registry: CustomOpRegistry::new(),
         tables: OnceLock::new(),
+        devices: desc.device_infos.clone(),
     });
 
     let mut t = RlxPluginApi::blank(opts.abi_version);
@@ -163,6 +167,7 @@ unsafe fn handshake(
     t.executable_signature = Some(executable::executable_signature);
     t.executable_bind_param = Some(executable::executable_bind_param);
     t.executable_run = Some(executable::executable_run);
+    t.executable_device = Some(executable::executable_device);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,
         None => &CUSTOM_OP_API,
@@ -199,6 +204,15 @@ fn raw_descriptor(d: &Descriptor) -> RlxPluginDescriptor {
             .collect(),
     );
     let opsets: &'static [u32] = Box::leak(d.opsets.clone().into_boxed_slice());
+    let device_infos: &'static [*const RlxDeviceInfo] = Box::leak(
+        d.device_infos
+            .iter()
+            .map(|info| {
+                let info: &'static DeviceInfo = Box::leak(Box::new(info.clone()));
+                Box::leak(Box::new(executable::raw_device_info(info))) as *const RlxDeviceInfo
+            })
+            .collect(),
+    );
     RlxPluginDescriptor {
         struct_size: RlxPluginDescriptor::STRUCT_SIZE,
         name: leak_str(d.name.clone()),
@@ -210,6 +224,8 @@ fn raw_descriptor(d: &Descriptor) -> RlxPluginDescriptor {
         n_build_info: build_info.len(),
         opsets: opsets.as_ptr(),
         n_opsets: opsets.len(),
+        device_infos: device_infos.as_ptr(),
+        n_device_infos: device_infos.len(),
     }
 }
 

@@ -1,17 +1,19 @@
 //! Header §7: compile, signature, bind, run and destroy.
 
-use super::args::{non_null_mut, read_arg, slice_or_empty, write_outputs};
+use super::args::{non_null_mut, read_arg, slice_or_empty, write_out, write_outputs};
 use super::entry::state;
 use super::status::guard;
 use crate::error::{PluginError, PluginResult, RlxStatus};
-use crate::plugin::{BoundParam, Mode, ParamBytes, Role};
+use crate::plugin::{BoundParam, DeviceInfo, DeviceKind, Mode, ParamBytes, Role};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
 use crate::tensor::{ownership, RlxNamedTensor, RlxTensor, TensorRef};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-struct ExeBox(Box<dyn crate::plugin::Executable>);
+/// An executable and the device it said it runs on (asked once, at
+/// compile: `executable_device` hands out its name until destroy).
+struct ExeBox(Box<dyn crate::plugin::Executable>, Option<DeviceInfo>);
 
 unsafe fn exe_mut<'a>(exe: *mut RlxExecutable) -> PluginResult<&'a mut ExeBox> {
     (exe as *mut ExeBox)
@@ -35,16 +37,49 @@ pub(super) unsafe extern "C" fn compile(
         let mode = Mode::from_raw(raw.mode).ok_or_else(|| {
             PluginError::unsupported(format!("unknown execution mode {}", raw.mode))
         })?;
+        let device = match raw.device_kind {
+            device_kind::DEFAULT => None,
+            k => Some((
+                DeviceKind::from_raw(k)
+                    .ok_or_else(|| PluginError::unsupported(format!("unknown device kind {k}")))?,
+                raw.device_ordinal,
+            )),
+        };
         let opts = crate::plugin::CompileOptions {
             mode,
             rng_policy: raw.rng_policy,
             rng_seed: raw.rng_seed,
+            device,
         };
         let text = graph
             .to_str()
             .map_err(|e| PluginError::invalid_argument(format!("graph text is not UTF-8: {e}")))?;
+        // A device the descriptor does not list is refused here, for every
+        // plugin alike.
+        let listed =
+            |k: DeviceKind, o: u32| st.devices.iter().find(|d| d.kind == k && d.ordinal == o);
+        if let Some((k, o)) = opts.device {
+            if !st.devices.is_empty() && listed(k, o).is_none() {
+                return Err(PluginError::unsupported(format!(
+                    "no device {}:{o} in plugin {}; it has {}",
+                    k.name(),
+                    st.plugin.descriptor().name,
+                    st.devices
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
         let exe = st.plugin.compile(text, &opts)?;
-        *out = Box::into_raw(Box::new(ExeBox(exe))) as *mut RlxExecutable;
+        // A plugin that does not say where an executable runs runs it where
+        // it was asked to, or on its default device.
+        let device = exe.device().or_else(|| match opts.device {
+            Some((k, o)) => listed(k, o).cloned(),
+            None => st.devices.first().cloned(),
+        });
+        *out = Box::into_raw(Box::new(ExeBox(exe, device))) as *mut RlxExecutable;
         Ok(())
     })
 }
@@ -184,4 +219,31 @@ pub(super) unsafe extern "C" fn executable_run(
         }
         write_outputs(outs, outputs, n_outputs).map(|_| ())
     })
+}
+
+/// (1.4) The device an executable runs on, as the out-struct `*out`.
+pub(super) unsafe extern "C" fn executable_device(
+    exe: *const RlxExecutable,
+    out: *mut RlxDeviceInfo,
+) -> *mut RlxStatus {
+    guard(|| {
+        let exe = exe_mut(exe as *mut RlxExecutable)?;
+        let out = non_null_mut(out, "out")?;
+        let d = exe.1.as_ref().ok_or_else(|| {
+            PluginError::unsupported("this plugin does not say which device an executable uses")
+        })?;
+        write_out(out, raw_device_info(d));
+        Ok(())
+    })
+}
+
+/// The ABI form of a device; the name borrows from `d`.
+pub(super) fn raw_device_info(d: &DeviceInfo) -> RlxDeviceInfo {
+    RlxDeviceInfo {
+        struct_size: RlxDeviceInfo::STRUCT_SIZE,
+        kind: d.kind.to_raw(),
+        ordinal: d.ordinal,
+        name: RlxStr::from_str(&d.name),
+        memory_bytes: d.memory_bytes,
+    }
 }

@@ -2,7 +2,7 @@
 //! table derived from the plugin's lowering entries, and eager single-op
 //! execution.
 
-use super::args::{copy_inputs, non_null_mut, write_outputs};
+use super::args::{copy_inputs, non_null_mut, write_out, write_outputs};
 use super::entry::{state, tables, Tables};
 use super::status::guard;
 use crate::error::{PluginError, PluginResult, RlxStatus};
@@ -107,27 +107,6 @@ pub(super) unsafe extern "C" fn lowering_table(out: *mut RlxLoweringTable) -> *m
         );
         Ok(())
     })
-}
-
-/// Write an out-struct by the size rule for out-structs (docs/ABI.md §2):
-/// the caller sets `struct_size` to the size it knows before the call (a
-/// caller before 1.3 left 0, meaning the struct's 1.0 size, which for the
-/// op list and lowering table is this build's size), and no byte beyond it
-/// is written; `struct_size` then says how much was.
-fn write_out<T: AbiStruct>(out: &mut T, value: T) {
-    // SAFETY: `out` is a live &mut T; its first field is the usize
-    // struct_size of every ABI struct.
-    let declared = unsafe { std::ptr::read(out as *mut T as *const usize) };
-    let n = match declared {
-        0 => T::STRUCT_SIZE,
-        d => d.min(T::STRUCT_SIZE),
-    };
-    // SAFETY: `value` and `*out` are both T, and n <= size_of::<T>(); then
-    // the struct_size field is overwritten with what was written.
-    unsafe {
-        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, out as *mut T as *mut u8, n);
-        std::ptr::write(out as *mut T as *mut usize, n);
-    }
 }
 
 fn copy_op_list(l: &RlxOpList) -> RlxOpList {

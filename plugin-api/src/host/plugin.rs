@@ -4,7 +4,9 @@
 use super::load::LoadError;
 use crate::custom_ops::{CustomOpInfo, Origin};
 use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
-use crate::plugin::{CompileOptions, Descriptor, Mode, Role, Strategy, ValueInfo};
+use crate::plugin::{
+    CompileOptions, Descriptor, DeviceInfo, DeviceKind, Mode, Role, Strategy, ValueInfo,
+};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
@@ -123,6 +125,38 @@ unsafe fn dtypes(
         .collect())
 }
 
+/// The descriptor's 1.4 device list (empty from an older plugin, whose
+/// descriptor `struct_size` does not reach it: those fields read as zero).
+/// A device of a kind this host does not know is skipped with a warning.
+///
+/// # Safety
+/// `d` was read from the plugin's static descriptor.
+unsafe fn device_infos(d: &RlxPluginDescriptor, plugin: &Path) -> Result<Vec<DeviceInfo>, String> {
+    // SAFETY: the plugin's static array; count and pointer checked.
+    let rows = unsafe { table_slice(d.device_infos, d.n_device_infos, "descriptor.device_infos")? };
+    let mut out = Vec::new();
+    for (i, &p) in rows.iter().enumerate() {
+        // SAFETY: a non-null element is the plugin's static RlxDeviceInfo.
+        let r = unsafe { read_sized(p) }.ok_or(format!("device_infos[{i}] is null"))?;
+        let Some(kind) = DeviceKind::from_raw(r.kind) else {
+            log::warn!(
+                "{}: device {i} has kind {}, which this host does not know; skipping it",
+                plugin.display(),
+                r.kind
+            );
+            continue;
+        };
+        out.push(DeviceInfo {
+            kind,
+            ordinal: r.ordinal,
+            // SAFETY: the plugin's static string.
+            name: unsafe { r.name.to_string_lossy() },
+            memory_bytes: r.memory_bytes,
+        });
+    }
+    Ok(out)
+}
+
 /// A struct the plugin wrote into our (zeroed, full-size) buffer, with the
 /// fields beyond the `struct_size` it declared reset to zero.
 fn read_written<T>(t: &T) -> T {
@@ -178,6 +212,7 @@ impl LoadedPlugin {
             devices: strs(d.devices, d.n_devices, "descriptor.devices").map_err(invalid)?,
             build_info,
             opsets,
+            device_infos: device_infos(&d, &path).map_err(invalid)?,
         };
         if descriptor.name.is_empty() {
             return Err(LoadError::InvalidTable {
@@ -765,6 +800,29 @@ impl PluginExecutable {
 
     pub fn plugin(&self) -> &Arc<LoadedPlugin> {
         &self.plugin
+    }
+
+    /// (ABI 1.4) The device the executable runs on, as the plugin says;
+    /// None from a plugin that does not say (before 1.4, or no answer).
+    pub fn device(&self) -> Option<DeviceInfo> {
+        let f = self.plugin.api.executable_device?;
+        let mut out = RlxDeviceInfo {
+            struct_size: RlxDeviceInfo::STRUCT_SIZE,
+            kind: 0,
+            ordinal: 0,
+            name: RlxStr::EMPTY,
+            memory_bytes: 0,
+        };
+        // SAFETY: `exe` is live; `out` is a writable out-struct sized here.
+        self.plugin.check(unsafe { f(self.exe, &mut out) }).ok()?;
+        let out = read_written(&out);
+        Some(DeviceInfo {
+            kind: DeviceKind::from_raw(out.kind)?,
+            ordinal: out.ordinal,
+            // SAFETY: valid until the executable is destroyed; copied now.
+            name: unsafe { out.name.to_string_lossy() },
+            memory_bytes: out.memory_bytes,
+        })
     }
 }
 

@@ -50,6 +50,11 @@ pub struct RlxCompileOptions {
     /// (1.2) The global seed mixed into every random op's key. Absent =
     /// [`DEFAULT_RNG_SEED`].
     pub rng_seed: u64,
+    /// (1.4) One of `device_kind`: the device to compile for. Absent or
+    /// `DEFAULT` = the plugin's default device (its first `device_infos`).
+    pub device_kind: u32,
+    /// (1.4) The index among devices of that kind.
+    pub device_ordinal: u32,
 }
 
 impl Default for RlxCompileOptions {
@@ -59,6 +64,8 @@ impl Default for RlxCompileOptions {
             mode: mode::LAZY,
             rng_policy: rng_policy::PHILOX,
             rng_seed: DEFAULT_RNG_SEED,
+            device_kind: super::device_kind::DEFAULT,
+            device_ordinal: 0,
         }
     }
 }
@@ -66,8 +73,10 @@ impl Default for RlxCompileOptions {
 /// What 1.0 and 1.1 hosts wrote in `struct_size`: `sizeof` of
 /// `{struct_size, mode}`, four bytes of tail padding included.
 pub const COMPILE_OPTIONS_SIZE_1_0: usize = 16;
-/// What 1.2 hosts wrote: through `rng_seed`.
+/// What 1.2 and 1.3 hosts wrote: through `rng_seed`.
 pub const COMPILE_OPTIONS_SIZE_1_2: usize = 24;
+/// What 1.4 hosts write: through `device_ordinal`.
+pub const COMPILE_OPTIONS_SIZE_1_4: usize = 32;
 
 impl RlxCompileOptions {
     /// Read a peer's options (null = defaults) by the 1.3 rule:
@@ -129,7 +138,7 @@ pub struct RlxValueVisitor {
     pub visit: Option<unsafe extern "C" fn(ctx: *mut c_void, info: *const RlxValueInfo)>,
 }
 
-crate::abi_struct!(RlxCompileOptions, rng_seed: u64);
+crate::abi_struct!(RlxCompileOptions, device_ordinal: u32);
 crate::abi_struct!(RlxValueInfo, shape: *const i64);
 crate::abi_struct!(RlxValueVisitor, visit: usize); // an Option<fn> is pointer-sized
 
@@ -178,14 +187,23 @@ mod tests {
 
     #[test]
     fn a_newer_hosts_bytes_beyond_this_build_are_ignored() {
-        let mut b = head(40, mode::LAZY, 0xCD);
+        let mut b = head(48, mode::LAZY, 0xCD);
         b[12..16].copy_from_slice(&rng_policy::PHILOX.to_ne_bytes());
         b[16..24].copy_from_slice(&9u64.to_ne_bytes());
+        b[24..28].copy_from_slice(&super::super::device_kind::GPU.to_ne_bytes());
+        b[28..32].copy_from_slice(&1u32.to_ne_bytes());
         let o = read_bytes(&b);
         assert_eq!(
             (o.mode, o.rng_policy, o.rng_seed),
             (mode::LAZY, rng_policy::PHILOX, 9)
         );
+        assert_eq!(
+            (o.device_kind, o.device_ordinal),
+            (super::super::device_kind::GPU, 1)
+        );
+        // A 1.2/1.3 host's options: no device, so the default one.
+        let o = read_bytes(&head(COMPILE_OPTIONS_SIZE_1_2, mode::LAZY, 0));
+        assert_eq!(o.device_kind, super::super::device_kind::DEFAULT);
         // Null means defaults.
         // SAFETY: null is allowed.
         let d = unsafe { RlxCompileOptions::read(std::ptr::null()) };

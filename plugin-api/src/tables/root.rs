@@ -115,6 +115,14 @@ pub struct RlxPluginApi {
     // --- 1.1 ---
     /// The custom-op registry. Plugin-owned, static. Null: none.
     pub custom_ops: *const RlxCustomOpApi,
+
+    // --- 1.4 ---
+    /// Which device an executable runs on, written into the out-struct
+    /// `*out` (the caller sets its struct_size; the name is plugin-owned,
+    /// valid until `executable_destroy`). Optional.
+    pub executable_device: Option<
+        unsafe extern "C" fn(exe: *const RlxExecutable, out: *mut RlxDeviceInfo) -> *mut RlxStatus,
+    >,
 }
 
 // Pointers in these tables are immutable, process-lifetime data.
@@ -133,6 +141,7 @@ pub const PLUGIN_API_HEADER_SIZE: usize = offset_of!(RlxPluginApi, rust_layout_t
 pub fn plugin_api_min_size(minor: u32) -> usize {
     match minor {
         0 => offset_of!(RlxPluginApi, custom_ops),
+        1..=3 => offset_of!(RlxPluginApi, executable_device),
         _ => <RlxPluginApi as crate::sized::AbiStruct>::STRUCT_SIZE,
     }
 }
@@ -155,10 +164,42 @@ pub struct RlxPluginDescriptor {
     /// The `.rlxmodel` opsets it reads, `n_opsets` of them.
     pub opsets: *const u32,
     pub n_opsets: usize,
+
+    // --- 1.4 ---
+    /// The devices the plugin can run on now (found when it loaded), as an
+    /// array of pointers (the element can grow). The first is the default
+    /// device: the one a compile without a device asks for.
+    pub device_infos: *const *const RlxDeviceInfo,
+    pub n_device_infos: usize,
 }
 
-crate::abi_struct!(RlxPluginApi, custom_ops: *const RlxCustomOpApi);
-crate::abi_struct!(RlxPluginDescriptor, n_opsets: usize);
+/// Kinds of device (`RlxDeviceInfo::kind`, `RlxCompileOptions::device_kind`).
+pub mod device_kind {
+    /// Compile options only: the plugin's default device.
+    pub const DEFAULT: u32 = 0;
+    pub const CPU: u32 = 1;
+    pub const GPU: u32 = 2;
+}
+
+/// (1.4) One device a plugin can run on. Plugin-owned, static in the
+/// descriptor; an out-struct of `executable_device`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct RlxDeviceInfo {
+    pub struct_size: usize,
+    /// One of [`device_kind`] (`CPU` or `GPU`).
+    pub kind: u32,
+    /// The index among devices of its kind.
+    pub ordinal: u32,
+    /// A name for people (`"NVIDIA H200"`, `"cpu"`). Plugin-owned, static.
+    pub name: RlxStr,
+    /// Total memory in bytes; 0 when unknown.
+    pub memory_bytes: u64,
+}
+
+crate::abi_struct!(RlxPluginApi, executable_device: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxPluginDescriptor, n_device_infos: usize);
+crate::abi_struct!(RlxDeviceInfo, memory_bytes: u64);
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(PLUGIN_API_HEADER_SIZE == 40);
 
@@ -186,6 +227,7 @@ impl RlxPluginApi {
             executable_bind_param: None,
             executable_run: None,
             custom_ops: std::ptr::null(),
+            executable_device: None,
         }
     }
 }

@@ -134,7 +134,10 @@ static struct {
     int relu;
     const char* graph_file;
     const char* library;
-} g_opt = {1, 3, RLX_MODE_LAZY, "lazy", 0, NULL, NULL};
+    /* 1.4: the device to compile for (--device cpu|gpu[:N]). */
+    uint32_t device_kind, device_ordinal;
+} g_opt = {1, RLX_ABI_VERSION_MINOR, RLX_MODE_LAZY, "lazy", 0, NULL, NULL,
+           RLX_DEVICE_DEFAULT, 0};
 
 /* The plugin's root table, set once the handshake and table checks pass. */
 static const RlxPluginApi* g_api;
@@ -455,7 +458,8 @@ static void check_header(const RlxPluginApi* api) {
  * this host's minor define (ABI §3). */
 static void check_table(const RlxPluginApi* api) {
     size_t need = PLUGIN_API_SIZE_1_0;
-    if (api->abi_version.minor >= 1 && g_opt.minor >= 1) need = RLX_PLUGIN_API_STRUCT_SIZE;
+    if (api->abi_version.minor >= 1 && g_opt.minor >= 1) need = RLX_PLUGIN_API_SIZE_1_1;
+    if (api->abi_version.minor >= 4 && g_opt.minor >= 4) need = RLX_PLUGIN_API_SIZE_1_4;
     if (api->struct_size < need) {
         printf("host refuses: a %u.%u table of %zu bytes, at least %zu expected\n",
                api->abi_version.major, api->abi_version.minor, api->struct_size, need);
@@ -494,6 +498,29 @@ static void print_descriptor(const RlxPluginDescriptor* d) {
         for (size_t i = 0; i < d->n_build_info; i++)
             step("build_info: %.*s = %.*s", STR_ARG(d->build_info[i].key),
                  STR_ARG(d->build_info[i].value));
+    /* 1.4: the device list, only when both sides know it. */
+    if (g_opt.minor >= 4 && COVERS(d, RlxPluginDescriptor, n_device_infos))
+        for (size_t i = 0; i < d->n_device_infos; i++) {
+            const RlxDeviceInfo* di = d->device_infos[i];
+            if (!di) fail("device_infos[%zu] is NULL", i);
+            step("device %zu: %s:%u %.*s (%llu bytes)%s", i,
+                 di->kind == RLX_DEVICE_GPU ? "gpu" : "cpu", di->ordinal, STR_ARG(di->name),
+                 (unsigned long long)di->memory_bytes, i == 0 ? " [default]" : "");
+        }
+}
+
+/* 1.4: which device an executable runs on (an out-struct we size). */
+static void print_executable_device(const RlxExecutable* exe) {
+    if (g_opt.minor < 4 || !COVERS(g_api, RlxPluginApi, executable_device) ||
+        !g_api->executable_device)
+        return;
+    RlxDeviceInfo out;
+    memset(&out, GARBAGE, sizeof out);
+    out.struct_size = RLX_DEVICE_INFO_STRUCT_SIZE;
+    RlxStatus* s = g_api->executable_device(exe, &out);
+    must(s, "executable_device");
+    step("executable device: %s:%u %.*s", out.kind == RLX_DEVICE_GPU ? "gpu" : "cpu",
+         out.ordinal, STR_ARG(out.name));
 }
 
 /* ======================================================================
@@ -596,6 +623,13 @@ typedef struct RlxCompileOptions_1_0 {
 _Static_assert(sizeof(RlxCompileOptions_1_0) == RLX_COMPILE_OPTIONS_SIZE_1_0,
                "a 1.0 host wrote 16");
 
+/* What the claimed minor's host wrote in RlxCompileOptions.struct_size. */
+static size_t options_size(void) {
+    if (g_opt.minor < 2) return RLX_COMPILE_OPTIONS_SIZE_1_0;
+    if (g_opt.minor < 4) return RLX_COMPILE_OPTIONS_SIZE_1_2;
+    return RLX_COMPILE_OPTIONS_SIZE_1_4;
+}
+
 /* A heap block of exactly the size the claimed minor's host wrote, filled
  * with garbage first: a reader that takes rng_policy from a 1.0/1.1 host
  * sees 0xABABABAB, and one that reads past the block is caught by
@@ -612,13 +646,17 @@ static RlxCompileOptions* new_compile_options(uint32_t mode) {
     RlxCompileOptions* o = malloc(sizeof *o);
     if (!o) fail("out of memory");
     memset(o, GARBAGE, sizeof *o);
-    /* 1.2 wrote 24 = sizeof; 1.3 writes RLX_STRUCT_SIZE(.., rng_seed), the
-     * same 24 now that the struct has no tail padding. */
-    o->struct_size =
-        g_opt.minor == 2 ? RLX_COMPILE_OPTIONS_SIZE_1_2 : RLX_COMPILE_OPTIONS_STRUCT_SIZE;
+    /* 1.2 wrote 24 = sizeof; 1.3 wrote RLX_STRUCT_SIZE(.., rng_seed), the
+     * same 24; 1.4 writes through device_ordinal (32). The bytes a minor
+     * did not know stay garbage. */
+    o->struct_size = options_size();
     o->mode = mode;
     o->rng_policy = RLX_RNG_PHILOX;
     o->rng_seed = RLX_DEFAULT_RNG_SEED;
+    if (g_opt.minor >= 4) {
+        o->device_kind = g_opt.device_kind;
+        o->device_ordinal = g_opt.device_ordinal;
+    }
     return o;
 }
 
@@ -854,9 +892,10 @@ static void run_graph(void) {
     RlxExecutable* exe = compile_text(text, g_opt.mode, &s);
     must(s, "compile");
     if (!exe) fail("compile succeeded without an executable");
-    step("compile: %s graph (%s, %s mode, options struct_size %u)",
+    step("compile: %s graph (%s, %s mode, options struct_size %zu)",
          file_text ? g_opt.graph_file : "built-in", g_opt.relu ? "relu" : "exp", g_opt.mode_name,
-         g_opt.minor < 2 ? RLX_COMPILE_OPTIONS_SIZE_1_0 : RLX_COMPILE_OPTIONS_SIZE_1_2);
+         options_size());
+    print_executable_device(exe);
     check_signature(exe);
     bind_param(exe);
     run_and_check(exe);
@@ -1115,7 +1154,7 @@ static void custom_ops(void) {
         return;
     }
     /* custom_ops is a 1.1 field: read only when the table reaches it. */
-    if (g_api->struct_size < RLX_PLUGIN_API_STRUCT_SIZE || !g_api->custom_ops) {
+    if (g_api->struct_size < RLX_PLUGIN_API_SIZE_1_1 || !g_api->custom_ops) {
         step("custom ops: the plugin has no registry (struct_size %zu)", g_api->struct_size);
         return;
     }
@@ -1140,7 +1179,8 @@ static void custom_ops(void) {
 static void usage(void) {
     fprintf(stderr,
             "usage: rlx-c-host --claim MAJOR.MINOR [--mode lazy|eager|compiled] "
-            "[--activation exp|relu] [--graph FILE] [--print-graph] PLUGIN_LIBRARY\n");
+            "[--activation exp|relu] [--device cpu|gpu[:N]] [--graph FILE] [--print-graph] "
+            "PLUGIN_LIBRARY\n");
     exit(EXIT_USAGE);
 }
 
@@ -1153,10 +1193,18 @@ static void parse_args(int argc, char** argv, int* print_graph) {
             char dot = 0, extra = 0;
             if (sscanf(v, "%u%c%u%c", &g_opt.major, &dot, &g_opt.minor, &extra) != 3 || dot != '.')
                 usage();
-            /* Only 1.0 ..= 1.3 have layouts this host knows; another major
+            /* Only 1.0 ..= this header's minor have layouts this host knows; another major
              * is sent as is, to be refused. */
             if (g_opt.major == 1 && g_opt.minor > RLX_ABI_VERSION_MINOR) usage();
             claimed = 1;
+            i++;
+        } else if (strcmp(a, "--device") == 0 && v) {
+            unsigned ord = 0;
+            if (strncmp(v, "gpu", 3) == 0) g_opt.device_kind = RLX_DEVICE_GPU;
+            else if (strncmp(v, "cpu", 3) == 0) g_opt.device_kind = RLX_DEVICE_CPU;
+            else usage();
+            if (v[3] == ':' && sscanf(v + 4, "%u", &ord) == 1) g_opt.device_ordinal = ord;
+            else if (v[3] != 0) usage();
             i++;
         } else if (strcmp(a, "--mode") == 0 && v) {
             if (strcmp(v, "lazy") == 0) g_opt.mode = RLX_MODE_LAZY;

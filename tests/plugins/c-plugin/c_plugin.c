@@ -1840,6 +1840,15 @@ static RlxStatus* c_compile(RlxStr graph, const RlxCompileOptions* options,
             rng_seed = options->rng_seed;
         }
 #endif
+#if RLX_C_PLUGIN_MINOR >= 4
+        /* 1.4: the device to compile for; c-demo has only cpu:0. */
+        if (options->struct_size >= RLX_COMPILE_OPTIONS_SIZE_1_4 &&
+            options->device_kind != RLX_DEVICE_DEFAULT &&
+            !(options->device_kind == RLX_DEVICE_CPU && options->device_ordinal == 0))
+            return errorf(RLX_STATUS_UNSUPPORTED,
+                          "c-demo has no device of kind %u ordinal %u; it has cpu:0",
+                          options->device_kind, options->device_ordinal);
+#endif
     }
     if (mode > RLX_MODE_COMPILED)
         return errorf(RLX_STATUS_UNSUPPORTED,
@@ -2554,8 +2563,19 @@ static const RlxKeyValue k_build_info[] = {
 };
 static const uint32_t k_opsets[] = {1};
 
+#if RLX_C_PLUGIN_MINOR >= 4
+static const RlxDeviceInfo k_cpu_device = {RLX_DEVICE_INFO_STRUCT_SIZE, RLX_DEVICE_CPU, 0,
+                                           STR_INIT("cpu"), 0};
+static const RlxDeviceInfo* const k_device_infos[] = {&k_cpu_device};
+#endif
+
 static const RlxPluginDescriptor k_descriptor = {
+#if RLX_C_PLUGIN_MINOR >= 4
     RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE,
+#else
+    /* Before 1.4 the descriptor ended at n_opsets. */
+    RLX_STRUCT_SIZE(RlxPluginDescriptor, n_opsets),
+#endif
     STR_INIT(PLUGIN_NAME),
     STR_INIT(PLUGIN_VERSION),
     STR_INIT("f32 interpreter over .rlxmodel text (Binary, Activation, "
@@ -2566,6 +2586,13 @@ static const RlxPluginDescriptor k_descriptor = {
     COUNT(k_build_info),
     k_opsets,
     COUNT(k_opsets),
+#if RLX_C_PLUGIN_MINOR >= 4
+    k_device_infos,
+    COUNT(k_device_infos),
+#else
+    NULL,
+    0,
+#endif
 };
 
 static const RlxDataType k_f32[] = {{RLX_DL_FLOAT, 32, 1}};
@@ -2643,11 +2670,31 @@ static RlxStatus* c_lowering_table(RlxLoweringTable* out) {
  * 11. The entry point and the handshake
  * ====================================================================== */
 
+#if RLX_C_PLUGIN_MINOR >= 4
+/* 1.4: every c-demo executable runs on cpu:0. An out-struct: no byte
+ * beyond the caller's struct_size is written. */
+static RlxStatus* c_executable_device(const RlxExecutable* exe, RlxDeviceInfo* out) {
+    if (!exe || !out)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT, "executable_device: a NULL %s",
+                      exe ? "out" : "executable");
+    RlxDeviceInfo d = k_cpu_device;
+    size_t n = out->struct_size ? out->struct_size : sizeof d;
+    if (n > sizeof d) n = sizeof d;
+    memcpy(out, &d, n);
+    out->struct_size = n;
+    return NULL;
+}
+#endif
+
 /* The root table, written the way a plugin of the claimed minor did: 1.0
  * had no custom_ops, so its struct_size stops before that field. */
 static const RlxPluginApi g_api = {
-#if RLX_C_PLUGIN_MINOR >= 1
-    .struct_size = RLX_PLUGIN_API_STRUCT_SIZE,
+#if RLX_C_PLUGIN_MINOR >= 4
+    .struct_size = RLX_PLUGIN_API_SIZE_1_4,
+    .custom_ops = &g_custom_api,
+    .executable_device = c_executable_device,
+#elif RLX_C_PLUGIN_MINOR >= 1
+    .struct_size = RLX_PLUGIN_API_SIZE_1_1,
     .custom_ops = &g_custom_api,
 #else
     .struct_size = offsetof(RlxPluginApi, custom_ops),

@@ -71,6 +71,12 @@ impl Plugin for FixturePlugin {
             devices: vec!["cpu".into()],
             build_info: vec![("backend".into(), "fixture interpreter".into())],
             opsets: vec![1],
+            device_infos: vec![rlx_plugin_api::DeviceInfo {
+                kind: rlx_plugin_api::DeviceKind::Cpu,
+                ordinal: 0,
+                name: "cpu".into(),
+                memory_bytes: 0,
+            }],
         }
     }
 
@@ -141,8 +147,17 @@ fn static_dims(g: &Graph, id: rlx_ir::NodeId) -> PluginResult<Vec<usize>> {
 
 impl FixtureExecutable {
     fn parse(text: &str) -> PluginResult<FixtureExecutable> {
-        let graph = rlx_ir::rlxmodel::from_text(text)
-            .map_err(|e| PluginError::invalid_argument(e.to_string()))?;
+        // An op this rlx-ir does not know, or a newer format, is
+        // UNSUPPORTED (docs/ABI.md §6); malformed text INVALID_ARGUMENT.
+        let graph = rlx_ir::rlxmodel::from_text(text).map_err(|e| {
+            use rlx_ir::rlxmodel::RlxModelError as E;
+            let unknown = matches!(&e, E::Value(v) if v.to_string().contains("unknown variant"));
+            if unknown || matches!(e, E::Version(_)) {
+                PluginError::unsupported(e.to_string())
+            } else {
+                PluginError::invalid_argument(e.to_string())
+            }
+        })?;
         let mut inputs = Vec::new();
         let mut params = HashMap::new();
         for n in graph.nodes() {
