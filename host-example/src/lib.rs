@@ -8,10 +8,13 @@
 //! - [`run`]: seeded data, safetensors params, running on a device and
 //!   parity against rlx-runtime's CPU backend (`rlx-host run`);
 //! - [`demo`]: `rlx-host demo`;
-//! - [`cli`]: the command line (`plugins`, `plugins inspect`, `run`, `demo`);
+//! - [`conformance`]: the conformance kit (`rlx-host plugins check`);
+//! - [`cli`]: the command line (`plugins`, `plugins inspect`, `plugins check`,
+//!   `run`, `demo`);
 //! - [`guard`]: panics from rlx-runtime as one-line errors.
 
 pub mod cli;
+pub mod conformance;
 pub mod demo;
 pub mod guard;
 pub mod models;

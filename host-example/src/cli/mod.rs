@@ -27,7 +27,8 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// List every plugin candidate and what became of it; `inspect PATH`
-    /// shows one plugin's descriptor, ops, lowering table and custom ops.
+    /// shows one plugin's descriptor, ops, lowering table and custom ops;
+    /// `check PATH` runs the conformance kit on it.
     Plugins {
         #[command(subcommand)]
         action: Option<PluginsAction>,
@@ -88,6 +89,18 @@ pub enum PluginsAction {
         #[arg(long)]
         json: bool,
     },
+    /// Run the conformance kit on one plugin: handshake, tables, every
+    /// eager lowering entry against the CPU backend, compile/bind/run in
+    /// every mode, error codes, statuses and custom ops. Exit status 0
+    /// when every check passed or was skipped, 1 when one failed, 2 when
+    /// the plugin did not load.
+    Check {
+        /// The plugin library file, or a plugin directory holding one.
+        path: PathBuf,
+        /// Print one JSON object (at the end) instead of a line per check.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub type CliResult = Result<(), String>;
@@ -99,6 +112,10 @@ pub fn dispatch(cli: Cli) -> CliResult {
             action: Some(PluginsAction::Inspect { path, json: j }),
             json,
         } => plugins::inspect(&path, json || j),
+        Command::Plugins {
+            action: Some(PluginsAction::Check { path, json: j }),
+            json,
+        } => plugins::check(&path, json || j),
         Command::Run {
             model,
             backend,

@@ -1,4 +1,5 @@
-//! `rlx-host plugins` and `rlx-host plugins inspect PATH`.
+//! `rlx-host plugins`, `rlx-host plugins inspect PATH` and `rlx-host
+//! plugins check PATH`.
 
 use super::{print_table, CliResult};
 use rlx_plugin_api::host::{CandidateReport, CandidateState, LoadedPlugin, PluginSet};
@@ -156,6 +157,29 @@ pub fn inspect(path: &Path, as_json: bool) -> CliResult {
             }
         }
         Err(e) => println!("\ncustom ops: {}", e.message),
+    }
+    Ok(())
+}
+
+/// `plugins check PATH`: the conformance kit. Text output streams one line
+/// per check as it completes; the exit status is the report's (0 ok, 1 a
+/// check failed, 2 the plugin did not load).
+pub fn check(path: &Path, as_json: bool) -> CliResult {
+    use std::io::Write;
+    let report = if as_json {
+        let r = crate::conformance::check(path);
+        r.print(true);
+        r
+    } else {
+        println!("checking {}", path.display());
+        let r = crate::conformance::check_with(path, &mut |c| println!("{}", c.line()));
+        r.print_summary();
+        r
+    };
+    let code = report.exit_code();
+    if code != 0 {
+        let _ = std::io::stdout().flush();
+        std::process::exit(code);
     }
     Ok(())
 }

@@ -1,0 +1,305 @@
+//! `rlx-host plugins check PATH`, the conformance kit, on the plugins of
+//! this workspace: the MLX plugin directory, the fixture test plugin, the
+//! purpose-built broken plugins, an ABI 1.0 plugin and (when the tests
+//! crate has built it) the C plugin.
+
+mod common;
+
+use rlx_host::conformance::{self, Outcome};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// The assembled MLX plugin directory in the build tree, with the freshly
+/// built `librlx_mlx.so` copied in (as the tests crate's parity harness
+/// and `scripts/demo.sh` do).
+fn mlx_plugin_dir() -> PathBuf {
+    let profile = common::profile_dir();
+    let dir = profile.join("plugins").join("mlx");
+    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
+    let built = profile.join(&file);
+    assert!(
+        built.exists() && dir.join("mlx").exists(),
+        "{} or {} is missing: run `cargo build --workspace` first",
+        built.display(),
+        dir.display()
+    );
+    // A temp name and a rename, so a concurrent test binary never sees a
+    // half-written library.
+    let tmp = dir.join(format!(".{file}.{}", std::process::id()));
+    std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
+    std::fs::rename(&tmp, dir.join(&file)).expect("install librlx_mlx");
+    dir
+}
+
+fn test_plugin(name: &str) -> PathBuf {
+    let p = common::profile_dir().join(rlx_plugin_api::host::library_file_name(&format!(
+        "rlx_test_{name}"
+    )));
+    assert!(
+        p.exists(),
+        "{} is missing: the test plugins are built by `cargo build --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// `rlx-host plugins check PATH [--json]`, discovery limited to PATH.
+fn check(path: &Path, json: bool) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let mut args = vec!["plugins", "check", path.to_str().unwrap()];
+    if json {
+        args.push("--json");
+    }
+    std::process::Command::new(env!("CARGO_BIN_EXE_rlx-host"))
+        .args(&args)
+        .env_remove("RLX_BACKEND_PLUGINS")
+        .env("RLX_HOME", home.path())
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("spawn rlx-host")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn report(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            stdout(o),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn checks<'a>(v: &'a Value, outcome: &str) -> Vec<&'a Value> {
+    v["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["outcome"] == outcome)
+        .collect()
+}
+
+/// Every check ok or skipped; the exit status says the same.
+fn assert_passes(o: &Output) -> Value {
+    let v = report(o);
+    let unexpected: Vec<String> = checks(&v, "fail")
+        .iter()
+        .map(|c| format!("{}: {}", c["name"], c["detail"]))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "failed checks:\n{}",
+        unexpected.join("\n")
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(o));
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["loaded"], true);
+    v
+}
+
+fn ok_count(v: &Value, prefix: &str) -> usize {
+    checks(v, "ok")
+        .iter()
+        .filter(|c| c["name"].as_str().unwrap().starts_with(prefix))
+        .count()
+}
+
+#[test]
+fn the_mlx_plugin_directory_passes_with_its_eager_entries_checked() {
+    let o = check(&mlx_plugin_dir(), true);
+    let v = assert_passes(&o);
+    assert_eq!(v["plugin"], "mlx 0.1.0");
+    let eager = ok_count(&v, "eager ");
+    assert!(eager >= 10, "only {eager} eager cases ran: {}", stdout(&o));
+    // Every area ran, in every mode.
+    for name in [
+        "handshake: entry returns the same table",
+        "tables: op list matches lowering table",
+        "eager Binary.Add f32",
+        "eager: too few inputs (Binary.Add f32 with 1)",
+        "exec lazy: bind_param + run",
+        "exec eager: bind_param_shared + run",
+        "exec compiled: destroy",
+        "error: unknown mode",
+        "error: n_outputs one too many",
+        "status: round trip of every code",
+        "custom: unregister drops the kernel context once",
+    ] {
+        let c = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} did not run"));
+        assert_eq!(c["outcome"], "ok", "{name}: {}", c["detail"]);
+    }
+    // Ops the kit has no graph for are skipped, with the reason.
+    let skips = checks(&v, "skip");
+    assert!(skips
+        .iter()
+        .any(|c| c["detail"] == "no generated case for Conv"));
+}
+
+#[test]
+fn the_fixture_plugin_passes_and_prints_one_line_per_check() {
+    let o = check(&common::fixture_path(), false);
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("checking "), "{text}");
+    assert!(lines.contains(&"ok   handshake: load"), "{text}");
+    assert!(
+        lines.contains(&"ok   exec compiled: bind_param + run"),
+        "{text}"
+    );
+    // The fixture runs only Relu: other activations are skipped as
+    // UNSUPPORTED, not failed.
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("skip eager Activation.Exp f32: the plugin answered UNSUPPORTED")
+        ),
+        "{text}"
+    );
+    for l in &lines[1..lines.len() - 1] {
+        assert!(
+            l.starts_with("ok   ") || l.starts_with("skip ") || l.starts_with("FAIL "),
+            "{l}"
+        );
+        assert!(!l.starts_with("FAIL "), "{l}");
+    }
+    assert!(
+        lines.last().unwrap().starts_with("plugin fixture 0.1.0: "),
+        "{text}"
+    );
+    assert_passes(&check(&common::fixture_path(), true));
+}
+
+#[test]
+fn a_plugin_whose_registration_fails_exits_2_naming_the_problem() {
+    let o = check(&test_plugin("init_fails"), false);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let text = stdout(&o);
+    let fail = text
+        .lines()
+        .find(|l| l.starts_with("FAIL handshake: load: "))
+        .unwrap_or_else(|| panic!("no FAIL line: {text}"));
+    assert!(
+        fail.contains("registration failed")
+            && fail.contains("cannot register lowerings: backend library not initialised"),
+        "{fail}"
+    );
+    assert!(text.contains("the plugin did not load"), "{text}");
+}
+
+#[test]
+fn a_layout_mismatch_exits_2_naming_the_problem_in_json_too() {
+    let o = check(&test_plugin("layout_mismatch"), true);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let v = report(&o);
+    assert_eq!(v["loaded"], false);
+    assert_eq!(v["exit_code"], 2);
+    let fails = checks(&v, "fail");
+    assert_eq!(fails.len(), 1, "{v}");
+    assert_eq!(fails[0]["name"], "handshake: load");
+    assert!(
+        fails[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ABI layout mismatch"),
+        "{v}"
+    );
+}
+
+#[test]
+fn an_abi_1_0_plugin_passes_with_the_custom_op_checks_skipped() {
+    let o = check(&test_plugin("prev_minor"), true);
+    let v = assert_passes(&o);
+    let skip = checks(&v, "skip");
+    assert!(
+        skip.iter().any(|c| c["name"] == "custom ops"
+            && c["detail"]
+                .as_str()
+                .unwrap()
+                .contains("ABI 1.0 plugin has no custom-op registry")),
+        "{v}"
+    );
+    assert!(skip
+        .iter()
+        .any(|c| c["name"] == "tables: custom-op registry"));
+    assert_eq!(ok_count(&v, "custom:"), 0);
+}
+
+#[test]
+fn the_library_api_gives_the_report_the_cli_prints() {
+    let r = conformance::check(&common::fixture_path());
+    assert!(r.loaded);
+    assert_eq!(r.plugin.as_deref(), Some("fixture 0.1.0"));
+    let c = r.get("exec eager: bind_param_shared + run").expect("ran");
+    assert_eq!(c.outcome, Outcome::Ok);
+    let c = r.get("eager MatMul.batched f32").expect("ran");
+    assert!(matches!(&c.outcome, Outcome::Skip(why) if why.contains("2-D only")));
+    let (ok, fail, skip) = r.counts();
+    assert_eq!(ok + fail + skip, r.checks.len());
+    assert_eq!(r.exit_code(), if fail == 0 { 0 } else { 1 });
+    assert_eq!(r.to_json()["summary"]["ok"], ok);
+    let missing = conformance::check(Path::new("/nonexistent/librlx_nothing.so"));
+    assert!(!missing.loaded);
+    assert_eq!(missing.exit_code(), 2);
+    assert!(
+        matches!(&missing.checks[0].outcome, Outcome::Fail(why) if why.contains("no such file"))
+    );
+}
+
+/// The C plugin's builds, from the newest output of the tests crate's
+/// build script (older hashes may hold stale builds).
+fn c_plugin_builds() -> Vec<(u32, PathBuf)> {
+    let build = common::profile_dir().join("build");
+    let file = rlx_plugin_api::host::library_file_name("rlx_c_plugin");
+    let newest = std::fs::read_dir(&build)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with("rlx-plugin-tests-")
+        })
+        .map(|d| d.path().join("out/c-plugins"))
+        .filter_map(|d| {
+            let t = std::fs::metadata(d.join("1.3").join(&file))
+                .ok()?
+                .modified()
+                .ok()?;
+            Some((t, d))
+        })
+        .max();
+    let Some((_, dir)) = newest else {
+        return Vec::new();
+    };
+    (0..=3)
+        .map(|minor| (minor, dir.join(format!("1.{minor}")).join(&file)))
+        .filter(|(_, p)| p.exists())
+        .collect()
+}
+
+#[test]
+fn the_c_plugin_passes_in_every_minor_when_it_is_built() {
+    let builds = c_plugin_builds();
+    if builds.is_empty() {
+        eprintln!("the C plugin is not built (cargo build -p rlx-plugin-tests --tests); skipped");
+        return;
+    }
+    for (minor, path) in builds {
+        let o = check(&path, true);
+        let v = report(&o);
+        assert_eq!(checks(&v, "fail").len(), 0, "1.{minor}: {v}");
+        assert_eq!(o.status.code(), Some(0), "1.{minor}");
+        // Not a Rust plugin: no layout, and the kit still checks the tag.
+        assert!(ok_count(&v, "handshake: rust layout tag") == 1, "1.{minor}");
+        assert!(ok_count(&v, "eager ") >= 5, "1.{minor}: {v}");
+        assert_eq!(ok_count(&v, "custom:") > 0, minor >= 1, "1.{minor}");
+    }
+}
