@@ -19,12 +19,28 @@
 //! time on the machine that runs the plugin, and the directory can be copied
 //! anywhere. DT_RPATH (not RUNPATH) is what makes the loader consult
 //! `librlx_mlx.so`'s paths for libmlx's dependencies.
+//!
+//! Asked for at build time, the same step also lays out a GPU plugin
+//! directory beside this one from a pinned official MLX wheel: with
+//! `RLX_MLX_CUDA=1` on Linux x86-64, `plugins/mlx-cuda/` from `mlx-cuda-13`;
+//! with `RLX_MLX_METAL=1` on macOS arm64, `plugins/mlx-metal/` from
+//! `mlx-metal` (see `build/gpu.rs` and docs/CUDA.md). Without those
+//! variables nothing more is downloaded or written.
+
+#[path = "build/gpu.rs"]
+mod gpu;
+#[path = "../build-support/wheel.rs"]
+mod wheel;
 
 use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let target_arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    // Decided first, so that a GPU build asked for on a target without one
+    // fails before anything is written.
+    let gpu = gpu::requested(&target_os, &target_arch);
     if target_os == "linux" {
         println!(
             "cargo:rustc-cdylib-link-arg=-Wl,--disable-new-dtags,-rpath,$ORIGIN/mlx/lib:$ORIGIN/blas/optimized:$ORIGIN/blas/reference"
@@ -52,6 +68,10 @@ fn main() {
         )
     });
     println!("cargo:rustc-env=RLX_MLX_BUNDLE_DIR={}", bundle.display());
+
+    if let Some(variant) = gpu {
+        gpu::lay_out(variant, &profile_dir.join("plugins"));
+    }
 }
 
 fn copy_if_changed(src: &Path, dst: &Path) -> std::io::Result<()> {
@@ -81,6 +101,13 @@ fn assemble(bundle: &Path, lib_dir: &Path, libs_dir: &Path) -> std::io::Result<(
     if libs_dir.as_os_str().is_empty() || !libs_dir.is_dir() {
         return Ok(()); // a local MLX (MLX_DIR) brings its own BLAS
     }
+    lay_out_blas(bundle, libs_dir)
+}
+
+/// `blas/reference/` (the wheel's BLAS, LAPACK and their Fortran runtime,
+/// from `libs_dir`) and `blas/optimized/` (the same BLAS/LAPACK names as
+/// symlinks to the system OpenBLAS) inside `bundle`.
+fn lay_out_blas(bundle: &Path, libs_dir: &Path) -> std::io::Result<()> {
     let reference = bundle.join("blas").join("reference");
     let optimized = bundle.join("blas").join("optimized");
     std::fs::create_dir_all(&reference)?;

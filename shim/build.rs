@@ -7,7 +7,9 @@
 //!    a cache directory (`$RLX_MLX_CACHE`, else
 //!    `$HOME/.cache/rlx/mlx-cpu-0.32.4`). A marker file makes later builds
 //!    skip the fetch. `RLX_MLX_WHEEL` may name an already-downloaded copy of
-//!    the wheel file (it is verified the same way) for offline builds.
+//!    the wheel file (it is verified the same way) for offline builds. The
+//!    fetching code is `../build-support/wheel.rs`, shared with
+//!    `plugin-mlx/build.rs`, which fetches the GPU wheels the same way.
 //! 2. Compiles the cxx bridges and the hand-written C++ (C++20, `-O2`).
 //! 3. Links `libmlx.so` dynamically.
 //! 4. Exports, through the `links = "mlx"` key, metadata that dependents see
@@ -20,16 +22,26 @@
 //!    * `DEP_MLX_INCLUDE`  - the MLX include directory;
 //!    * `DEP_MLX_VERSION`  - `0.32.4`.
 
+#[path = "../build-support/wheel.rs"]
+mod wheel;
+
 use std::env;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const MLX_VERSION: &str = "0.32.4";
-const WHEEL_FILE: &str = "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl";
-const WHEEL_SHA256: &str = "0e0a24fa2ce8b6b94d2e6a90604e8813aa8e29fcb918bb2aa01cfb6d133d8cee";
-const MARKER: &str = ".rlx-mlx-verified";
+
+/// The pinned official CPU-only MLX wheel.
+const MLX_CPU_WHEEL: wheel::Wheel = wheel::Wheel {
+    name: "mlx-cpu",
+    version: MLX_VERSION,
+    file: "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
+    sha256: "0e0a24fa2ce8b6b94d2e6a90604e8813aa8e29fcb918bb2aa01cfb6d133d8cee",
+    platform: "manylinux_2_35_x86_64",
+    required: &["mlx/include/mlx/mlx.h", "mlx/lib/libmlx.so"],
+    file_env: "RLX_MLX_WHEEL",
+    hint: "Or set MLX_DIR to a local MLX install.",
+};
 
 /// Where MLX lives for this build.
 struct Mlx {
@@ -46,6 +58,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=RLX_MLX_CACHE");
     println!("cargo:rerun-if-env-changed=RLX_MLX_WHEEL");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../build-support/wheel.rs");
     for dir in ["include", "src"] {
         rerun_for_dir(Path::new(dir));
     }
@@ -162,191 +175,12 @@ fn locate_mlx() -> Mlx {
         );
     }
 
-    let cache = match env::var_os("RLX_MLX_CACHE").filter(|v| !v.is_empty()) {
-        Some(c) => PathBuf::from(c),
-        None => match env::var_os("HOME").filter(|v| !v.is_empty()) {
-            Some(home) => PathBuf::from(home)
-                .join(".cache")
-                .join("rlx")
-                .join(format!("mlx-cpu-{MLX_VERSION}")),
-            None => PathBuf::from(env::var("OUT_DIR").unwrap()).join("mlx-cache"),
-        },
-    };
-    let wheel_root = fetch_wheel(&cache);
+    let cache = wheel::cache_dir(&MLX_CPU_WHEEL, "RLX_MLX_CACHE", "mlx-cache");
+    let wheel_root = wheel::fetch(&MLX_CPU_WHEEL, &cache);
     Mlx {
         include: wheel_root.join("mlx").join("include"),
         lib_dir: wheel_root.join("mlx").join("lib"),
         libs_dir: Some(wheel_root.join("mlx_cpu.libs")),
         root: wheel_root,
-    }
-}
-
-/// Returns the unpacked wheel root (`<cache>/wheel`), fetching, verifying and
-/// unpacking the wheel first if the cache does not hold a verified copy.
-fn fetch_wheel(cache: &Path) -> PathBuf {
-    let wheel_root = cache.join("wheel");
-    if is_complete(&wheel_root) {
-        return wheel_root;
-    }
-    fs::create_dir_all(cache)
-        .unwrap_or_else(|e| panic!("cannot create MLX cache dir {}: {e}", cache.display()));
-
-    // Several builds (different target dirs) may race here: do all the work in
-    // a private staging dir and publish it with a rename.
-    let staging = cache.join(format!(
-        "staging-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(&staging).unwrap();
-
-    let wheel_file = obtain_wheel_file(cache, &staging);
-    let actual = sha256_file(&wheel_file);
-    if actual != WHEEL_SHA256 {
-        let _ = fs::remove_dir_all(&staging);
-        panic!(
-            "sha256 mismatch for {}: expected {WHEEL_SHA256}, actual {actual}",
-            wheel_file.display()
-        );
-    }
-
-    // Keep the verified wheel file in <cache>/download for offline rebuilds.
-    let download = cache.join("download");
-    let _ = fs::create_dir_all(&download);
-    let kept = download.join(WHEEL_FILE);
-    if wheel_file != kept && !kept.exists() {
-        let tmp = download.join(format!("{WHEEL_FILE}.tmp-{}", std::process::id()));
-        if fs::copy(&wheel_file, &tmp).is_ok() {
-            let _ = fs::rename(&tmp, &kept);
-        }
-        let _ = fs::remove_file(&tmp);
-    }
-
-    let unpacked = staging.join("wheel");
-    unzip(&wheel_file, &unpacked);
-    for needed in ["mlx/include/mlx/mlx.h", "mlx/lib/libmlx.so"] {
-        if !unpacked.join(needed).exists() {
-            panic!(
-                "unpacked mlx-cpu wheel at {} lacks {needed}",
-                unpacked.display()
-            );
-        }
-    }
-    fs::write(unpacked.join(MARKER), format!("{WHEEL_SHA256}\n")).unwrap();
-
-    if wheel_root.exists() && !is_complete(&wheel_root) {
-        // A half-finished copy from an interrupted build.
-        let _ = fs::remove_dir_all(&wheel_root);
-    }
-    if fs::rename(&unpacked, &wheel_root).is_err() && !is_complete(&wheel_root) {
-        panic!(
-            "could not move unpacked MLX wheel into {}",
-            wheel_root.display()
-        );
-    }
-    let _ = fs::remove_dir_all(&staging);
-    wheel_root
-}
-
-fn is_complete(wheel_root: &Path) -> bool {
-    fs::read_to_string(wheel_root.join(MARKER))
-        .map(|s| s.trim() == WHEEL_SHA256)
-        .unwrap_or(false)
-        && wheel_root.join("mlx/lib/libmlx.so").exists()
-        && wheel_root.join("mlx/include/mlx/mlx.h").exists()
-}
-
-/// Finds or downloads the wheel file. Preference: `RLX_MLX_WHEEL`, a copy
-/// already in `<cache>/download`, then `pip download` into the staging dir.
-fn obtain_wheel_file(cache: &Path, staging: &Path) -> PathBuf {
-    if let Some(w) = env::var_os("RLX_MLX_WHEEL").filter(|v| !v.is_empty()) {
-        return PathBuf::from(w);
-    }
-    let kept = cache.join("download").join(WHEEL_FILE);
-    if kept.exists() && sha256_file(&kept) == WHEEL_SHA256 {
-        return kept;
-    }
-    let dest = staging.join("download");
-    fs::create_dir_all(&dest).unwrap();
-    let status = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--platform",
-            "manylinux_2_35_x86_64",
-            "--disable-pip-version-check",
-            &format!("mlx-cpu=={MLX_VERSION}"),
-            "-d",
-        ])
-        .arg(&dest)
-        // Keep pip's progress output out of the build script's stdout.
-        .stdout(std::process::Stdio::from(std::io::stderr()))
-        .status()
-        .unwrap_or_else(|e| {
-            panic!(
-                "could not run `python3 -m pip download` to fetch mlx-cpu=={MLX_VERSION}: {e}. \
-                 Install python3 with pip, or set MLX_DIR to a local MLX install, or \
-                 RLX_MLX_WHEEL to a downloaded {WHEEL_FILE}."
-            )
-        });
-    if !status.success() {
-        panic!(
-            "`python3 -m pip download mlx-cpu=={MLX_VERSION}` failed ({status}). Set MLX_DIR to a \
-             local MLX install or RLX_MLX_WHEEL to a downloaded {WHEEL_FILE}."
-        );
-    }
-    let file = dest.join(WHEEL_FILE);
-    if !file.exists() {
-        let got: Vec<_> = fs::read_dir(&dest)
-            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
-        panic!("pip did not download {WHEEL_FILE} (got {got:?})");
-    }
-    file
-}
-
-fn sha256_file(path: &Path) -> String {
-    use sha2::{Digest, Sha256};
-    let mut f =
-        fs::File::open(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f
-            .read(&mut buf)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn unzip(wheel: &Path, dest: &Path) {
-    fs::create_dir_all(dest).unwrap();
-    let status = Command::new("python3")
-        .args(["-m", "zipfile", "-e"])
-        .arg(wheel)
-        .arg(dest)
-        .status()
-        .unwrap_or_else(|e| panic!("could not run `python3 -m zipfile`: {e}"));
-    if !status.success() {
-        panic!(
-            "`python3 -m zipfile -e {} {}` failed ({status})",
-            wheel.display(),
-            dest.display()
-        );
     }
 }

@@ -5,7 +5,7 @@
 //! libmlx it has the CPU; with the CUDA wheel's (the `plugins/mlx-cuda/`
 //! directory) it also has every CUDA device MLX sees, and the first GPU is
 //! the default. Which build is loaded is read from the process's mapped
-//! libraries (the CUDA build brings libcudart with it), so a CUDA build on
+//! libraries (the CUDA build brings NVRTC and cuBLASLt with it), so a CUDA build on
 //! a machine without a usable GPU can say so instead of quietly running on
 //! the CPU.
 
@@ -36,7 +36,13 @@ pub fn build() -> Build {
     static B: OnceLock<Build> = OnceLock::new();
     *B.get_or_init(|| {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        if maps.contains("libcudart.so") || maps.contains("libcublas.so") {
+        // The CUDA libmlx needs NVRTC and cuBLASLt (and libcuda.so.1, so a
+        // machine without the driver never gets this far: the loader
+        // reports libcuda.so.1 missing).
+        if ["libnvrtc.so", "libcublasLt.so", "libcudart.so"]
+            .iter()
+            .any(|l| maps.contains(l))
+        {
             Build::Cuda
         } else {
             Build::Cpu
