@@ -194,3 +194,55 @@ fn rlx_host_run_through_discovery_only_matches_the_cpu_backend() {
     assert!(!ok && out.is_empty());
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// A plugin directory under a path that is not UTF-8 loads and runs: paths
+/// are OS strings on the host side and cross the plugin's C++ lossily (an
+/// earlier shim aborted the host there, std::terminate in a noexcept
+/// bridge). `plugins inspect` also takes the directory itself.
+#[test]
+fn a_plugin_under_a_non_utf8_directory_loads_and_runs() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"plugins-\xff\xfe"));
+    copy_tree(&mlx_plugin_dir(), &odd.join("mlx"));
+    let out = Command::new(profile_dir().join("rlx-host"))
+        .args(["plugins", "inspect", "--json"])
+        .arg(odd.join("mlx"))
+        .env("HOME", dir.path())
+        .env("RLX_HOME", dir.path())
+        .output()
+        .expect("run rlx-host");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "inspect failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["descriptor"]["name"], "mlx");
+    let library = v["descriptor"]["build_info"]["mlx.library"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        library.contains("plugins-\u{fffd}\u{fffd}") && library.ends_with("mlx/lib/libmlx.so"),
+        "{library}"
+    );
+
+    // Discovery through the environment, and a run on the plugin.
+    let model = dir.path().join("m.rlxmodel");
+    let m = rlx_host::models::mlp(&rlx_host::models::MlpConfig::default());
+    std::fs::write(&model, rlx_ir::rlxmodel::to_text(&m.graph).unwrap()).unwrap();
+    let out = Command::new(profile_dir().join("rlx-host"))
+        .arg("run")
+        .arg(&model)
+        .args(["--backend", "mlx", "--compare", "cpu", "--json"])
+        .env("RLX_BACKEND_PLUGINS", &odd)
+        .env("HOME", dir.path())
+        .env("RLX_HOME", dir.path())
+        .output()
+        .expect("run rlx-host");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let err = v["outputs"][0]["max_abs_err"].as_f64().unwrap();
+    assert!(err < 1e-4, "max abs error {err} against the CPU backend");
+}
