@@ -38,7 +38,7 @@ pub mod strategy {
 
 /// Eagerly execute one op. `node` is a `.rlxmodel` graph (borrowed) whose
 /// only non-input node is the op; `inputs` (borrowed) are bound to its
-/// inputs in order. Up to `out_capacity` `OWNED` tensors are written to
+/// Input nodes in node order. Up to `out_capacity` `OWNED` tensors are written to
 /// `outputs` and their count to `*n_outputs`.
 pub type RlxExecuteOpFn = unsafe extern "C" fn(
     ctx: *const c_void,
@@ -64,7 +64,8 @@ pub struct RlxLoweringEntry {
     /// A short note (what it maps to), may be empty.
     pub note: RlxStr,
     /// Eager single-op execution; null if this entry cannot run alone
-    /// (graph inputs and params).
+    /// (graph inputs and params). The type is [`RlxExecuteOpFn`], spelled
+    /// out because `#[derive(StableAbi)]` sees through no type alias.
     pub execute: Option<
         unsafe extern "C" fn(
             ctx: *const c_void,
