@@ -372,6 +372,35 @@ pub fn borrow_all(tensors: &[HostTensor]) -> BorrowedTensors<'_> {
     }
 }
 
+/// Borrowed named descriptors (run inputs), with the shape arrays they
+/// point at kept alive alongside.
+pub struct BorrowedNamed<'a> {
+    _views: Vec<RawView<'a>>,
+    pub named: Vec<RlxNamedTensor>,
+}
+
+/// `BORROWED` named descriptors of `inputs`, in order, for one run. The
+/// names are borrowed from `inputs`.
+pub fn borrow_named<'a>(inputs: &[(&'a str, &'a HostTensor)]) -> BorrowedNamed<'a> {
+    let views: Vec<RawView<'a>> = inputs
+        .iter()
+        .map(|(_, t)| t.as_raw(ownership::BORROWED))
+        .collect();
+    let named = inputs
+        .iter()
+        .zip(&views)
+        .map(|((n, _), v)| RlxNamedTensor {
+            struct_size: std::mem::size_of::<RlxNamedTensor>(),
+            name: crate::RlxStr::from_str(n),
+            tensor: v.raw,
+        })
+        .collect();
+    BorrowedNamed {
+        _views: views,
+        named,
+    }
+}
+
 /// A validated, read-only view of a descriptor's memory.
 #[derive(Debug)]
 pub struct TensorRef<'a> {

@@ -4,7 +4,7 @@
 
 use super::{code_name, Outcome};
 use rlx_plugin_api::tables::{RlxCompileOptions, RlxExecutable, RlxPluginApi};
-use rlx_plugin_api::tensor::{ownership, RlxNamedTensor, RlxTensor};
+use rlx_plugin_api::tensor::{ownership, RlxTensor};
 use rlx_plugin_api::{HostTensor, RlxStatus, RlxStr};
 
 /// Read and release a status: `None` for success, else its raw code and
@@ -82,19 +82,9 @@ impl<'a> RawExe<'a> {
         inputs: &[(&str, &HostTensor)],
         n_slots: usize,
     ) -> (Option<(u32, String)>, Vec<RlxTensor>) {
-        let views: Vec<_> = inputs
-            .iter()
-            .map(|(_, t)| t.as_raw(ownership::BORROWED))
-            .collect();
-        let named: Vec<RlxNamedTensor> = inputs
-            .iter()
-            .zip(&views)
-            .map(|((n, _), v)| RlxNamedTensor {
-                struct_size: std::mem::size_of::<RlxNamedTensor>(),
-                name: RlxStr::from_str(n),
-                tensor: v.raw,
-            })
-            .collect();
+        // Keep the views alive: the descriptors point into them.
+        let borrowed = rlx_plugin_api::tensor::borrow_named(inputs);
+        let named = &borrowed.named;
         let mut slots = vec![RlxTensor::empty(); n_slots];
         // SAFETY: a live executable; inputs borrowed for the call; slots ours.
         let s = unsafe {

@@ -10,7 +10,7 @@ use crate::plugin::{
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
-use crate::tensor::{ownership, DType, HostTensor, RlxDataType, RlxNamedTensor, RlxTensor};
+use crate::tensor::{ownership, DType, HostTensor, RlxDataType, RlxTensor};
 use crate::version::RlxAbiVersion;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -770,22 +770,12 @@ impl PluginExecutable {
 
     /// Run with named inputs.
     pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> PluginResult<Vec<HostTensor>> {
-        let views: Vec<_> = inputs
-            .iter()
-            .map(|(_, t)| t.as_raw(ownership::BORROWED))
-            .collect();
-        let named: Vec<RlxNamedTensor> = inputs
-            .iter()
-            .zip(&views)
-            .map(|((n, _), v)| RlxNamedTensor {
-                struct_size: std::mem::size_of::<RlxNamedTensor>(),
-                name: RlxStr::from_str(n),
-                tensor: v.raw,
-            })
-            .collect();
+        // Keep the views alive: the descriptors point into them.
+        let borrowed = crate::tensor::borrow_named(inputs);
+        let named = &borrowed.named;
         let n_out = self.values(Role::Output).count();
         let mut slots = vec![RlxTensor::empty(); n_out];
-        // SAFETY: `exe` is live; the inputs point into `views`, alive for the call; `slots` has exactly the output count.
+        // SAFETY: `exe` is live; the inputs point into `borrowed`, alive for the call; `slots` has exactly the output count.
         self.plugin.check(unsafe {
             (self.plugin.api.executable_run.unwrap())(
                 self.exe,
