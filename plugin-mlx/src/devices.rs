@@ -4,9 +4,9 @@
 //! The same `librlx_mlx.so` serves every MLX build: with the CPU wheel's
 //! libmlx it has the CPU; with the CUDA wheel's (the `plugins/mlx-cuda/`
 //! directory) it also has every CUDA device MLX sees, and the first GPU is
-//! the default. Which build is loaded is read from the process's mapped
-//! libraries (the CUDA build brings NVRTC and cuBLASLt with it), so a CUDA build on
-//! a machine without a usable GPU can say so instead of quietly running on
+//! the default. Which build is loaded is asked of libmlx itself (its
+//! `cu::is_available()`, true in every CUDA build), so a CUDA build on a
+//! machine without a usable GPU can say so instead of quietly running on
 //! the CPU.
 
 use rlx_mlx_shim::array::Device;
@@ -31,22 +31,16 @@ impl Build {
     }
 }
 
-/// The loaded MLX build.
+/// The loaded MLX build, as the libmlx this plugin is bound to says (not
+/// what else the process has mapped: with both plugin directories loaded,
+/// one process holds a CPU and a CUDA libmlx side by side).
 pub fn build() -> Build {
     static B: OnceLock<Build> = OnceLock::new();
-    *B.get_or_init(|| {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        // The CUDA libmlx needs NVRTC and cuBLASLt (and libcuda.so.1, so a
-        // machine without the driver never gets this far: the loader
-        // reports libcuda.so.1 missing).
-        if ["libnvrtc.so", "libcublasLt.so", "libcudart.so"]
-            .iter()
-            .any(|l| maps.contains(l))
-        {
-            Build::Cuda
-        } else {
-            Build::Cpu
-        }
+    *B.get_or_init(|| match rlx_mlx_shim::array::gpu_backend() {
+        1 => Build::Cuda,
+        // The Metal build serves the GPU through the same device code; its
+        // directory is the macOS one and keeps the plain name.
+        _ => Build::Cpu,
     })
 }
 

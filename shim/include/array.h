@@ -54,6 +54,9 @@ bool default_device_is_cpu();
 void set_thread_device(bool gpu, int32_t index);
 bool thread_device_is_gpu();
 int32_t thread_device_index();
+// The GPU backend the bound libmlx was built with: 0 none, 1 CUDA, 2 Metal.
+// A build with a GPU backend may still see no device (gpu_device_count).
+int32_t gpu_backend();
 // GPUs MLX can use now (0 for the CPU-only build, or no device/driver).
 int32_t gpu_device_count();
 // What MLX says of a device: its name ("" if none) and total memory (0 if

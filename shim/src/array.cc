@@ -53,6 +53,23 @@ bool thread_device_is_gpu() { return thread_device().type == mx::Device::DeviceT
 
 int32_t thread_device_index() { return thread_device().index; }
 
+// Declared here rather than included: the CPU wheel's headers leave out
+// mlx/backend/{cuda,metal}, but every libmlx build exports both functions
+// (true only in the build of that backend), so one plugin binary can ask
+// which build it is bound to.
+namespace mlx::core::cu {
+bool is_available();
+}
+namespace mlx::core::metal {
+bool is_available();
+}
+
+int32_t gpu_backend() {
+  if (mx::cu::is_available()) return 1;
+  if (mx::metal::is_available()) return 2;
+  return 0;
+}
+
 int32_t gpu_device_count() {
   try {
     if (!mx::is_available(mx::Device(mx::Device::DeviceType::gpu))) return 0;

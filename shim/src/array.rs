@@ -50,6 +50,9 @@ pub mod ffi {
         fn set_thread_device(gpu: bool, index: i32) -> Result<()>;
         fn thread_device_is_gpu() -> bool;
         fn thread_device_index() -> i32;
+        /// The GPU backend the loaded libmlx was built with: 0 none, 1
+        /// CUDA, 2 Metal (whether or not it sees a device now).
+        fn gpu_backend() -> i32;
         /// GPUs MLX can use now (0 for the CPU-only build).
         fn gpu_device_count() -> i32;
         fn device_name(gpu: bool, index: i32) -> Result<String>;
@@ -401,7 +404,7 @@ pub fn default_device_is_cpu() -> bool {
     ffi::default_device_is_cpu()
 }
 
-pub use ffi::{gpu_device_count, thread_device_index, thread_device_is_gpu};
+pub use ffi::{gpu_backend, gpu_device_count, thread_device_index, thread_device_is_gpu};
 
 /// A device shim ops can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
