@@ -31,6 +31,9 @@
 mod gpu;
 #[path = "../build-support/wheel.rs"]
 mod wheel;
+#[path = "../build-support/elf_names.rs"]
+#[allow(dead_code)] // the build uses the soname rewrite, not the reads
+mod elf_names;
 
 use std::path::{Path, PathBuf};
 

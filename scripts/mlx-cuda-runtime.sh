@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Link the CUDA runtime into an MLX CUDA plugin directory (plugins/mlx-cuda/).
 #
-# MLX's CUDA libmlx.so finds cuBLAS, cuFFT, cuSOLVER, NVRTC, cuDNN and NCCL
+# MLX's CUDA libmlx (mlx/lib/mlx-cu.so here) finds cuBLAS, cuFFT, cuSOLVER, NVRTC, cuDNN and NCCL
 # through its own DT_RPATH, $ORIGIN/../../nvidia/<package>/lib, the layout of
 # NVIDIA's pip packages (site-packages/nvidia/cu13/lib, .../cudnn/lib,
 # .../nccl/lib). In the plugin directory that is <plugin>/nvidia/, which this
@@ -71,12 +71,12 @@ while (($#)); do
 done
 
 if ((${#plugin_dirs[@]} == 0)); then
-    if [[ -f $here/mlx/lib/libmlx.so ]]; then
+    if [[ -f $here/mlx/lib/mlx-cu.so ]]; then
         plugin_dirs=("$here")
     else
         for p in release debug; do
             d=$here/../target/$p/plugins/mlx-cuda
-            if [[ -f $d/mlx/lib/libmlx.so ]]; then
+            if [[ -f $d/mlx/lib/mlx-cu.so ]]; then
                 plugin_dirs+=("$(cd "$d" && pwd)")
             fi
         done
@@ -85,7 +85,7 @@ fi
 ((${#plugin_dirs[@]})) ||
     die "no plugin directory found: build with RLX_MLX_CUDA=1 first, or name one with --plugin-dir"
 for pd in "${plugin_dirs[@]}"; do
-    [[ -f $pd/mlx/lib/libmlx.so ]] || die "$pd is not an MLX CUDA plugin directory (no mlx/lib/libmlx.so)"
+    [[ -f $pd/mlx/lib/mlx-cu.so ]] || die "$pd is not an MLX CUDA plugin directory (no mlx/lib/mlx-cu.so)"
 done
 
 abs() { (cd "$1" && pwd); }

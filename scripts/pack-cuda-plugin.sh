@@ -11,13 +11,13 @@
 #   --plugin-dir  the directory to pack; default: this checkout's
 #                 target/release/plugins/mlx-cuda, else target/debug/...
 #   --keep-arch   keep only the GPU code for compute capability SM (90 for
-#                 H100/H200) in libmlx.so, with the tool named by
+#                 H100/H200) in libmlx, with the tool named by
 #                 $CUDA_KEEP_ARCH_TOOL (a Python script taking IN OUT SM).
 #                 The result runs only on GPUs of that architecture.
 #
 # Before packing, the plugin library built beside the directory
-# (<profile>/librlx_mlx.so) is copied into it, as the tests and demo.sh do
-# for plugins/mlx. In the archive libmlx.so is stripped (--strip-unneeded),
+# (<profile>/librlx_mlx.so) is copied into it by `cargo xtask cuda-plugin`.
+# In the archive libmlx (mlx/lib/mlx-cu.so) is stripped (--strip-unneeded),
 # librlx_mlx.so has its debug info stripped, and nvidia/ (links into this
 # machine's CUDA runtime) is left out. The directory itself is not changed
 # beyond the copy of librlx_mlx.so.
@@ -46,28 +46,25 @@ if [[ -n $sm ]]; then
 fi
 if [[ -z $pd ]]; then
     for p in release debug; do
-        if [[ -f $root/target/$p/plugins/mlx-cuda/mlx/lib/libmlx.so ]]; then
+        if [[ -f $root/target/$p/plugins/mlx-cuda/mlx/lib/mlx-cu.so ]]; then
             pd=$root/target/$p/plugins/mlx-cuda
             break
         fi
     done
     [[ -n $pd ]] || die "no target/{release,debug}/plugins/mlx-cuda: build with RLX_MLX_CUDA=1 first"
 fi
-[[ -f $pd/mlx/lib/libmlx.so ]] || die "$pd is not an MLX CUDA plugin directory (no mlx/lib/libmlx.so)"
+[[ -f $pd/mlx/lib/mlx-cu.so ]] || die "$pd is not an MLX CUDA plugin directory (no mlx/lib/mlx-cu.so)"
 pd=$(cd "$pd" && pwd)
 
-# The copy step: <profile>/librlx_mlx.so into the directory, through a
-# temporary name so that a running loader never sees half a file, and as a
-# copy (a hard link or symlink would make the loader take it for the
-# plugins/mlx one and resolve its $ORIGIN there).
+# The copy step: <profile>/librlx_mlx.so into the directory, needing the
+# directory's renamed libmlx (mlx-cu.so), by `cargo xtask cuda-plugin`
+# (build-support/elf_names.rs says why a plain copy will not do).
 lib=librlx_mlx.so
-built=$pd/../../$lib
-if [[ -f $built ]]; then
-    cp -- "$built" "$pd/.$lib.$$"
-    mv -f -- "$pd/.$lib.$$" "$pd/$lib"
-    echo "copied $(cd "$pd/../.." && pwd)/$lib into $pd"
+profile=$(cd "$pd/../.." && pwd)
+if [[ -f $profile/$lib ]]; then
+    (cd "$root" && cargo xtask cuda-plugin --profile-dir "$profile")
 elif [[ -f $pd/$lib ]]; then
-    echo "no $built: packing the $lib already in $pd"
+    echo "no $profile/$lib: packing the $lib already in $pd"
 else
     echo "warning: no $lib built beside $pd: packing without the plugin library" >&2
 fi
@@ -76,11 +73,11 @@ stage=$(mktemp -d)
 trap 'rm -rf -- "$stage" "${tmp:-}"' EXIT
 mkdir "$stage/mlx-cuda"
 # Everything but nvidia/ and the two libraries rewritten below.
-tar -C "$pd" --exclude=./nvidia --exclude='./.*' --exclude=./mlx/lib/libmlx.so \
+tar -C "$pd" --exclude=./nvidia --exclude='./.*' --exclude=./mlx/lib/mlx-cu.so \
     --exclude="./$lib" -cf - . | tar -C "$stage/mlx-cuda" -xf -
 
-mlx=$stage/mlx-cuda/mlx/lib/libmlx.so
-strip --strip-unneeded -o "$mlx" "$pd/mlx/lib/libmlx.so"
+mlx=$stage/mlx-cuda/mlx/lib/mlx-cu.so
+strip --strip-unneeded -o "$mlx" "$pd/mlx/lib/mlx-cu.so"
 if [[ -n $sm ]]; then
     python3 "$CUDA_KEEP_ARCH_TOOL" "$mlx" "$mlx.sm" "$sm"
     mv -f -- "$mlx.sm" "$mlx"

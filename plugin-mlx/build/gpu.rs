@@ -3,16 +3,20 @@
 //! `RLX_MLX_CUDA=1` (Linux x86-64) lays out `plugins/mlx-cuda/` from the
 //! pinned `mlx-cuda-13` wheel; `RLX_MLX_METAL=1` (macOS arm64) lays out
 //! `plugins/mlx-metal/` from the pinned `mlx-metal` wheel. Each sits beside
-//! `plugins/mlx/` and is completed, like it, by copying the plugin library
-//! in. The plugin library is the same file for every directory: it was
-//! compiled against MLX 0.32.4's headers (the same in every wheel) and finds
-//! `mlx/lib/libmlx.*` through its `$ORIGIN` (`@loader_path`) rpath, so the
-//! directory it sits in decides which MLX it runs.
+//! `plugins/mlx/` and is completed by copying the plugin library in. The
+//! plugin code is the same for every directory: it was compiled against
+//! MLX 0.32.4's headers (the same in every wheel) and finds its libmlx in
+//! `mlx/lib/` through its `$ORIGIN` (`@loader_path`) rpath, so the directory
+//! it sits in decides which MLX it runs. In `mlx-cuda/` libmlx is called
+//! `mlx-cu.so` and the plugin library's copy asks for that name
+//! (`cargo xtask cuda-plugin` makes the copy), so that the CPU and CUDA
+//! directories can both be loaded in one process.
 //!
 //! ```text
 //! plugins/mlx-cuda/
-//!   librlx_mlx.so            copied in after the build, as for plugins/mlx
-//!   mlx/lib/libmlx.so        the wheel's; DT_RPATH $ORIGIN/../../nvidia/<pkg>/lib:...
+//!   librlx_mlx.so            copied in after the build, needing mlx-cu.so
+//!   mlx/lib/mlx-cu.so        the wheel's libmlx.so with that soname;
+//!                            DT_RPATH $ORIGIN/../../nvidia/<pkg>/lib:...
 //!   mlx/include/             the wheel's headers: NVRTC compiles MLX's kernels at
 //!                            run time with mlx/include/cccl on its include path
 //!   blas/{optimized,reference}/  as in plugins/mlx (the wheel's BLAS is the same)
@@ -31,6 +35,7 @@
 //! in `nvidia/`; when that is missing, through `LD_LIBRARY_PATH` and the
 //! system's library cache.
 
+use super::elf_names;
 use super::wheel::{self, Wheel};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +61,10 @@ pub struct Variant {
     pub headers: bool,
     /// Whether the CUDA runtime is linked in as `nvidia/`.
     pub cuda_runtime: bool,
+    /// The soname (and file name) libmlx gets in this directory, so that
+    /// it and the CPU directory's libmlx can be loaded in one process
+    /// (`build-support/elf_names.rs` says why). None keeps the wheel's.
+    pub libmlx_soname: Option<&'static str>,
 }
 
 pub static VARIANTS: [Variant; 2] = [
@@ -83,6 +92,7 @@ pub static VARIANTS: [Variant; 2] = [
         blas_libs: Some("mlx_cuda_13.libs"),
         headers: true,
         cuda_runtime: true,
+        libmlx_soname: Some(elf_names::CUDA_LIBMLX),
     },
     Variant {
         env: "RLX_MLX_METAL",
@@ -104,6 +114,9 @@ pub static VARIANTS: [Variant; 2] = [
         blas_libs: None,
         headers: false,
         cuda_runtime: false,
+        // Untested: dyld matches install names as ld.so matches sonames,
+        // so mlx-metal beside a macOS CPU directory would want the same.
+        libmlx_soname: None,
     },
 ];
 
@@ -150,9 +163,16 @@ pub fn lay_out(v: &Variant, plugins: &Path) {
         .unwrap_or_else(|e| fail("reading the wheel's mlx/lib", &bundle, e));
     for e in entries.flatten() {
         let p = e.path();
-        if p.is_file() {
-            super::copy_if_changed(&p, &lib.join(e.file_name()))
-                .unwrap_or_else(|e| fail("copying mlx/lib", &bundle, e));
+        if !p.is_file() {
+            continue;
+        }
+        match v.libmlx_soname {
+            Some(soname) if e.file_name() == elf_names::WHEEL_LIBMLX => {
+                install_renamed_libmlx(&p, &lib, soname)
+                    .unwrap_or_else(|e| panic!("renaming libmlx in {}: {e}", bundle.display()));
+            }
+            _ => super::copy_if_changed(&p, &lib.join(e.file_name()))
+                .unwrap_or_else(|e| fail("copying mlx/lib", &bundle, e)),
         }
     }
     if v.headers {
@@ -170,12 +190,37 @@ pub fn lay_out(v: &Variant, plugins: &Path) {
         link_cuda_runtime(&bundle);
     }
     println!(
-        "cargo:warning=laid out {} from {}=={}; copy the plugin library into it \
-         (docs/CUDA.md)",
+        "cargo:warning=laid out {} from {}=={}; complete it with `cargo xtask \
+         cuda-plugin` after the build (docs/CUDA.md)",
         bundle.display(),
         v.wheel.name,
         v.wheel.version
     );
+}
+
+/// `mlx/lib/<soname>`: the wheel's libmlx with its soname rewritten, made
+/// again when the wheel's is newer; a `libmlx.so` left by an older layout
+/// is removed (the plugin library here no longer asks for it).
+fn install_renamed_libmlx(src: &Path, lib: &Path, soname: &str) -> Result<(), String> {
+    let dst = lib.join(soname);
+    let fresh = match (std::fs::metadata(src), std::fs::metadata(&dst)) {
+        (Ok(a), Ok(b)) => a.modified().ok() <= b.modified().ok(),
+        _ => false,
+    };
+    if !fresh {
+        elf_names::copy_renamed(
+            src,
+            &dst,
+            elf_names::Entry::Soname,
+            elf_names::WHEEL_LIBMLX,
+            soname,
+        )?;
+    }
+    let stale = lib.join(elf_names::WHEEL_LIBMLX);
+    if stale.exists() {
+        std::fs::remove_file(&stale).map_err(|e| format!("removing {}: {e}", stale.display()))?;
+    }
+    Ok(())
 }
 
 fn fail(what: &str, bundle: &Path, e: std::io::Error) -> ! {
