@@ -470,9 +470,10 @@ pub fn missing_plugin_message(set: &PluginSet, name: &str) -> String {
     format!("no plugin named {name:?} is loaded; found: {found}")
 }
 
-/// The plugin named `name` from `set`, or why not.
+/// The plugin serving `name` from `set` (a loaded GPU variant such as
+/// `mlx-cuda` for `mlx`, see [`PluginSet::select`]), or why there is none.
 pub fn find_plugin(set: &PluginSet, name: &str) -> Result<Arc<LoadedPlugin>, String> {
-    set.get(name)
+    set.select(name)
         .ok_or_else(|| missing_plugin_message(set, name))
 }
 

@@ -4,6 +4,7 @@
 use super::discover::{discover, Candidate, DiscoveryConfig, Source};
 use super::load::{load_plugin, LoadError};
 use super::plugin::LoadedPlugin;
+use crate::DeviceKind;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -144,14 +145,97 @@ impl PluginSet {
         })
     }
 
-    /// The loaded plugin called `name`.
+    /// The loaded plugin called exactly `name`.
     pub fn get(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
         self.loaded().find(|p| p.descriptor().name == name).cloned()
+    }
+
+    /// The plugin to use when a program asks for `name`: a loaded GPU
+    /// variant of it (`name-<variant>`, e.g. `mlx-cuda` for `mlx`, that
+    /// lists a GPU device) when there is one, else `name` itself. See
+    /// [`pick_variant`] for the rule.
+    pub fn select(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        let loaded: Vec<&Arc<LoadedPlugin>> = self.loaded().collect();
+        let i = pick_variant(
+            loaded.iter().map(|p| {
+                let d = p.descriptor();
+                (
+                    d.name.as_str(),
+                    d.device_infos.iter().any(|i| i.kind == DeviceKind::Gpu),
+                )
+            }),
+            name,
+        )?;
+        Some(loaded[i].clone())
     }
 
     /// The report for the candidate at `path` (compared canonically).
     pub fn report_for(&self, path: &Path) -> Option<&CandidateReport> {
         let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         self.candidates.iter().find(|c| c.path == canon)
+    }
+}
+
+/// Which of the loaded plugins (name, lists a GPU device), in discovery
+/// order, serves a request for `name`:
+/// 1. the first *GPU variant* of `name`: a plugin called `name-<anything>`
+///    that lists a GPU device (a GPU build that finds no GPU refuses to
+///    load, or lists only its CPU, and so is passed over);
+/// 2. else the plugin called exactly `name`.
+///
+/// So one plugins directory can hold `mlx/` and `mlx-cuda/`: asking for
+/// `mlx` runs on the GPU where there is one and on the CPU elsewhere, while
+/// asking for `mlx-cuda` (or, where it loaded, `mlx` through
+/// [`PluginSet::get`]) names one exactly.
+pub fn pick_variant<'a>(
+    loaded: impl Iterator<Item = (&'a str, bool)>,
+    name: &str,
+) -> Option<usize> {
+    let mut exact = None;
+    for (i, (n, has_gpu)) in loaded.enumerate() {
+        let variant = n
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.len() > 1 && rest.starts_with('-'));
+        if variant && has_gpu {
+            return Some(i);
+        }
+        if n == name && exact.is_none() {
+            exact = Some(i);
+        }
+    }
+    exact
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_variant;
+
+    fn pick(loaded: &[(&str, bool)], name: &str) -> Option<usize> {
+        pick_variant(loaded.iter().copied(), name)
+    }
+
+    #[test]
+    fn a_gpu_variant_serves_its_base_name() {
+        let both = [("mlx", false), ("mlx-cuda", true)];
+        assert_eq!(pick(&both, "mlx"), Some(1));
+        assert_eq!(pick(&both, "mlx-cuda"), Some(1));
+        // Discovery order does not matter.
+        assert_eq!(pick(&[("mlx-cuda", true), ("mlx", false)], "mlx"), Some(0));
+    }
+
+    #[test]
+    fn the_base_serves_when_no_variant_has_a_gpu() {
+        assert_eq!(pick(&[("mlx", false), ("mlx-cuda", false)], "mlx"), Some(0));
+        assert_eq!(pick(&[("mlx", false)], "mlx"), Some(0));
+        assert_eq!(pick(&[("mlx-cuda", false)], "mlx"), None);
+    }
+
+    #[test]
+    fn only_dash_variants_count() {
+        // `mlxfoo` is another plugin, `mlx-` is not a variant name.
+        assert_eq!(pick(&[("mlxfoo", true), ("mlx-", true)], "mlx"), None);
+        assert_eq!(pick(&[("other-cuda", true), ("mlx", false)], "mlx"), Some(1));
+        // A GPU plugin under the base name itself is just the base.
+        assert_eq!(pick(&[("mlx", true)], "mlx"), Some(0));
     }
 }
