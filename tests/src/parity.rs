@@ -36,18 +36,37 @@ pub fn mlx_plugin_dir() -> PathBuf {
     dir
 }
 
-/// The MLX plugin, loaded once per test binary through discovery.
+/// The environment variable naming a complete MLX plugin directory to test
+/// instead of the build tree's `plugins/mlx`: `plugins/mlx-cuda` on a GPU
+/// machine runs every parity suite on the GPU (the plugin's default device
+/// there).
+pub const ENV_TEST_DIR: &str = "RLX_TEST_MLX_DIR";
+
+/// The MLX plugin, loaded once per test binary through discovery: from
+/// `RLX_TEST_MLX_DIR` when set (used as it is), else the build tree's
+/// `plugins/mlx` with the freshly built library copied in.
 pub fn mlx() -> Arc<LoadedPlugin> {
     static P: OnceLock<Arc<LoadedPlugin>> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = mlx_plugin_dir();
+        let dir = match std::env::var_os(ENV_TEST_DIR) {
+            Some(d) => {
+                let d = PathBuf::from(d);
+                eprintln!("testing the MLX plugin directory {} ({ENV_TEST_DIR})", d.display());
+                d
+            }
+            None => mlx_plugin_dir(),
+        };
         let set = PluginSet::load(&crate::only_dir(&dir));
         for c in &set.candidates {
             if let CandidateState::Rejected(e) = &c.state {
                 panic!("{}: {e}", c.path.display());
             }
         }
-        set.get("mlx").expect("the mlx plugin loads")
+        let p = set.select("mlx").expect("an mlx plugin loads");
+        if let Some(d) = p.descriptor().device_infos.first() {
+            eprintln!("the {} plugin's default device: {d}", p.descriptor().name);
+        }
+        p
     })
     .clone()
 }
