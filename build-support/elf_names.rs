@@ -136,7 +136,10 @@ fn string_at(b: &[u8], strtab: &std::ops::Range<usize>, off: u64) -> Result<Stri
     let tail = b
         .get(start..strtab.end)
         .ok_or("a dynamic entry points past the string table")?;
-    let len = tail.iter().position(|&c| c == 0).ok_or("an unterminated string")?;
+    let len = tail
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or("an unterminated string")?;
     Ok(String::from_utf8_lossy(&tail[..len]).into_owned())
 }
 
@@ -206,19 +209,21 @@ pub fn copy_renamed(
     from: &str,
     to: &str,
 ) -> Result<(), String> {
-    let mut bytes =
-        std::fs::read(src).map_err(|e| format!("reading {}: {e}", src.display()))?;
+    let mut bytes = std::fs::read(src).map_err(|e| format!("reading {}: {e}", src.display()))?;
     rename(&mut bytes, which, from, to).map_err(|e| format!("{}: {e}", src.display()))?;
     let tmp = dst.with_file_name(format!(
         ".{}.{}",
-        dst.file_name().map_or("lib".into(), |n| n.to_string_lossy()),
+        dst.file_name()
+            .map_or("lib".into(), |n| n.to_string_lossy()),
         std::process::id()
     ));
     std::fs::write(&tmp, &bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(src).map(|m| m.permissions().mode()).unwrap_or(0o755);
+        let mode = std::fs::metadata(src)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0o755);
         let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode));
     }
     std::fs::rename(&tmp, dst).map_err(|e| format!("installing {}: {e}", dst.display()))

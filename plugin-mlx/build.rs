@@ -27,13 +27,13 @@
 //! `mlx-metal` (see `build/gpu.rs` and docs/CUDA.md). Without those
 //! variables nothing more is downloaded or written.
 
+#[path = "../build-support/elf_names.rs"]
+#[allow(dead_code)] // the build uses the soname rewrite, not the reads
+mod elf_names;
 #[path = "build/gpu.rs"]
 mod gpu;
 #[path = "../build-support/wheel.rs"]
 mod wheel;
-#[path = "../build-support/elf_names.rs"]
-#[allow(dead_code)] // the build uses the soname rewrite, not the reads
-mod elf_names;
 
 use std::path::{Path, PathBuf};
 

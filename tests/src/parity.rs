@@ -51,7 +51,10 @@ pub fn mlx() -> Arc<LoadedPlugin> {
         let dir = match std::env::var_os(ENV_TEST_DIR) {
             Some(d) => {
                 let d = PathBuf::from(d);
-                eprintln!("testing the MLX plugin directory {} ({ENV_TEST_DIR})", d.display());
+                eprintln!(
+                    "testing the MLX plugin directory {} ({ENV_TEST_DIR})",
+                    d.display()
+                );
                 d
             }
             None => mlx_plugin_dir(),

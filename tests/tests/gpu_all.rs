@@ -1,18 +1,34 @@
 //! Every MLX parity suite in one test binary, so that one file carries them
 //! to a GPU machine (built with `--features gpu-suite`; see docs/CUDA.md).
-#[path = "mlx_conv.rs"] mod mlx_conv;
-#[path = "mlx_core.rs"] mod mlx_core;
-#[path = "mlx_elementwise.rs"] mod mlx_elementwise;
-#[path = "mlx_index.rs"] mod mlx_index;
-#[path = "mlx_models.rs"] mod mlx_models;
-#[path = "mlx_nn.rs"] mod mlx_nn;
-#[path = "mlx_nn2.rs"] mod mlx_nn2;
-#[path = "mlx_quant.rs"] mod mlx_quant;
-#[path = "mlx_random.rs"] mod mlx_random;
-#[path = "mlx_reduce.rs"] mod mlx_reduce;
-#[path = "mlx_region.rs"] mod mlx_region;
-#[path = "mlx_scan.rs"] mod mlx_scan;
-#[path = "mlx_session.rs"] mod mlx_session;
-#[path = "mlx_shape.rs"] mod mlx_shape;
-#[path = "mlx_signal.rs"] mod mlx_signal;
-#[path = "mlx_solve.rs"] mod mlx_solve;
+#[path = "mlx_conv.rs"]
+mod mlx_conv;
+#[path = "mlx_core.rs"]
+mod mlx_core;
+#[path = "mlx_elementwise.rs"]
+mod mlx_elementwise;
+#[path = "mlx_index.rs"]
+mod mlx_index;
+#[path = "mlx_models.rs"]
+mod mlx_models;
+#[path = "mlx_nn.rs"]
+mod mlx_nn;
+#[path = "mlx_nn2.rs"]
+mod mlx_nn2;
+#[path = "mlx_quant.rs"]
+mod mlx_quant;
+#[path = "mlx_random.rs"]
+mod mlx_random;
+#[path = "mlx_reduce.rs"]
+mod mlx_reduce;
+#[path = "mlx_region.rs"]
+mod mlx_region;
+#[path = "mlx_scan.rs"]
+mod mlx_scan;
+#[path = "mlx_session.rs"]
+mod mlx_session;
+#[path = "mlx_shape.rs"]
+mod mlx_shape;
+#[path = "mlx_signal.rs"]
+mod mlx_signal;
+#[path = "mlx_solve.rs"]
+mod mlx_solve;

@@ -121,7 +121,10 @@ fn a_renamed_soname_gives_each_plugin_directory_its_own_runtime() {
     )
     .unwrap();
     let read = |p: &Path, e| elf_names::names(&std::fs::read(p).unwrap(), e).unwrap();
-    assert_eq!(read(&gpu.join("mlx/lib").join(CUDA_LIBMLX), Entry::Soname), [CUDA_LIBMLX]);
+    assert_eq!(
+        read(&gpu.join("mlx/lib").join(CUDA_LIBMLX), Entry::Soname),
+        [CUDA_LIBMLX]
+    );
     assert!(read(&gpu.join("libplug.so"), Entry::Needed).contains(&CUDA_LIBMLX.to_string()));
     assert!(!read(&gpu.join("libplug.so"), Entry::Needed).contains(&WHEEL_LIBMLX.to_string()));
     assert_eq!(which_of(&gpu.join("libplug.so")), 2);

@@ -62,7 +62,12 @@ fn cuda_plugin(profile: &Path) -> Result<String, String> {
     if !built.is_file() {
         return Err(format!("no {}: build the workspace first", built.display()));
     }
-    if !dir.join("mlx").join("lib").join(elf_names::CUDA_LIBMLX).is_file() {
+    if !dir
+        .join("mlx")
+        .join("lib")
+        .join(elf_names::CUDA_LIBMLX)
+        .is_file()
+    {
         return Err(format!(
             "no {}/mlx/lib/{}: lay the directory out with `RLX_MLX_CUDA=1 cargo build` first",
             dir.display(),

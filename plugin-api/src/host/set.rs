@@ -234,7 +234,10 @@ mod tests {
     fn only_dash_variants_count() {
         // `mlxfoo` is another plugin, `mlx-` is not a variant name.
         assert_eq!(pick(&[("mlxfoo", true), ("mlx-", true)], "mlx"), None);
-        assert_eq!(pick(&[("other-cuda", true), ("mlx", false)], "mlx"), Some(1));
+        assert_eq!(
+            pick(&[("other-cuda", true), ("mlx", false)], "mlx"),
+            Some(1)
+        );
         // A GPU plugin under the base name itself is just the base.
         assert_eq!(pick(&[("mlx", true)], "mlx"), Some(0));
     }
