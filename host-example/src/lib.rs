@@ -8,11 +8,13 @@
 //! - [`run`]: seeded data, safetensors params, running on a device and
 //!   parity against rlx-runtime's CPU backend (`rlx-host run`);
 //! - [`demo`]: `rlx-host demo`;
+//! - [`bench`]: `rlx-host bench` (timing backends side by side);
 //! - [`conformance`]: the conformance kit (`rlx-host plugins check`);
 //! - [`cli`]: the command line (`plugins`, `plugins inspect`, `plugins check`,
 //!   `run`, `demo`);
 //! - [`guard`]: panics from rlx-runtime as one-line errors.
 
+pub mod bench;
 pub mod cli;
 pub mod conformance;
 pub mod demo;

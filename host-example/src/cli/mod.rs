@@ -1,5 +1,6 @@
 //! Command-line interface.
 
+pub mod doctor;
 pub mod plugins;
 
 use clap::{Parser, Subcommand};
@@ -28,7 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// List every plugin candidate and what became of it; `inspect PATH`
     /// shows one plugin's descriptor, ops, lowering table and custom ops;
-    /// `check PATH` runs the conformance kit on it.
+    /// `check PATH` runs the conformance kit on it; `doctor [PATH]` shows
+    /// where the loader finds each library a plugin needs.
     Plugins {
         #[command(subcommand)]
         action: Option<PluginsAction>,
@@ -77,6 +79,11 @@ pub enum Command {
         #[arg(long, default_value = "mlx")]
         backend: String,
     },
+    /// Time a model (a `.rlxmodel` file or a builtin) on rlx-runtime's CPU
+    /// backend and on plugins in each mode, each in its own process:
+    /// compile, first run, median and min of the timed runs, peak RSS and
+    /// max abs error against the CPU backend.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -101,6 +108,22 @@ pub enum PluginsAction {
         #[arg(long)]
         json: bool,
     },
+    /// Show where the dynamic loader finds each library a plugin needs.
+    ///
+    /// For each plugin candidate discovery finds (or the one plugin PATH
+    /// names): every shared library it needs, where the loader finds it,
+    /// and for a missing one every directory it looks in, in its order;
+    /// then the load outcome and a loaded plugin's devices. Exit status 0
+    /// when every library resolves, 1 when one is missing or unusable, 2
+    /// when PATH names no plugin.
+    Doctor {
+        /// A plugin library file, or a plugin directory holding one;
+        /// without it, every candidate discovery finds.
+        path: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub type CliResult = Result<(), String>;
@@ -116,6 +139,10 @@ pub fn dispatch(cli: Cli) -> CliResult {
             action: Some(PluginsAction::Check { path, json: j }),
             json,
         } => plugins::check(&path, json || j),
+        Command::Plugins {
+            action: Some(PluginsAction::Doctor { path, json: j }),
+            json,
+        } => doctor::doctor(path.as_deref(), cli.plugins, json || j),
         Command::Run {
             model,
             backend,
@@ -149,6 +176,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
             seed,
             backend,
         } => crate::demo::demo(cli.plugins, &backend, runs, seed),
+        Command::Bench(args) => crate::bench::run(args, cli.plugins, cli.verbose),
     }
 }
 

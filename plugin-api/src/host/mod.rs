@@ -1,5 +1,6 @@
 //! The host side: discover plugin files, load them, and use them safely.
 
+pub mod deps;
 pub mod discover;
 mod elf_check;
 pub mod load;
@@ -7,6 +8,7 @@ mod log_sink;
 pub mod plugin;
 pub mod set;
 
+pub use deps::{DepWalk, SearchEnv};
 pub use discover::{
     discover, library_file_name, plugin_library, Candidate, DiscoveryConfig, Source, ENV_HOME,
     ENV_PLUGINS,

@@ -1,0 +1,52 @@
+//! The command line of `rlx-host bench`.
+
+use std::path::PathBuf;
+
+/// The help of MODEL (a test checks it names every `builtins::NAMES`).
+const MODEL_HELP: &str = "A `.rlxmodel` file, or a builtin model: mlp, mlp-bf16, matmuls, gelu, add-broadcast, exp4, transformer";
+
+/// `rlx-host bench MODEL [--runs N] [--warmup N] [--backends LIST] [--json] [--peers]`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    #[arg(help = MODEL_HELP)]
+    pub model: String,
+    /// Timed runs per backend (after the first run and the warm-up runs).
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+    /// Untimed runs between the first run and the timed ones.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Comma-separated backends: `cpu` (rlx-runtime's CPU backend),
+    /// `NAME:lazy`, `NAME:eager`, `NAME:compiled` for a loaded plugin, or
+    /// `NAME` for all three of its modes. Default: `cpu,mlx`.
+    #[arg(long, value_name = "LIST")]
+    pub backends: Option<String>,
+    /// Seed of the random inputs and params.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also time the same builtin graph in Python (MLX eager, MLX
+    /// `mx.compile`, PyTorch eager) with scripts/bench_peers.py.
+    #[arg(long)]
+    pub peers: bool,
+    /// Internal: measure this one backend in this process and print one
+    /// JSON line (the parent process starts one child per backend).
+    #[arg(long, hide = true, value_name = "BACKEND")]
+    pub child: Option<String>,
+    /// Internal: where a child writes its outputs for the parent's
+    /// comparison against the CPU backend.
+    #[arg(long, hide = true, value_name = "FILE", requires = "child")]
+    pub child_outputs: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_help_names_every_builtin() {
+        for n in super::super::builtins::NAMES {
+            assert!(super::MODEL_HELP.contains(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! `rlx-host plugins doctor [PATH]`: why a plugin does or does not load.
+//!
+//! For each candidate discovery finds (or the one plugin PATH names) it
+//! lists every shared library the dynamic loader would need, where each is
+//! found and, for a missing one, every directory searched in the loader's
+//! order (`rlx_plugin_api::host::deps`); then what loading it gave and the
+//! devices a loaded plugin lists. Exit status: 0 when every candidate's
+//! libraries resolve, 1 when one is missing or unusable, 2 when PATH names
+//! no plugin.
+
+mod json;
+mod text;
+
+use rlx_plugin_api::host::deps::{self, DepWalk, SearchEnv, SonameClash};
+use rlx_plugin_api::host::{
+    discover, plugin_library, Candidate, CandidateReport, CandidateState, DiscoveryConfig,
+    PluginSet, Source,
+};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The dependency walk follows glibc's loader over ELF files; elsewhere
+/// only the load outcome is shown.
+const ELF_PLATFORM: bool = cfg!(target_os = "linux");
+
+/// Everything the doctor found about one candidate.
+struct Finding {
+    report: CandidateReport,
+    walk: Option<DepWalk>,
+    clashes: Vec<SonameClash>,
+}
+
+impl Finding {
+    /// Do its libraries resolve? Without a walk, whether the loader found
+    /// them.
+    fn ok(&self) -> bool {
+        match &self.walk {
+            Some(w) => w.complete(),
+            None => !matches!(
+                &self.report.state,
+                CandidateState::Rejected(
+                    rlx_plugin_api::host::LoadError::MissingDependency { .. }
+                        | rlx_plugin_api::host::LoadError::NotFound
+                )
+            ),
+        }
+    }
+}
+
+/// Run the doctor and exit with its status.
+pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
+    let candidates = match path {
+        Some(p) => match one_candidate(p) {
+            Ok(c) => vec![c],
+            Err(e) => {
+                eprintln!("rlx-host: error: {e}");
+                std::process::exit(2);
+            }
+        },
+        None => discover(&DiscoveryConfig::from_env(explicit)),
+    };
+    let env = ELF_PLATFORM.then(SearchEnv::from_process);
+    let walks: Vec<Option<DepWalk>> = candidates
+        .iter()
+        .map(|c| env.as_ref().map(|e| deps::walk(&c.path, e)))
+        .collect();
+    let present: Vec<&DepWalk> = walks.iter().flatten().collect();
+    let mut clashes = deps::soname_clashes(&present).into_iter();
+    let set = PluginSet::load_candidates(candidates);
+    let findings: Vec<Finding> = set
+        .candidates
+        .into_iter()
+        .zip(walks)
+        .map(|(report, walk)| Finding {
+            clashes: if walk.is_some() {
+                clashes.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            },
+            report,
+            walk,
+        })
+        .collect();
+    let ok = findings.iter().all(Finding::ok);
+    if as_json {
+        json::print(env.as_ref(), &findings, ok);
+    } else {
+        text::print(env.as_ref(), &findings, ok);
+    }
+    let _ = std::io::stdout().flush();
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
+/// The plugin PATH names, which must exist.
+fn one_candidate(path: &Path) -> Result<Candidate, String> {
+    let lib = plugin_library(path)?;
+    if !lib.exists() {
+        return Err(format!("{}: no such file or directory", path.display()));
+    }
+    Ok(Candidate {
+        path: lib.canonicalize().unwrap_or(lib),
+        source: Source::Explicit,
+        exists: true,
+    })
+}
+
+fn devices(report: &CandidateReport) -> Vec<String> {
+    let Some(p) = report.plugin() else {
+        return Vec::new();
+    };
+    let d = p.descriptor();
+    if d.device_infos.is_empty() {
+        return d.devices.clone();
+    }
+    d.device_infos
+        .iter()
+        .map(|i| {
+            let kind = i.kind.name();
+            if i.name.is_empty() || i.name == kind {
+                i.label()
+            } else {
+                format!("{} ({})", i.label(), i.name)
+            }
+        })
+        .collect()
+}
+
+fn clash_text(c: &SonameClash) -> String {
+    let mine = match &c.path {
+        Some(p) => format!("its {} ", p.display()),
+        None => String::new(),
+    };
+    format!(
+        "{}: shares soname {} with {}: only one is loaded per process; loaded after it, \
+         this plugin is bound to {} instead of {mine}(load a plugin directory on its own to \
+         avoid this)",
+        c.soname,
+        c.soname,
+        c.other_plugin.display(),
+        c.other_path.display()
+    )
+}
