@@ -668,7 +668,7 @@ impl PluginGraph {
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    rlx_plugin_api::convert::f32_to_le(v)
 }
 
 impl ExecutableGraph for PluginGraph {

@@ -247,8 +247,7 @@ impl HostTensor {
     }
 
     pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> PluginResult<HostTensor> {
-        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Self::new(DType::F32, shape, data)
+        Self::new(DType::F32, shape, crate::convert::f32_to_le(values))
     }
 
     pub fn numel(&self) -> usize {
