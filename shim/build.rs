@@ -75,10 +75,16 @@ fn main() {
         "src/linalg.rs",
         "src/fft.rs",
         "src/info.rs",
+        "src/kernels.rs",
     ];
     let mut build = cxx_build::bridges(bridges);
     build
-        .files(["src/array.cc", "src/compile.cc", "src/info.cc"])
+        .files([
+            "src/array.cc",
+            "src/compile.cc",
+            "src/info.cc",
+            "src/kernels.cc",
+        ])
         .std("c++20")
         .include("include")
         // MLX headers as system headers: keeps -Wall/-Wextra noise from MLX

@@ -11,7 +11,8 @@
 //! * [`fast`]   - `mlx::core::fast` (rms_norm, layer_norm, rope, sdpa);
 //! * [`compile`](mod@compile) - `mx::compile` of a Rust closure;
 //! * [`random`], [`linalg`], [`fft`];
-//! * [`info`]   - MLX version, the loaded BLAS/LAPACK, memory counters.
+//! * [`info`]   - MLX version, the loaded BLAS/LAPACK, memory counters;
+//! * [`kernels`] - the plugin's own CPU kernels as MLX primitives.
 //!
 //! Every function that can reach MLX returns `Result`: a C++ exception never
 //! escapes, it becomes an error carrying MLX's own `what()` text.
@@ -48,6 +49,7 @@ pub mod compile;
 pub mod fast;
 pub mod fft;
 pub mod info;
+pub mod kernels;
 pub mod linalg;
 pub mod ops;
 pub mod random;

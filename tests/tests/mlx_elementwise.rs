@@ -985,3 +985,39 @@ fn an_unlowered_variant_fails_at_compile_naming_the_node() {
         "{e}"
     );
 }
+
+/// Erf-GELU in f32 on the CPU runs the plugin's own vector kernel (an MLX
+/// primitive using rlx-cpu's A&S 7.1.26 erf). Checked here against an
+/// independent f64 reference, `x/2 (1 + erf(x/sqrt 2))` with libm's erf, on
+/// a tensor long enough for the thread split and with a length that leaves
+/// a scalar tail, over [-12, 12] (saturated tails included). Tolerance: the
+/// approximation's 1.5e-7 on erf is at most 0.75e-7·|x| on GELU, plus f32
+/// rounding: 1e-6 abs + 1e-6 rel.
+#[test]
+fn gelu_kernel_matches_an_f64_erf_reference() {
+    let n = 300_007;
+    let xs: Vec<f32> = (0..n)
+        .map(|i| -12.0 + 24.0 * i as f32 / (n - 1) as f32)
+        .collect();
+    let want: Vec<f32> = xs
+        .iter()
+        .map(|&x| {
+            let x = x as f64;
+            (0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))) as f32
+        })
+        .collect();
+    let mut g = Graph::new("gelu");
+    let x = g.input("x", s(&[n], D::F32));
+    let y = g.activation(Activation::Gelu, x, s(&[n], D::F32));
+    g.set_outputs(vec![y]);
+    check_against(
+        "gelu f32 vs f64 erf",
+        &g,
+        &[feed("x", xs)],
+        &[want],
+        Tol {
+            abs: 1e-6,
+            rel: 1e-6,
+        },
+    );
+}

@@ -208,15 +208,25 @@ pub fn apply_activation(act: Activation, x: &Array) -> LResult {
     })
 }
 
+/// Erf-GELU, `0.5·x·(1 + erf(x/√2))`. On the CPU a float32 input runs the
+/// shim's vector kernel (an MLX primitive with rlx-cpu's erf approximation:
+/// MLX's own erf is a scalar loop in the CPU wheel, ~20x slower); other
+/// dtypes and the GPU use MLX's ops.
+pub(crate) fn gelu_erf(x: &Array) -> LResult {
+    if x.dtype() == MxDType::F32 && !rlx_mlx_shim::array::thread_device_is_gpu() {
+        return Ok(rlx_mlx_shim::kernels::gelu_erf_cpu(x)?);
+    }
+    let s = |v: f64| sc(v, x);
+    let e = ops::erf(&*ops::multiply(x, &*s(std::f64::consts::FRAC_1_SQRT_2)?)?)?;
+    let h = ops::multiply(&*s(0.5)?, x)?;
+    Ok(ops::multiply(&h, &*ops::add(&*s(1.0)?, &e)?)?)
+}
+
 fn composite_activation(act: Activation, x: &Array) -> LResult {
     let s = |v: f64| sc(v, x);
     Ok(match act {
         // 0.5·x·(1 + erf(x/√2))
-        Activation::Gelu => {
-            let e = ops::erf(&*ops::multiply(x, &*s(std::f64::consts::FRAC_1_SQRT_2)?)?)?;
-            let h = ops::multiply(&*s(0.5)?, x)?;
-            ops::multiply(&h, &*ops::add(&*s(1.0)?, &e)?)?
-        }
+        Activation::Gelu => gelu_erf(x)?,
         // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), rlx's constants.
         Activation::GeluApprox => {
             let x3 = ops::multiply(&*ops::multiply(x, x)?, x)?;

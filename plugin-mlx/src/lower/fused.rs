@@ -109,12 +109,7 @@ pub(crate) fn activation(act: Activation, x: &Array) -> LResult {
     let dt = x.dtype();
     let c = |v: f64| super::scalar(v, dt);
     Ok(match act {
-        Activation::Gelu => {
-            let xs = ops::multiply(x, &*c(std::f64::consts::FRAC_1_SQRT_2)?)?;
-            let e1 = ops::add(&*ops::erf(&xs)?, &*c(1.0)?)?;
-            let h = ops::multiply(x, &*c(0.5)?)?;
-            ops::multiply(&h, &e1)?
-        }
+        Activation::Gelu => super::elementwise::gelu_erf(x)?,
         Activation::GeluApprox => {
             let x3 = ops::multiply(&*ops::multiply(x, x)?, x)?;
             let inner = ops::add(x, &*ops::multiply(&x3, &*c(0.044715)?)?)?;
