@@ -183,6 +183,10 @@ def time_runs(call, runs, warmup):
 
 
 def run_mlx(np, model, data, names, dtype, mode, runs, warmup):
+    # The plugin's f32 precision: true f32 unless RLX_MLX_TF32=1. MLX reads
+    # MLX_ENABLE_TF32 once, on first use, and defaults to TF32 on CUDA.
+    if "MLX_ENABLE_TF32" not in os.environ:
+        os.environ["MLX_ENABLE_TF32"] = "1" if os.environ.get("RLX_MLX_TF32") == "1" else "0"
     import mlx.core as mx
 
     dev = mx.default_device()
@@ -213,6 +217,12 @@ def run_torch(np, model, data, names, dtype, runs, warmup):
     import torch
 
     cuda = torch.cuda.is_available()
+    # The same f32 precision as the plugin: true f32 (PyTorch's default)
+    # unless RLX_MLX_TF32=1 opts the plugin into TF32, which MLX's own
+    # MLX_ENABLE_TF32 default also means for the Python MLX peer.
+    tf32 = os.environ.get("RLX_MLX_TF32") == "1"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     dev = torch.device("cuda" if cuda else "cpu")
     device = f"gpu:{torch.cuda.current_device()}" if cuda else "cpu"
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
