@@ -41,6 +41,7 @@ use rlx_opt::pass::Pass as _;
 use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::{DType, HostTensor, Mode, Role, ValueInfo};
 use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -580,13 +581,20 @@ impl PluginGraph {
 
     /// A tensor of `info`'s dtype and shape from `n` elements given as
     /// bytes of `have` (converted through f32 when the dtypes differ).
-    fn tensor(&self, kind: &str, info: &ValueInfo, data: &[u8], have: rlx_ir::DType) -> HostTensor {
+    /// Owned bytes of the right dtype are moved in, not copied.
+    fn tensor(
+        &self,
+        kind: &str,
+        info: &ValueInfo,
+        data: Cow<'_, [u8]>,
+        have: rlx_ir::DType,
+    ) -> HostTensor {
         let n = data.len() / have.size_bytes().max(1);
         let shape = self.concrete_shape(kind, info, n);
         let bytes = match abi_dtype(have) {
-            Some(d) if d == info.dtype => data.to_vec(),
+            Some(d) if d == info.dtype => data.into_owned(),
             _ => {
-                let wide = rlx_runtime::backend::widen_bytes_to_f32(data, have);
+                let wide = rlx_runtime::backend::widen_bytes_to_f32(&data, have);
                 rlx_plugin_api::convert::f32_to_bytes(info.dtype, &wide)
                     .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name)))
             }
@@ -620,7 +628,7 @@ impl PluginGraph {
         }
     }
 
-    fn bind(&mut self, name: &str, data: &[u8], have: rlx_ir::DType) {
+    fn bind(&mut self, name: &str, data: Cow<'_, [u8]>, have: rlx_ir::DType) {
         let Some(info) = self.params.get(name) else {
             // The optimizer may have removed a param the original graph
             // declared (rlx-runtime already checked the name against it).
@@ -636,11 +644,11 @@ impl PluginGraph {
         }
     }
 
-    fn run_bytes(&mut self, inputs: &[(&str, &[u8], rlx_ir::DType)]) -> Vec<HostTensor> {
+    fn run_bytes(&mut self, inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>) -> Vec<HostTensor> {
         let mut tensors: Vec<(&str, HostTensor)> = Vec::with_capacity(inputs.len());
         for (name, data, dt) in inputs {
-            match self.inputs.get(*name) {
-                Some(info) => tensors.push((name, self.tensor("input", info, data, *dt))),
+            match self.inputs.get(name) {
+                Some(info) => tensors.push((name, self.tensor("input", info, data, dt))),
                 None => log::debug!(
                     "{} plugin: the compiled graph has no input {name:?}; ignored",
                     self.plugin
@@ -680,20 +688,19 @@ impl ExecutableGraph for PluginGraph {
     }
 
     fn set_param(&mut self, name: &str, data: &[f32]) {
-        self.bind(name, &f32_bytes(data), rlx_ir::DType::F32);
+        self.bind(name, Cow::Owned(f32_bytes(data)), rlx_ir::DType::F32);
     }
 
     fn set_param_typed(&mut self, name: &str, data: &[u8], dtype: rlx_ir::DType) {
-        self.bind(name, data, dtype);
+        self.bind(name, Cow::Borrowed(data), dtype);
     }
 
     fn run(&mut self, inputs: &[(&str, &[f32])]) -> Vec<Vec<f32>> {
-        let bytes: Vec<(&str, Vec<u8>)> = inputs.iter().map(|(n, v)| (*n, f32_bytes(v))).collect();
-        let typed: Vec<(&str, &[u8], rlx_ir::DType)> = bytes
+        let owned = inputs
             .iter()
-            .map(|(n, b)| (*n, b.as_slice(), rlx_ir::DType::F32))
+            .map(|(n, v)| (*n, Cow::Owned(f32_bytes(v)), rlx_ir::DType::F32))
             .collect();
-        self.run_bytes(&typed)
+        self.run_bytes(owned)
             .iter()
             .map(|t| t.to_f32_vec().unwrap_or_else(|e| self.fail(e)))
             .collect()
@@ -703,7 +710,11 @@ impl ExecutableGraph for PluginGraph {
         &mut self,
         inputs: &[(&str, &[u8], rlx_ir::DType)],
     ) -> Vec<(Vec<u8>, rlx_ir::DType)> {
-        self.run_bytes(inputs)
+        let borrowed = inputs
+            .iter()
+            .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
+            .collect();
+        self.run_bytes(borrowed)
             .into_iter()
             .map(|t| (t.data, ir_dtype(t.dtype)))
             .collect()

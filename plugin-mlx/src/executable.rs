@@ -376,10 +376,19 @@ impl Executable for MlxExecutable {
                     "input {name:?} is given twice"
                 )));
             }
-            let bytes = t.to_compact_bytes();
+            // A compact input is read in place (MLX copies it into its own
+            // buffer once); only a strided one is gathered first.
+            let gathered;
+            let bytes = match t.compact_bytes() {
+                Some(b) => b,
+                None => {
+                    gathered = t.to_compact_bytes();
+                    &gathered
+                }
+            };
             leaves.insert(
                 id,
-                self.leaf_array("input", name, id, t.dtype, &t.shape, &bytes)?,
+                self.leaf_array("input", name, id, t.dtype, &t.shape, bytes)?,
             );
         }
         if let Some((n, _)) = self.inputs.iter().find(|(_, id)| !leaves.contains_key(id)) {
