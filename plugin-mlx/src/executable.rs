@@ -105,10 +105,58 @@ fn touches_f64(graph: &Graph, n: &rlx_ir::Node) -> bool {
         .any(|i| graph.shape(i).dtype() == rlx_ir::DType::F64)
 }
 
+/// This thread's MLX ops go to a device while it lives; on a GPU it also
+/// holds the process's GPU lock. Fields drop in order: the device is
+/// restored before the lock is released.
+pub struct OnDevice {
+    _device: DeviceGuard,
+    _gpu: Option<GpuTurn>,
+}
+
+/// One thread's turn on the GPU. MLX's CUDA backend is not safe for
+/// concurrent graph building and evaluation from several threads: the
+/// op suites run on eight test threads crashed the process (SIGFPE inside
+/// MLX) or computed wrong values, and pass one thread at a time. So GPU
+/// work is serialised per process; the GPU runs one stream at a time
+/// anyway. A thread that already holds the turn (nested calls) does not
+/// take it again.
+struct GpuTurn(Option<std::sync::MutexGuard<'static, ()>>);
+
+thread_local! {
+    static HOLDS_GPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl GpuTurn {
+    fn take() -> GpuTurn {
+        if HOLDS_GPU.with(|h| h.get()) {
+            return GpuTurn(None);
+        }
+        static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        // A panic while holding it poisons nothing we rely on: the lock
+        // guards no data, only MLX's global state.
+        let guard = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        HOLDS_GPU.with(|h| h.set(true));
+        GpuTurn(Some(guard))
+    }
+}
+
+impl Drop for GpuTurn {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            HOLDS_GPU.with(|h| h.set(false));
+        }
+    }
+}
+
 /// Build and run this thread's MLX ops on `device` while the guard lives.
-pub fn on_device(device: &DeviceInfo) -> PluginResult<DeviceGuard> {
-    DeviceGuard::set(crate::devices::shim_device(device))
-        .map_err(|e| PluginError::unsupported(format!("cannot run on {}: {e}", device.label())))
+pub fn on_device(device: &DeviceInfo) -> PluginResult<OnDevice> {
+    let gpu = (device.kind == rlx_plugin_api::DeviceKind::Gpu).then(GpuTurn::take);
+    let device_guard = DeviceGuard::set(crate::devices::shim_device(device))
+        .map_err(|e| PluginError::unsupported(format!("cannot run on {}: {e}", device.label())))?;
+    Ok(OnDevice {
+        _device: device_guard,
+        _gpu: gpu,
+    })
 }
 
 /// MLX's message, with what it means for an rlx graph where MLX's wording
@@ -326,6 +374,9 @@ impl Executable for MlxExecutable {
     }
 
     fn bind_param(&mut self, name: &str, p: BoundParam) -> PluginResult<()> {
+        // The array is allocated by the device's allocator (the GPU lock
+        // covers it, see GpuTurn).
+        let _on = on_device(&self.device)?;
         let id = self
             .params
             .iter()
