@@ -7,35 +7,6 @@ mod common;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-/// The assembled MLX plugin directory in the build tree, with the freshly
-/// built `librlx_mlx.so` copied in (as `scripts/demo.sh` and the other
-/// tests do), once per test binary: the tests run on threads of one
-/// process, so a per-process temp name would be shared between them.
-fn mlx_plugin_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(install_mlx_plugin).clone()
-}
-
-fn install_mlx_plugin() -> PathBuf {
-    let profile = common::profile_dir();
-    let dir = profile.join("plugins").join("mlx");
-    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
-    let built = profile.join(&file);
-    assert!(
-        built.exists() && dir.join("mlx").exists(),
-        "{} or {} is missing: run `cargo build --workspace` first",
-        built.display(),
-        dir.display()
-    );
-    // A temp name and a rename, so a concurrent test binary never sees a
-    // half-written library.
-    let tmp = dir.join(format!(".{file}.{}", std::process::id()));
-    std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
-    std::fs::rename(&tmp, dir.join(&file)).expect("install librlx_mlx");
-    dir
-}
 
 /// `rlx-host --plugin <mlx dir> bench ARGS`, discovery otherwise limited
 /// to the executable's own plugins directory.
@@ -43,7 +14,7 @@ fn bench(args: &[&str]) -> Output {
     let home = tempfile::tempdir().unwrap();
     Command::new(env!("CARGO_BIN_EXE_rlx-host"))
         .arg("--plugin")
-        .arg(mlx_plugin_dir())
+        .arg(common::mlx_plugin_dir())
         .arg("bench")
         .args(args)
         .env_remove("RLX_BACKEND_PLUGINS")

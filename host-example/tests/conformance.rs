@@ -10,28 +10,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// The assembled MLX plugin directory in the build tree, with the freshly
-/// built `librlx_mlx.so` copied in (as the tests crate's parity harness
-/// and `scripts/demo.sh` do).
-fn mlx_plugin_dir() -> PathBuf {
-    let profile = common::profile_dir();
-    let dir = profile.join("plugins").join("mlx");
-    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
-    let built = profile.join(&file);
-    assert!(
-        built.exists() && dir.join("mlx").exists(),
-        "{} or {} is missing: run `cargo build --workspace` first",
-        built.display(),
-        dir.display()
-    );
-    // A temp name and a rename, so a concurrent test binary never sees a
-    // half-written library.
-    let tmp = dir.join(format!(".{file}.{}", std::process::id()));
-    std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
-    std::fs::rename(&tmp, dir.join(&file)).expect("install librlx_mlx");
-    dir
-}
-
 fn test_plugin(name: &str) -> PathBuf {
     let p = common::profile_dir().join(rlx_plugin_api::host::library_file_name(&format!(
         "rlx_test_{name}"
@@ -110,7 +88,7 @@ fn ok_count(v: &Value, prefix: &str) -> usize {
 
 #[test]
 fn the_mlx_plugin_directory_passes_with_its_eager_entries_checked() {
-    let o = check(&mlx_plugin_dir(), true);
+    let o = check(&common::mlx_plugin_dir(), true);
     let v = assert_passes(&o);
     assert_eq!(v["plugin"], "mlx 0.1.0");
     let eager = ok_count(&v, "eager ");

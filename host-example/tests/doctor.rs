@@ -660,30 +660,9 @@ fn the_cli_names_the_missing_library_and_sets_the_exit_status() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("without a plugin library"));
 }
 
-/// The MLX plugin directory of the build tree, with the freshly built
-/// plugin library copied in (as the other suites and the demo do).
-fn mlx_plugin_dir() -> PathBuf {
-    let profile = common::profile_dir();
-    let dir = profile.join("plugins").join("mlx");
-    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
-    let built = profile.join(&file);
-    assert!(
-        built.exists() && dir.join("mlx").exists(),
-        "{} or {} is missing: run `cargo build --workspace` first",
-        built.display(),
-        dir.display()
-    );
-    // A temp name and a rename, so a concurrent test binary never sees a
-    // half-written library.
-    let tmp = dir.join(format!(".{file}.{}", std::process::id()));
-    std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
-    std::fs::rename(&tmp, dir.join(&file)).expect("install librlx_mlx");
-    dir
-}
-
 #[test]
 fn the_mlx_plugin_directory_resolves_libmlx_inside_itself() {
-    let dir = mlx_plugin_dir();
+    let dir = common::mlx_plugin_dir();
     let o = doctor(&[dir.to_str().unwrap()]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
