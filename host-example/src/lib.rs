@@ -12,13 +12,15 @@
 //! - [`conformance`]: the conformance kit (`rlx-host plugins check`);
 //! - [`cli`]: the command line (`plugins`, `plugins inspect`, `plugins check`,
 //!   `run`, `demo`);
-//! - [`guard`]: panics from rlx-runtime as one-line errors.
+//! - [`guard`]: panics from rlx-runtime as one-line errors;
+//! - [`kernel_cache`]: where compiled kernels are kept between processes.
 
 pub mod bench;
 pub mod cli;
 pub mod conformance;
 pub mod demo;
 pub mod guard;
+pub mod kernel_cache;
 pub mod models;
 pub mod rlx_backend;
 pub mod run;

@@ -5,6 +5,8 @@ use clap::Parser;
 use rlx_host::cli;
 
 fn main() {
+    // First, while this is the only thread: it may set TMPDIR.
+    rlx_host::kernel_cache::use_stable_cache();
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
     if let Err(e) = cli::dispatch(args) {

@@ -19,6 +19,9 @@ fn bench(args: &[&str]) -> Output {
         .args(args)
         .env_remove("RLX_BACKEND_PLUGINS")
         .env("RLX_HOME", home.path())
+        // The machine's shared kernel cache, not one per temporary home
+        // (see the kernel cache test below for that rule).
+        .env("TMPDIR", std::env::temp_dir())
         .env_remove("RUST_BACKTRACE")
         .output()
         .expect("spawn rlx-host")
@@ -206,4 +209,62 @@ fn peers_rows_join_the_table_and_missing_packages_are_skipped_rows() {
             _ => panic!("a peer row is neither ok nor skipped: {r}"),
         }
     }
+}
+
+/// Every file under `dir`, with its modification time.
+fn files_with_mtimes(dir: &std::path::Path) -> Vec<(PathBuf, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push((p, e.metadata().unwrap().modified().unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn compiled_kernels_are_kept_in_rlx_home_and_reused_by_the_next_process() {
+    let home = tempfile::tempdir().unwrap();
+    let model = home.path().join("model.rlxmodel");
+    let m = rlx_host::models::matmul_relu_add(4, 8, 6);
+    std::fs::write(&model, rlx_ir::rlxmodel::to_text(&m.graph).unwrap()).unwrap();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_rlx-host"))
+            .arg("--plugin")
+            .arg(common::mlx_plugin_dir())
+            .args([
+                "bench",
+                model.to_str().unwrap(),
+                "--backends",
+                "mlx:compiled",
+            ])
+            .args(["--runs", "1", "--warmup", "0", "--json"])
+            .env_remove("RLX_BACKEND_PLUGINS")
+            .env_remove("TMPDIR")
+            .env("RLX_HOME", home.path())
+            .output()
+            .expect("spawn rlx-host")
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    let cache = home.path().join("cache").join("mlx");
+    let after_first = files_with_mtimes(&cache);
+    assert!(
+        after_first
+            .iter()
+            .any(|(p, _)| p.extension().is_some_and(|e| e == "so")),
+        "no compiled kernel under {}: {after_first:?}",
+        cache.display()
+    );
+    // The second process finds every kernel there: nothing is written.
+    let second = run();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(files_with_mtimes(&cache), after_first);
 }
