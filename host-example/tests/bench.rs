@@ -211,6 +211,35 @@ fn peers_rows_join_the_table_and_missing_packages_are_skipped_rows() {
     }
 }
 
+#[test]
+fn a_child_past_the_timeout_is_killed_and_its_row_fails() {
+    // No child starts, loads the MLX plugin and compiles in 1 ms.
+    let o = bench(&[
+        "exp4",
+        "--runs",
+        "2",
+        "--backends",
+        "cpu",
+        "--timeout",
+        "0.001",
+        "--json",
+    ]);
+    assert_one_line_failure(&o, &["cpu"]);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("the JSON object still comes");
+    let row = &v["rows"][0];
+    assert_eq!(row["status"], "failed", "{v}");
+    let e = row["error"].as_str().expect("the error");
+    assert!(e.contains("--timeout 0.001 s"), "{e}");
+
+    let o = bench(&["exp4", "--timeout", "0"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a positive number of seconds"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// Every file under `dir`, with its modification time.
 fn files_with_mtimes(dir: &std::path::Path) -> Vec<(PathBuf, std::time::SystemTime)> {
     let mut out = Vec::new();

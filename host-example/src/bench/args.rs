@@ -21,6 +21,10 @@ pub struct BenchArgs {
     /// `NAME` for all three of its modes. Default: `cpu,mlx`.
     #[arg(long, value_name = "LIST")]
     pub backends: Option<String>,
+    /// Seconds one backend's child process may take (compile, every run,
+    /// the outputs); beyond it the child is killed and its row fails.
+    #[arg(long, default_value_t = 600.0, value_name = "SECS", value_parser = positive_secs)]
+    pub timeout: f64,
     /// Seed of the random inputs and params.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -39,6 +43,13 @@ pub struct BenchArgs {
     /// comparison against the CPU backend.
     #[arg(long, hide = true, value_name = "FILE", requires = "child")]
     pub child_outputs: Option<PathBuf>,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
 }
 
 #[cfg(test)]

@@ -6,14 +6,16 @@ use super::args::BenchArgs;
 use super::environment::EnvSnapshot;
 use super::row::Row;
 use super::spec::BackendSpec;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Measure `spec` in a child `rlx-host bench --child SPEC` (this same
 /// executable), which writes its outputs to `outputs`. The child gets the
 /// user's environment unchanged (`env`), so variables the plugin reads
-/// (e.g. `RLX_MLX_TF32`) apply to it as set. A child that fails, crashes
-/// or prints no row gives a failed row.
+/// (e.g. `RLX_MLX_TF32`) apply to it as set. A child that fails, crashes,
+/// prints no row or runs past `--timeout` gives a failed row.
 pub fn measure(
     spec: &BackendSpec,
     args: &BenchArgs,
@@ -47,9 +49,16 @@ pub fn measure(
         .args(["--child", &spec.label()])
         .arg("--child-outputs")
         .arg(outputs);
-    let out = match cmd.output() {
-        Ok(o) => o,
-        Err(e) => return base.failed(format!("cannot start {}: {e}", exe.display())),
+    let limit = Duration::from_secs_f64(args.timeout);
+    let out = match run_with_limit(cmd, limit) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            return base.failed(format!(
+                "the child ran past --timeout {} s and was killed",
+                args.timeout
+            ))
+        }
+        Err(e) => return base.failed(format!("cannot run {}: {e}", exe.display())),
     };
     if verbose > 0 {
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
@@ -60,6 +69,65 @@ pub fn measure(
         (true, None) => base.failed("the child exited without printing a row"),
         (false, _) => base.failed(failure_reason(&out)),
     }
+}
+
+/// Run `cmd` to its end, collecting stdout and stderr, or kill it once it
+/// has run for `limit` (then `None`).
+fn run_with_limit(mut cmd: Command, limit: Duration) -> std::io::Result<Option<Output>> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Readers on their own threads, so a child that fills a pipe is
+    // never blocked while this thread waits. They report through channels:
+    // after a kill, a grandchild (a kernel compiler) may hold a pipe open,
+    // and the report is not waited for beyond a second.
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            let _ = tx.send(buf);
+        });
+        rx
+    };
+    let stdout = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if start.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| match status {
+        Some(_) => rx.recv().unwrap_or_default(),
+        None => rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default(),
+    };
+    let (stdout, stderr) = (collect(stdout), collect(stderr));
+    Ok(status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    }))
 }
 
 /// The last stdout line that is a JSON object: the row (a plugin or MLX
