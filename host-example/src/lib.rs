@@ -13,7 +13,8 @@
 //! - [`cli`]: the command line (`plugins`, `plugins inspect`, `plugins check`,
 //!   `run`, `demo`);
 //! - [`guard`]: panics from rlx-runtime as one-line errors;
-//! - [`kernel_cache`]: where compiled kernels are kept between processes.
+//! - [`kernel_cache`]: where compiled kernels are kept between processes;
+//! - [`malloc_policy`]: keeping run buffers mapped between runs.
 
 pub mod bench;
 pub mod cli;
@@ -21,6 +22,7 @@ pub mod conformance;
 pub mod demo;
 pub mod guard;
 pub mod kernel_cache;
+pub mod malloc_policy;
 pub mod models;
 pub mod rlx_backend;
 pub mod run;
