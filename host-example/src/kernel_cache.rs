@@ -13,23 +13,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// The directory `TMPDIR` should name, or `None` to leave it as it is:
-/// the user set it, or there is no home to put the cache in.
-pub fn cache_dir(
-    tmpdir: Option<OsString>,
-    rlx_home: Option<OsString>,
-    home: Option<OsString>,
-) -> Option<PathBuf> {
+/// the user set it, or there is no RLX home (see
+/// `DiscoveryConfig::rlx_home_dir`) to put the cache in.
+pub fn cache_dir(tmpdir: Option<OsString>, rlx_home_dir: Option<PathBuf>) -> Option<PathBuf> {
     if tmpdir.is_some_and(|t| !t.is_empty()) {
         return None;
     }
-    match (
-        rlx_home.filter(|h| !h.is_empty()),
-        home.filter(|h| !h.is_empty()),
-    ) {
-        (Some(h), _) => Some(PathBuf::from(h).join("cache")),
-        (None, Some(h)) => Some(PathBuf::from(h).join(".rlx").join("cache")),
-        (None, None) => None,
-    }
+    rlx_home_dir.map(|h| h.join("cache"))
 }
 
 /// Point `TMPDIR` at the stable cache directory (see the module docs).
@@ -38,11 +28,8 @@ pub fn cache_dir(
 /// a process environment variable. A directory that cannot be made leaves
 /// `TMPDIR` unset (MLX then uses `/tmp`), with a warning.
 pub fn use_stable_cache() {
-    let Some(dir) = cache_dir(
-        std::env::var_os("TMPDIR"),
-        std::env::var_os(rlx_plugin_api::host::discover::ENV_HOME),
-        std::env::var_os("HOME"),
-    ) else {
+    let home = rlx_plugin_api::host::DiscoveryConfig::from_env(Vec::new()).rlx_home_dir();
+    let Some(dir) = cache_dir(std::env::var_os("TMPDIR"), home) else {
         return;
     };
     match std::fs::create_dir_all(&dir) {
@@ -58,26 +45,40 @@ pub fn use_stable_cache() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rlx_plugin_api::host::DiscoveryConfig;
 
     fn os(s: &str) -> Option<OsString> {
         Some(OsString::from(s))
     }
 
+    /// The RLX home as discovery resolves it from these values.
+    fn home(rlx_home: Option<&str>, home: Option<&str>) -> Option<PathBuf> {
+        DiscoveryConfig {
+            rlx_home: rlx_home.map(PathBuf::from),
+            home: home.map(PathBuf::from),
+            ..Default::default()
+        }
+        .rlx_home_dir()
+    }
+
     #[test]
     fn a_tmpdir_the_user_set_wins() {
-        assert_eq!(cache_dir(os("/scratch"), os("/r"), os("/h")), None);
+        assert_eq!(
+            cache_dir(os("/scratch"), home(Some("/r"), Some("/h"))),
+            None
+        );
     }
 
     #[test]
     fn rlx_home_then_home() {
         assert_eq!(
-            cache_dir(None, os("/r"), os("/h")),
+            cache_dir(None, home(Some("/r"), Some("/h"))),
             Some(PathBuf::from("/r/cache"))
         );
         assert_eq!(
-            cache_dir(os(""), os(""), os("/h")),
+            cache_dir(os(""), home(None, Some("/h"))),
             Some(PathBuf::from("/h/.rlx/cache"))
         );
-        assert_eq!(cache_dir(None, None, None), None);
+        assert_eq!(cache_dir(None, home(None, None)), None);
     }
 }

@@ -88,12 +88,20 @@ impl DiscoveryConfig {
         if let Some(d) = &self.exe_dir {
             dirs.push(d.join("plugins"));
         }
-        match (&self.rlx_home, &self.home) {
-            (Some(h), _) => dirs.push(h.join("plugins")),
-            (None, Some(h)) => dirs.push(h.join(".rlx").join("plugins")),
-            (None, None) => {}
+        if let Some(h) = self.rlx_home_dir() {
+            dirs.push(h.join("plugins"));
         }
         dirs
+    }
+
+    /// RLX's home directory: `$RLX_HOME`, else `~/.rlx`; `None` when
+    /// neither is known.
+    pub fn rlx_home_dir(&self) -> Option<PathBuf> {
+        match (&self.rlx_home, &self.home) {
+            (Some(h), _) => Some(h.clone()),
+            (None, Some(h)) => Some(h.join(".rlx")),
+            (None, None) => None,
+        }
     }
 }
 
