@@ -76,6 +76,7 @@ fn main() {
         "src/fft.rs",
         "src/info.rs",
         "src/kernels.rs",
+        "src/host_kernel.rs",
     ];
     let mut build = cxx_build::bridges(bridges);
     build
@@ -84,6 +85,7 @@ fn main() {
             "src/compile.cc",
             "src/info.cc",
             "src/kernels.cc",
+            "src/host_kernel.cc",
         ])
         .std("c++20")
         .include("include")

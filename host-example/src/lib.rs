@@ -9,6 +9,8 @@
 //!   parity against rlx-runtime's CPU backend (`rlx-host run`);
 //! - [`demo`]: `rlx-host demo`;
 //! - [`bench`]: `rlx-host bench` (timing backends side by side);
+//! - [`custom_ops`]: plugin custom ops as rlx-ir ops, and host kernels
+//!   registered with the plugin, rlx-ir and rlx-cpu in one call;
 //! - [`conformance`]: the conformance kit (`rlx-host plugins check`);
 //! - [`cli`]: the command line (`plugins`, `plugins inspect`, `plugins check`,
 //!   `run`, `demo`);
@@ -19,6 +21,7 @@
 pub mod bench;
 pub mod cli;
 pub mod conformance;
+pub mod custom_ops;
 pub mod demo;
 pub mod guard;
 pub mod kernel_cache;

@@ -114,8 +114,17 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
     registry()
         .write()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(device, Registration { plugin, ops, mode });
+        .insert(
+            device,
+            Registration {
+                plugin: plugin.clone(),
+                ops,
+                mode,
+            },
+        );
     rlx_runtime::register_backend(device, factory_for(device));
+    // Its custom ops become rlx-ir ops, so host graphs can use them.
+    crate::custom_ops::register_plugin_ops(&plugin);
 }
 
 /// Change the mode later compiles on `device` use (no effect on graphs

@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.4.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.5.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -18,8 +18,9 @@
  *   One exception, from before this rule: RlxCompileOptions' 1.2 fields
  *   are read only when struct_size >= 24 (see that struct).
  * - Out-structs (RlxOpList, RlxLoweringTable, RlxDeviceInfo from
- *   executable_device, written through an `out` pointer): the caller sets struct_size to the size it knows before the
- *   call (0 = its 1.0 size); the callee writes no byte beyond it and sets
+ *   executable_device, RlxShapeOut, written through an `out` pointer):
+ *   the caller sets struct_size to the size it knows before the call
+ *   (0 = its 1.0 size); the callee writes no byte beyond it and sets
  *   struct_size to what it wrote.
  * - Frozen structs (RlxStr, RlxKeyValue, RlxAbiVersion, RlxDataType,
  *   RlxDevice, RlxDlTensor, RlxTensor, RlxNamedTensor) travel by value or
@@ -54,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 4
+#define RLX_ABI_VERSION_MINOR 5
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -327,6 +328,8 @@ typedef struct RlxPluginApi {
 #define RLX_PLUGIN_API_SIZE_1_0 offsetof(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_1 RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_4 RLX_STRUCT_SIZE(RlxPluginApi, executable_device)
+/* 1.5 added no root-table field: a 1.5 plugin declares at least
+ * RLX_PLUGIN_API_SIZE_1_4. */
 
 /* RlxDeviceInfo.kind and RlxCompileOptions.device_kind. */
 #define RLX_DEVICE_DEFAULT 0u /* compile options only: the default device */
@@ -524,42 +527,146 @@ struct RlxValueVisitor {
 #define RLX_VALUE_VISITOR_STRUCT_SIZE RLX_STRUCT_SIZE(RlxValueVisitor, visit)
 
 /* ======================================================================
- * 8. Custom ops (1.1)               ABI.md §12 (tables/custom_ops.rs)
+ * 8. Custom ops (1.1; attributes, shape rules, composites and
+ *    in-place kernels 1.5)           ABI.md §12 (tables/custom_ops.rs)
  * ====================================================================== */
 
 /* RlxCustomOpInfo.origin; an unknown origin reads as "plugin". */
 #define RLX_ORIGIN_PLUGIN 0u
 #define RLX_ORIGIN_HOST 1u
 
-/* A custom-op kernel. Writes exactly n_outputs OWNED tensors into the
- * caller's slots; inputs are borrowed for the call. An error status must
- * be made with the plugin's status_new, and a kernel that fails releases
- * any output it wrote (the caller ignores the slots). Callable from any
- * thread. */
+/* (1.5) RlxCustomOpInfo.kind: how an op is carried out. An unknown kind
+ * reads as RLX_CUSTOM_KIND_KERNEL (what every op was before 1.5). */
+#define RLX_CUSTOM_KIND_KERNEL 0u    /* a kernel the registering party supplied */
+#define RLX_CUSTOM_KIND_NATIVE 1u    /* built by the plugin from its own backend's
+                                        ops; registered by the plugin only */
+#define RLX_CUSTOM_KIND_COMPOSITE 2u /* an .rlxmodel body, inlined where used */
+
+/* (1.5) RlxCustomOpDesc.shape_rule and RlxCustomOpInfo.shape_rule: how an
+ * op's output dtype and shape follow from its inputs. register_op refuses
+ * a rule it does not know (INVALID_ARGUMENT); in an RlxCustomOpInfo an
+ * unknown rule reads as RLX_SHAPE_RULE_NONE. */
+/* Not declared (what a desc before 1.5 means): infer_shape is
+ * UNSUPPORTED and a graph's node declares the shape. On a composite it
+ * means RLX_SHAPE_RULE_BODY. */
+#define RLX_SHAPE_RULE_NONE 0u
+/* The dtype and shape of input shape_input. */
+#define RLX_SHAPE_RULE_SAME_AS_INPUT 1u
+/* The NumPy broadcast of every input's shape; the dtype of input 0. */
+#define RLX_SHAPE_RULE_BROADCAST 2u
+/* shape_fn says. */
+#define RLX_SHAPE_RULE_CALLBACK 3u
+/* The composite body's output (composite ops only). */
+#define RLX_SHAPE_RULE_BODY 4u
+
+/* (1.5) The most dimensions an RlxShapeOut holds. */
+#define RLX_CUSTOM_MAX_NDIM 16
+
+/* (1.5) An output's dtype and shape, written by infer_shape or a shape
+ * callback. An out-struct: the caller sets struct_size (to
+ * RLX_SHAPE_OUT_STRUCT_SIZE); the callee writes no byte beyond it and sets
+ * struct_size to what it wrote. */
+typedef struct RlxShapeOut {
+    size_t struct_size;
+    RlxDataType dtype;
+    /* 0 ..= RLX_CUSTOM_MAX_NDIM. */
+    int32_t ndim;
+    /* The first ndim entries are the sizes; -1 = known only at run time.
+     * The rest are unused. */
+    int64_t dims[RLX_CUSTOM_MAX_NDIM];
+} RlxShapeOut;
+#define RLX_SHAPE_OUT_STRUCT_SIZE RLX_STRUCT_SIZE(RlxShapeOut, dims)
+
+/* A custom-op kernel (the 1.1 form). Writes exactly n_outputs OWNED
+ * tensors into the caller's slots; inputs are borrowed for the call. It
+ * receives no attributes. An error status must be made with the plugin's
+ * status_new, and a kernel that fails releases any output it wrote (the
+ * caller ignores the slots). Callable from any thread, concurrently. */
 typedef RlxStatus* (*RlxCustomKernelFn)(void* ctx, const RlxTensor* inputs,
                                         size_t n_inputs, RlxTensor* outputs,
                                         size_t n_outputs);
 
-/* A custom op to register. Borrowed for the register call, except
- * kernel_ctx, whose ownership moves to the plugin: it calls
- * kernel_ctx_drop(kernel_ctx) when the op is unregistered, or at once if
- * registration fails. */
+/* (1.5) An in-place kernel: writes into outputs the plugin allocated.
+ * attrs (attrs_len bytes, borrowed for the call) are the node's
+ * attributes, unchanged. inputs are borrowed for the call. outputs are
+ * n_outputs (always 1) BORROWED descriptors, compact row-major, of the
+ * node's dtype and shape: their data is writable for the call only, and
+ * the kernel writes the data, never the descriptors. No data is copied on
+ * the way in or out. An error status must be made with the plugin's
+ * status_new. Callable from any thread, concurrently. */
+typedef RlxStatus* (*RlxCustomKernelIntoFn)(void* ctx, const uint8_t* attrs,
+                                            size_t attrs_len,
+                                            const RlxTensor* inputs,
+                                            size_t n_inputs,
+                                            const RlxTensor* outputs,
+                                            size_t n_outputs);
+
+/* (1.5) A shape callback: the output's dtype and shape for inputs of
+ * these dtypes and shapes and these attributes. inputs is an array of
+ * n_inputs pointers (as for every growable struct) to records borrowed for
+ * the call (role RLX_ROLE_INPUT, name empty); attrs is borrowed for the
+ * call; *out is an out-struct (see RlxShapeOut). An error status must be
+ * made with the plugin's status_new. Callable from any thread,
+ * concurrently. */
+typedef RlxStatus* (*RlxCustomShapeFn)(void* ctx, const uint8_t* attrs,
+                                       size_t attrs_len,
+                                       const RlxValueInfo* const* inputs,
+                                       size_t n_inputs, RlxShapeOut* out);
+
+/* A custom op to register. Borrowed for the register call (every string
+ * too; the plugin copies what it keeps), except kernel_ctx, whose
+ * ownership moves to the plugin: it calls kernel_ctx_drop(kernel_ctx)
+ * exactly once, when no one holds the op any more (it was unregistered
+ * and every executable that resolved it has been destroyed), or at once
+ * when registration fails (a taken name is ALREADY_EXISTS, never a
+ * replacement).
+ *
+ * How a plugin reads it: a non-empty composite wins, else kernel_into,
+ * else kernel; with none of them it is INVALID_ARGUMENT. A host sends a
+ * plugin older than 1.5 struct_size RLX_CUSTOM_OP_DESC_SIZE_1_1, and
+ * refuses itself (UNSUPPORTED) an op that needs a 1.5 field. */
 typedef struct RlxCustomOpDesc {
     size_t struct_size;
-    /* A dotted name ("myorg.fused_gelu"). */
+    /* A dotted name ("myorg.fused_gelu"): non-empty, no whitespace. */
     RlxStr name;
     RlxStr description;
     uint32_t n_inputs;
+    /* 1 for an op with a shape rule, an in-place kernel or a composite. */
     uint32_t n_outputs;
-    /* Required. */
+    /* The 1.1 kernel; one of kernel, kernel_into or composite is
+     * required. */
     RlxCustomKernelFn kernel;
+    /* Passed to kernel, kernel_into and shape_fn. Owned by the plugin
+     * from the call on (see above). */
     void* kernel_ctx;
+    /* Releases kernel_ctx; may be NULL (nothing to release). Called once,
+     * from any thread. */
     void (*kernel_ctx_drop)(void* ctx);
+
+    /* --- 1.5 --- */
+    /* Preferred over kernel when set: receives the node's attributes and
+     * writes into plugin-allocated outputs. */
+    RlxCustomKernelIntoFn kernel_into;
+    /* Non-empty: the op is this .rlxmodel graph (its Input nodes, in
+     * order, are the op's inputs; its one output the op's), inlined where
+     * the op is used. Borrowed for the call; the plugin copies it. */
+    RlxStr composite;
+    /* One of RLX_SHAPE_RULE_*. */
+    uint32_t shape_rule;
+    /* The input RLX_SHAPE_RULE_SAME_AS_INPUT copies (< n_inputs). */
+    uint32_t shape_input;
+    /* Required when shape_rule is RLX_SHAPE_RULE_CALLBACK; called with
+     * kernel_ctx. */
+    RlxCustomShapeFn shape_fn;
 } RlxCustomOpDesc;
 #define RLX_CUSTOM_OP_DESC_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxCustomOpDesc, kernel_ctx_drop)
+    RLX_STRUCT_SIZE(RlxCustomOpDesc, shape_fn)
+/* What 1.1-1.4 writers put in struct_size: the end of kernel_ctx_drop
+ * (72 on 64-bit). */
+#define RLX_CUSTOM_OP_DESC_SIZE_1_1 offsetof(RlxCustomOpDesc, kernel_into)
 
-/* What the registry knows of one op. Borrowed for the visit call. */
+/* What the registry knows of one op. Borrowed for the visit call (every
+ * string too). */
 typedef struct RlxCustomOpInfo {
     size_t struct_size;
     RlxStr name;
@@ -571,9 +678,22 @@ typedef struct RlxCustomOpInfo {
     /* (1.3) Written as 0, never read: fills what was tail padding, which
      * 1.1-1.2 writers already counted in struct_size (56 on 64-bit). */
     uint32_t reserved0;
+
+    /* --- 1.5 --- */
+    /* One of RLX_CUSTOM_KIND_*. Absent = RLX_CUSTOM_KIND_KERNEL. */
+    uint32_t kind;
+    /* One of RLX_SHAPE_RULE_*. Absent = RLX_SHAPE_RULE_NONE. */
+    uint32_t shape_rule;
+    /* The input an RLX_SHAPE_RULE_SAME_AS_INPUT rule copies. */
+    uint32_t shape_input;
+    /* Written as 0, never read. */
+    uint32_t reserved1;
 } RlxCustomOpInfo;
 #define RLX_CUSTOM_OP_INFO_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxCustomOpInfo, reserved0)
+    RLX_STRUCT_SIZE(RlxCustomOpInfo, reserved1)
+/* What 1.1-1.4 writers put in struct_size: the end of reserved0 (56 on
+ * 64-bit). */
+#define RLX_CUSTOM_OP_INFO_SIZE_1_3 offsetof(RlxCustomOpInfo, kind)
 
 /* A callback over custom ops. Borrowed for the call that receives it. */
 typedef struct RlxCustomOpVisitor {
@@ -586,24 +706,49 @@ typedef struct RlxCustomOpVisitor {
 #define RLX_CUSTOM_OP_VISITOR_STRUCT_SIZE \
     RLX_STRUCT_SIZE(RlxCustomOpVisitor, visit)
 
-/* The custom-op registry. Plugin-owned, static. Thread-safe. */
+/* The custom-op registry. Plugin-owned, static. Thread-safe: every
+ * function may be called from any thread, concurrently. */
 struct RlxCustomOpApi {
     size_t struct_size;
     /* ALREADY_EXISTS when the name is taken. desc borrowed for the call. */
     RlxStatus* (*register_op)(const RlxCustomOpDesc* desc);
-    /* NOT_FOUND when the name is unknown. */
+    /* NOT_FOUND when the name is unknown. name borrowed for the call.
+     * Executables that use the op keep it until they are destroyed; new
+     * compiles no longer find it. */
     RlxStatus* (*unregister)(RlxStr name);
-    /* Visit the op `name`; NOT_FOUND when unknown. */
+    /* Visit the op `name`; NOT_FOUND when unknown. name and visitor
+     * borrowed for the call. */
     RlxStatus* (*lookup)(RlxStr name, const RlxCustomOpVisitor* visitor);
-    /* Visit every op, in name order. */
+    /* Visit every op, in name order. visitor borrowed for the call. */
     RlxStatus* (*list)(const RlxCustomOpVisitor* visitor);
     /* Run the op `name` on borrowed inputs, writing its n_outputs OWNED
      * outputs into the caller's slots; another n_outputs than the op's is
-     * INVALID_ARGUMENT. */
+     * INVALID_ARGUMENT. The op gets no attributes. */
     RlxStatus* (*execute)(RlxStr name, const RlxTensor* inputs, size_t n_inputs,
                           RlxTensor* outputs, size_t n_outputs);
+
+    /* --- 1.5 (optional) --- */
+    /* The output dtype and shape of op `name` for these inputs (an array
+     * of n_inputs pointers to records borrowed for the call; role
+     * RLX_ROLE_INPUT, name ignored) and attributes (borrowed for the
+     * call), by the op's rule, into the out-struct *out (the caller sets
+     * out->struct_size). UNSUPPORTED when the op declares no rule. */
+    RlxStatus* (*infer_shape)(RlxStr name, const uint8_t* attrs,
+                              size_t attrs_len,
+                              const RlxValueInfo* const* inputs,
+                              size_t n_inputs, RlxShapeOut* out);
+    /* execute with attributes (borrowed for the call), passed to the op
+     * unchanged. */
+    RlxStatus* (*execute_attrs)(RlxStr name, const uint8_t* attrs,
+                                size_t attrs_len, const RlxTensor* inputs,
+                                size_t n_inputs, RlxTensor* outputs,
+                                size_t n_outputs);
 };
-#define RLX_CUSTOM_OP_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxCustomOpApi, execute)
+#define RLX_CUSTOM_OP_API_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxCustomOpApi, execute_attrs)
+/* What 1.1-1.4 plugins put in struct_size: the end of execute (48 on
+ * 64-bit). */
+#define RLX_CUSTOM_OP_API_SIZE_1_1 offsetof(RlxCustomOpApi, infer_shape)
 
 /* ======================================================================
  * 9. The entry symbol                  ABI.md §1 (export/entry.rs)
@@ -643,6 +788,22 @@ RLX_STATIC_ASSERT(sizeof(RlxCompileOptions) == RLX_COMPILE_OPTIONS_STRUCT_SIZE,
                   "RlxCompileOptions has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxCustomOpInfo) == RLX_CUSTOM_OP_INFO_STRUCT_SIZE,
                   "RlxCustomOpInfo has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxCustomOpDesc) == RLX_CUSTOM_OP_DESC_STRUCT_SIZE,
+                  "RlxCustomOpDesc has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxCustomOpApi) == RLX_CUSTOM_OP_API_STRUCT_SIZE,
+                  "RlxCustomOpApi has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxShapeOut) == RLX_SHAPE_OUT_STRUCT_SIZE,
+                  "RlxShapeOut has tail padding");
+/* 1.5's fields start where the older writers' struct_size ended. */
+RLX_STATIC_ASSERT(RLX_CUSTOM_OP_DESC_SIZE_1_1 ==
+                      RLX_STRUCT_SIZE(RlxCustomOpDesc, kernel_ctx_drop),
+                  "RlxCustomOpDesc.kernel_into starts inside 1.1 bytes");
+RLX_STATIC_ASSERT(RLX_CUSTOM_OP_INFO_SIZE_1_3 ==
+                      RLX_STRUCT_SIZE(RlxCustomOpInfo, reserved0),
+                  "RlxCustomOpInfo.kind starts inside 1.3 bytes");
+RLX_STATIC_ASSERT(RLX_CUSTOM_OP_API_SIZE_1_1 ==
+                      RLX_STRUCT_SIZE(RlxCustomOpApi, execute),
+                  "RlxCustomOpApi.infer_shape starts inside 1.1 bytes");
 RLX_STATIC_ASSERT(sizeof(RlxDeviceInfo) == RLX_DEVICE_INFO_STRUCT_SIZE,
                   "RlxDeviceInfo has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxPluginDescriptor) == RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE,

@@ -31,7 +31,11 @@ pub mod version;
 #[cfg(feature = "host")]
 pub mod host;
 
-pub use custom_ops::{CustomKernel, CustomOpInfo, CustomOpRegistry, Origin};
+pub use custom_ops::{
+    CustomImpl, CustomKernel, CustomKind, CustomOp, CustomOpInfo, CustomOpRegistry,
+    CustomOpServices, Origin, OwnedKernel, ShapeFn, ShapeRule, ShapeRuleKind, TensorType,
+    TensorView, TensorViewMut,
+};
 pub use error::{PluginError, PluginResult, RlxStatus, StatusCode};
 pub use plugin::{
     parse_device, BoundParam, CompileOptions, Descriptor, DeviceInfo, DeviceKind, Executable,

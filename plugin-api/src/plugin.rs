@@ -325,7 +325,10 @@ pub trait Plugin: Send + Sync + 'static {
     }
     /// Registration: return the lowering table (the supported-op list is
     /// derived from it) and register any custom ops the plugin provides.
-    fn init(&self, custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;
+    /// The registry lives for the rest of the process: a plugin may keep
+    /// it to resolve `Custom` nodes at compile (and give it services for
+    /// composites and native ops, [`CustomOpRegistry::set_services`]).
+    fn init(&self, custom_ops: &'static CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;
     /// Compile `.rlxmodel` text.
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>>;
 }

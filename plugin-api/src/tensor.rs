@@ -157,6 +157,11 @@ impl DType {
         DType::C64,
     ];
 
+    /// A real floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+
     /// Lower-case name, as rlx writes dtypes in `.rlxmodel` (`f32`, `bf16`).
     pub fn name(self) -> &'static str {
         match self {
@@ -262,18 +267,7 @@ impl HostTensor {
     /// A borrowed descriptor of this tensor. The returned value borrows
     /// `self`; the descriptor inside is valid while it lives.
     pub fn as_raw(&self, own: u32) -> RawView<'_> {
-        let mut shape: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
-        let mut raw = RlxTensor::empty();
-        raw.ownership = own;
-        raw.dl.data = self.data.as_ptr() as *mut c_void;
-        raw.dl.ndim = shape.len() as i32;
-        raw.dl.dtype = self.dtype.to_dl();
-        raw.dl.shape = shape.as_mut_ptr();
-        RawView {
-            raw,
-            _shape: shape,
-            _data: std::marker::PhantomData,
-        }
+        RawView::of(self.dtype, &self.shape, &self.data, own)
     }
 
     /// Move this tensor into an owned descriptor whose deleter frees it.
@@ -349,6 +343,35 @@ pub struct RawView<'a> {
     pub raw: RlxTensor,
     _shape: Vec<i64>,
     _data: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> RawView<'a> {
+    /// A compact row-major descriptor of `data`. The descriptor's data
+    /// pointer is `*mut` as DLPack's is; it is written through only when
+    /// the receiver is allowed to (a kernel's outputs).
+    pub fn of(dtype: DType, shape: &[usize], data: &'a [u8], own: u32) -> RawView<'a> {
+        Self::at(dtype, shape, data.as_ptr() as *mut c_void, own)
+    }
+
+    /// A writable descriptor of `data` (a kernel's output).
+    pub fn of_mut(dtype: DType, shape: &[usize], data: &'a mut [u8], own: u32) -> RawView<'a> {
+        Self::at(dtype, shape, data.as_mut_ptr() as *mut c_void, own)
+    }
+
+    fn at(dtype: DType, shape: &[usize], data: *mut c_void, own: u32) -> RawView<'a> {
+        let mut shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let mut raw = RlxTensor::empty();
+        raw.ownership = own;
+        raw.dl.data = data;
+        raw.dl.ndim = shape.len() as i32;
+        raw.dl.dtype = dtype.to_dl();
+        raw.dl.shape = shape.as_mut_ptr();
+        RawView {
+            raw,
+            _shape: shape,
+            _data: std::marker::PhantomData,
+        }
+    }
 }
 
 /// Borrowed descriptors of several tensors (`raws`), with the shape arrays

@@ -73,3 +73,20 @@ pub const LEAVES: &[Ir] = &[
     Ir::Bool,
     Ir::C64,
 ];
+
+pub fn abi_to_ir(d: Abi) -> Ir {
+    match d {
+        Abi::F32 => Ir::F32,
+        Abi::F16 => Ir::F16,
+        Abi::BF16 => Ir::BF16,
+        Abi::F64 => Ir::F64,
+        Abi::I8 => Ir::I8,
+        Abi::I16 => Ir::I16,
+        Abi::I32 => Ir::I32,
+        Abi::I64 => Ir::I64,
+        Abi::U8 => Ir::U8,
+        Abi::U32 => Ir::U32,
+        Abi::Bool => Ir::Bool,
+        Abi::C64 => Ir::C64,
+    }
+}

@@ -1,6 +1,7 @@
 //! A compiled graph: params bound by name, run many times with named
 //! inputs, in one of three modes (lazy, eager, compiled).
 
+use crate::custom::CustomScope;
 use crate::dtype::{ir_to_abi, ir_to_mx};
 use crate::graph_check::{describe, leaves, lowering_for, parse_and_check, shape_str};
 use crate::lower::{static_dims, Ctx, A};
@@ -21,6 +22,7 @@ use std::sync::Arc;
 pub fn evaluate(
     graph: &Graph,
     rng: rlx_ir::RngOptions,
+    custom: &CustomScope,
     leaf: &dyn Fn(NodeId) -> PluginResult<A>,
     eager: bool,
 ) -> PluginResult<Vec<A>> {
@@ -60,6 +62,7 @@ pub fn evaluate(
                     graph,
                     node: n,
                     rng,
+                    custom,
                 };
                 let out = lower(&cx, &args).map_err(|e| {
                     PluginError::new(
@@ -78,6 +81,7 @@ pub fn evaluate(
             v.eval().map_err(|e| {
                 PluginError::internal(format!("{}: {}", describe(graph, n), explain(e)))
             })?;
+            custom.check()?;
         }
         for i in &n.inputs {
             let k = i.0 as usize;
@@ -235,6 +239,8 @@ pub struct MlxExecutable {
     compiled: Option<Compiled>,
     /// Where it runs: its ops are built (and so run) on this device.
     device: DeviceInfo,
+    /// Its custom ops, resolved at compile and kept.
+    custom: Arc<CustomScope>,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -259,11 +265,18 @@ impl MlxExecutable {
                 )));
             }
         }
+        let custom = Arc::new(CustomScope::resolve(&graph)?);
         // Build the whole MLX graph once on zeros, without evaluating: every
         // op variant, attribute and shape is checked now, with the node named.
-        evaluate(&graph, rng, &|id| zeros_like(&graph, id), false)?;
+        evaluate(&graph, rng, &custom, &|id| zeros_like(&graph, id), false)?;
         let compiled = match mode {
-            Mode::Compiled => Some(compile_graph(graph.clone(), rng, &inputs, &params)?),
+            Mode::Compiled => Some(compile_graph(
+                graph.clone(),
+                rng,
+                custom.clone(),
+                &inputs,
+                &params,
+            )?),
             _ => None,
         };
         log::debug!(
@@ -283,6 +296,7 @@ impl MlxExecutable {
             bound: HashMap::new(),
             compiled,
             device,
+            custom,
         })
     }
 
@@ -329,6 +343,7 @@ impl MlxExecutable {
 fn compile_graph(
     graph: Arc<Graph>,
     rng: rlx_ir::RngOptions,
+    custom: Arc<CustomScope>,
     inputs: &[(String, NodeId)],
     params: &[(String, NodeId)],
 ) -> PluginResult<Compiled> {
@@ -343,7 +358,7 @@ fn compile_graph(
             args.get(slot[&id])
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
-        let outs = evaluate(&graph, rng, &leaf, false).map_err(|e| e.message)?;
+        let outs = evaluate(&graph, rng, &custom, &leaf, false).map_err(|e| e.message)?;
         Ok(ArrayList::from_arrays(outs.iter().map(|a| &**a)))
     })
     .map_err(|e| PluginError::internal(e.to_string()))
@@ -412,6 +427,8 @@ impl Executable for MlxExecutable {
 
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
         let _on = on_device(&self.device)?;
+        // A failure left from an earlier run that failed before reading it.
+        let _ = self.custom.failures().take();
         let mut leaves: HashMap<NodeId, A> = HashMap::new();
         for (name, t) in inputs {
             let id = self
@@ -477,7 +494,13 @@ impl Executable for MlxExecutable {
                     ))
                 })?
             }
-            (None, mode) => evaluate(&self.graph, self.rng, &leaf, mode == Mode::Eager)?,
+            (None, mode) => evaluate(
+                &self.graph,
+                self.rng,
+                &self.custom,
+                &leaf,
+                mode == Mode::Eager,
+            )?,
         };
         if self.mode != Mode::Eager {
             let list = ArrayList::from_arrays(outs.iter().map(|a| &**a));
@@ -488,6 +511,9 @@ impl Executable for MlxExecutable {
                 ))
             })?;
         }
+        // A kernel that failed on MLX's stream left its output zeroed and
+        // said why here: the run fails with that.
+        self.custom.check()?;
         outs.iter()
             .zip(&self.graph.outputs)
             .map(|(a, id)| {

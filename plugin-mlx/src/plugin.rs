@@ -66,8 +66,9 @@ impl Plugin for MlxPlugin {
         }
     }
 
-    fn init(&self, _custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>> {
+    fn init(&self, custom_ops: &'static CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>> {
         rlx_mlx_shim::init().map_err(|e| rlx_plugin_api::PluginError::internal(e.to_string()))?;
+        crate::custom::install(custom_ops)?;
         let entries: Vec<LoweringEntry> = lower::table()
             .iter()
             .map(|l| {

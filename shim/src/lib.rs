@@ -12,7 +12,8 @@
 //! * [`compile`](mod@compile) - `mx::compile` of a Rust closure;
 //! * [`random`], [`linalg`], [`fft`];
 //! * [`info`]   - MLX version, the loaded BLAS/LAPACK, memory counters;
-//! * [`kernels`] - the plugin's own CPU kernels as MLX primitives.
+//! * [`kernels`] - the plugin's own CPU kernels as MLX primitives;
+//! * [`host_kernel`] - a Rust function (a host's kernel) as an MLX primitive.
 //!
 //! Every function that can reach MLX returns `Result`: a C++ exception never
 //! escapes, it becomes an error carrying MLX's own `what()` text.
@@ -48,6 +49,7 @@ pub mod array;
 pub mod compile;
 pub mod fast;
 pub mod fft;
+pub mod host_kernel;
 pub mod info;
 pub mod kernels;
 pub mod linalg;

@@ -73,15 +73,23 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxCustomOpDesc, description) F(RlxCustomOpDesc, n_inputs)
         F(RlxCustomOpDesc, n_outputs) F(RlxCustomOpDesc, kernel)
         F(RlxCustomOpDesc, kernel_ctx) F(RlxCustomOpDesc, kernel_ctx_drop)
+        F(RlxCustomOpDesc, kernel_into) F(RlxCustomOpDesc, composite)
+        F(RlxCustomOpDesc, shape_rule) F(RlxCustomOpDesc, shape_input)
+        F(RlxCustomOpDesc, shape_fn)
     S(RlxCustomOpInfo) F(RlxCustomOpInfo, struct_size) F(RlxCustomOpInfo, name)
         F(RlxCustomOpInfo, description) F(RlxCustomOpInfo, n_inputs)
         F(RlxCustomOpInfo, n_outputs) F(RlxCustomOpInfo, origin)
-        F(RlxCustomOpInfo, reserved0)
+        F(RlxCustomOpInfo, reserved0) F(RlxCustomOpInfo, kind)
+        F(RlxCustomOpInfo, shape_rule) F(RlxCustomOpInfo, shape_input)
+        F(RlxCustomOpInfo, reserved1)
     S(RlxCustomOpVisitor) F(RlxCustomOpVisitor, struct_size) F(RlxCustomOpVisitor, ctx)
         F(RlxCustomOpVisitor, visit)
     S(RlxCustomOpApi) F(RlxCustomOpApi, struct_size) F(RlxCustomOpApi, register_op)
         F(RlxCustomOpApi, unregister) F(RlxCustomOpApi, lookup) F(RlxCustomOpApi, list)
-        F(RlxCustomOpApi, execute)
+        F(RlxCustomOpApi, execute) F(RlxCustomOpApi, infer_shape)
+        F(RlxCustomOpApi, execute_attrs)
+    S(RlxShapeOut) F(RlxShapeOut, struct_size) F(RlxShapeOut, dtype)
+        F(RlxShapeOut, ndim) F(RlxShapeOut, dims)
 };
 
 const size_t rlx_c_layout_len = sizeof(rlx_c_layout_rows) / sizeof(rlx_c_layout_rows[0]);
@@ -90,3 +98,13 @@ const size_t rlx_c_layout_len = sizeof(rlx_c_layout_rows) / sizeof(rlx_c_layout_
 const uint32_t rlx_c_abi_version[3] = {RLX_ABI_VERSION_MAJOR, RLX_ABI_VERSION_MINOR,
                                        RLX_ABI_VERSION_PATCH};
 const size_t rlx_c_plugin_api_header_size = RLX_PLUGIN_API_HEADER_SIZE;
+
+/* (1.5) The custom-op sizes and enums a Rust peer must agree with: the
+ * sizes older writers used and RLX_CUSTOM_MAX_NDIM, then RLX_CUSTOM_KIND_*
+ * and RLX_SHAPE_RULE_* in number order. */
+const size_t rlx_c_custom_op_sizes[4] = {RLX_CUSTOM_OP_DESC_SIZE_1_1, RLX_CUSTOM_OP_INFO_SIZE_1_3,
+                                         RLX_CUSTOM_OP_API_SIZE_1_1, RLX_CUSTOM_MAX_NDIM};
+const uint32_t rlx_c_custom_op_enums[8] = {
+    RLX_CUSTOM_KIND_KERNEL,  RLX_CUSTOM_KIND_NATIVE,       RLX_CUSTOM_KIND_COMPOSITE,
+    RLX_SHAPE_RULE_NONE,     RLX_SHAPE_RULE_SAME_AS_INPUT, RLX_SHAPE_RULE_BROADCAST,
+    RLX_SHAPE_RULE_CALLBACK, RLX_SHAPE_RULE_BODY};

@@ -43,14 +43,21 @@ fn struct_sizes_and_header_are_as_documented() {
     assert_eq!(size_of::<RlxAbiVersion>(), 12);
     assert_eq!(size_of::<RlxStr>(), 2 * size_of::<usize>());
     // ABI 1.0 ends where 1.1's custom_ops begins; 1.1-1.3 end where 1.4's
-    // executable_device begins; 1.4 is the whole table.
+    // executable_device begins; 1.4 is the whole table, and 1.5 added no
+    // root-table field (its additions are in the custom-op registry).
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
     assert_eq!(
         plugin_api_min_size(1),
         offset_of!(RlxPluginApi, executable_device)
     );
+    assert_eq!(plugin_api_min_size(2), plugin_api_min_size(1));
     assert_eq!(plugin_api_min_size(3), plugin_api_min_size(1));
     assert_eq!(plugin_api_min_size(4), size_of::<RlxPluginApi>());
+    assert_eq!(plugin_api_min_size(5), plugin_api_min_size(4));
+    assert_eq!(
+        plugin_api_min_size(ABI_VERSION.minor),
+        size_of::<RlxPluginApi>()
+    );
     assert_eq!(plugin_api_min_size(7), size_of::<RlxPluginApi>());
     // DLPack layout: RlxDlTensor is DLTensor field for field.
     use rlx_plugin_api::tensor::RlxDlTensor;
@@ -81,6 +88,10 @@ fn the_root_table_of_a_current_plugin() {
     );
     let d = unsafe { &*root.descriptor };
     assert_eq!(d.struct_size, size_of::<RlxPluginDescriptor>());
+    // The registry table of a 1.5 plugin: through execute_attrs.
+    let c = unsafe { &*root.custom_ops };
+    assert_eq!(c.struct_size, size_of::<RlxCustomOpApi>());
+    assert!(c.infer_shape.is_some() && c.execute_attrs.is_some());
     assert_eq!(unsafe { d.name.to_str() }.unwrap(), "fixture");
     // Calling the entry again returns the same table.
     assert!(std::ptr::eq(root, unsafe { entry(&*host) }));

@@ -1,7 +1,7 @@
 //! The host half of the version-skew matrix: `rlx-c-host`, a host written
 //! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
 //! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
-//! 1.0 ..= 1.3 and drives a real plugin through the whole table: handshake,
+//! 1.0 ..= 1.5 and drives a real plugin through the whole table: handshake,
 //! descriptor, init, op list, lowering table (one eager op), compile in
 //! every mode, signature, bind, run (compact and strided inputs), error
 //! paths, and from 1.1 the custom-op registry with a kernel written in C.
@@ -174,6 +174,9 @@ mlx_cells! {
     mlx_host_1_4_lazy: "1.4", "lazy";
     mlx_host_1_4_eager: "1.4", "eager";
     mlx_host_1_4_compiled: "1.4", "compiled";
+    mlx_host_1_5_lazy: "1.5", "lazy";
+    mlx_host_1_5_eager: "1.5", "eager";
+    mlx_host_1_5_compiled: "1.5", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -265,6 +268,25 @@ fn fixture_cell(claim: &str) {
                 run.transcript()
             );
         }
+        // A 1.5 host reads the 1.5 fields of the fixture's (1.5) records,
+        // an older host does not know them.
+        let with_rule = "custom op fixture.scale2 (plugin, 1 in, 1 out) kind kernel, \
+                         shape same as input 0\n";
+        assert_eq!(
+            run.stdout.contains(with_rule),
+            claim == "1.5",
+            "{}",
+            run.transcript()
+        );
+        if claim == "1.5" {
+            assert!(
+                run.stdout.contains(
+                    "custom op c_host.add1 (host, 1 in, 1 out) kind kernel, shape not declared"
+                ),
+                "{}",
+                run.transcript()
+            );
+        }
     }
 }
 
@@ -291,6 +313,11 @@ fn fixture_host_1_3() {
 #[test]
 fn fixture_host_1_4() {
     fixture_cell("1.4");
+}
+
+#[test]
+fn fixture_host_1_5() {
+    fixture_cell("1.5");
 }
 
 /// A host of an older major than the plugin is refused too; the message

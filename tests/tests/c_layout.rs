@@ -11,6 +11,12 @@ use rlx_plugin_tests::{c_constants, c_layout, LayoutRow};
 use std::collections::BTreeSet;
 use std::mem::{offset_of, size_of};
 
+extern "C" {
+    // tests/c/layout.c: the header's 1.5 custom-op constants.
+    static rlx_c_custom_op_sizes: [usize; 4];
+    static rlx_c_custom_op_enums: [u32; 8];
+}
+
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
     size_of::<F>()
 }
@@ -83,11 +89,18 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
         RlxValueVisitor { struct_size, ctx, visit },
         RlxCustomOpDesc {
             struct_size, name, description, n_inputs, n_outputs, kernel, kernel_ctx,
-            kernel_ctx_drop,
+            kernel_ctx_drop, kernel_into, composite, shape_rule, shape_input, shape_fn,
         },
-        RlxCustomOpInfo { struct_size, name, description, n_inputs, n_outputs, origin, reserved0 },
+        RlxCustomOpInfo {
+            struct_size, name, description, n_inputs, n_outputs, origin, reserved0, kind,
+            shape_rule, shape_input, reserved1,
+        },
         RlxCustomOpVisitor { struct_size, ctx, visit },
-        RlxCustomOpApi { struct_size, register_op, unregister, lookup, list, execute },
+        RlxCustomOpApi {
+            struct_size, register_op, unregister, lookup, list, execute, infer_shape,
+            execute_attrs,
+        },
+        RlxShapeOut { struct_size, dtype, ndim, dims },
     };
     for (t, listed, recorded) in &names {
         assert_eq!(
@@ -115,6 +128,33 @@ fn header_constants_match_the_rust_build() {
     let v = rlx_plugin_api::ABI_VERSION;
     assert_eq!(version, [v.major, v.minor, v.patch]);
     assert_eq!(header, PLUGIN_API_HEADER_SIZE);
+    // SAFETY: constant data of layout.c, linked into the test crate.
+    let (sizes, enums) = unsafe { (rlx_c_custom_op_sizes, rlx_c_custom_op_enums) };
+    assert_eq!(
+        sizes,
+        [
+            CUSTOM_OP_DESC_SIZE_1_1,
+            CUSTOM_OP_INFO_SIZE_1_3,
+            CUSTOM_OP_API_SIZE_1_1,
+            CUSTOM_MAX_NDIM
+        ],
+        "RLX_CUSTOM_OP_DESC_SIZE_1_1, RLX_CUSTOM_OP_INFO_SIZE_1_3, RLX_CUSTOM_OP_API_SIZE_1_1, \
+         RLX_CUSTOM_MAX_NDIM"
+    );
+    assert_eq!(
+        enums,
+        [
+            custom_kind::KERNEL,
+            custom_kind::NATIVE,
+            custom_kind::COMPOSITE,
+            shape_rule::NONE,
+            shape_rule::SAME_AS_INPUT,
+            shape_rule::BROADCAST,
+            shape_rule::CALLBACK,
+            shape_rule::BODY,
+        ],
+        "RLX_CUSTOM_KIND_* and RLX_SHAPE_RULE_*"
+    );
 }
 
 #[test]
@@ -126,8 +166,63 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
     );
     assert_eq!(
         RlxCustomOpInfo::STRUCT_SIZE,
+        offset_of!(RlxCustomOpInfo, reserved1) + 4
+    );
+    assert_eq!(RlxCustomOpInfo::STRUCT_SIZE, size_of::<RlxCustomOpInfo>());
+    assert_eq!(
+        RlxCustomOpDesc::STRUCT_SIZE,
+        offset_of!(RlxCustomOpDesc, shape_fn) + size_of::<usize>()
+    );
+    assert_eq!(RlxCustomOpDesc::STRUCT_SIZE, size_of::<RlxCustomOpDesc>());
+    assert_eq!(
+        RlxCustomOpApi::STRUCT_SIZE,
+        offset_of!(RlxCustomOpApi, execute_attrs) + size_of::<usize>()
+    );
+    assert_eq!(RlxCustomOpApi::STRUCT_SIZE, size_of::<RlxCustomOpApi>());
+    assert_eq!(
+        RlxShapeOut::STRUCT_SIZE,
+        offset_of!(RlxShapeOut, dims) + 8 * CUSTOM_MAX_NDIM
+    );
+    assert_eq!(RlxShapeOut::STRUCT_SIZE, size_of::<RlxShapeOut>());
+    // What 1.1-1.4 writers put in struct_size: 1.5's fields start right
+    // after (never inside bytes an older writer counted).
+    assert_eq!(
+        CUSTOM_OP_DESC_SIZE_1_1,
+        offset_of!(RlxCustomOpDesc, kernel_into)
+    );
+    assert_eq!(
+        CUSTOM_OP_DESC_SIZE_1_1,
+        offset_of!(RlxCustomOpDesc, kernel_ctx_drop) + size_of::<usize>()
+    );
+    assert_eq!(CUSTOM_OP_INFO_SIZE_1_3, offset_of!(RlxCustomOpInfo, kind));
+    assert_eq!(
+        CUSTOM_OP_INFO_SIZE_1_3,
         offset_of!(RlxCustomOpInfo, reserved0) + 4
     );
+    assert_eq!(
+        CUSTOM_OP_API_SIZE_1_1,
+        offset_of!(RlxCustomOpApi, infer_shape)
+    );
+    assert_eq!(
+        CUSTOM_OP_API_SIZE_1_1,
+        offset_of!(RlxCustomOpApi, execute) + size_of::<usize>()
+    );
+    if size_of::<usize>() == 8 {
+        // The sizes docs/ABI.md §12 gives for 64-bit targets.
+        assert_eq!(
+            (CUSTOM_OP_DESC_SIZE_1_1, RlxCustomOpDesc::STRUCT_SIZE),
+            (72, 112)
+        );
+        assert_eq!(
+            (CUSTOM_OP_INFO_SIZE_1_3, RlxCustomOpInfo::STRUCT_SIZE),
+            (56, 72)
+        );
+        assert_eq!(
+            (CUSTOM_OP_API_SIZE_1_1, RlxCustomOpApi::STRUCT_SIZE),
+            (48, 64)
+        );
+        assert_eq!(RlxShapeOut::STRUCT_SIZE, 144);
+    }
     assert_eq!(RlxCompileOptions::STRUCT_SIZE, COMPILE_OPTIONS_SIZE_1_4);
     assert_eq!(
         COMPILE_OPTIONS_SIZE_1_2,

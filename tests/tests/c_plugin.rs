@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.4).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.5).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -17,11 +17,15 @@ use rlx_ir::infer::GraphExt;
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType as IrDType, Graph, Shape};
 use rlx_plugin_api::host::{library_file_name, CandidateState, LoadedPlugin, PluginSet};
-use rlx_plugin_api::tables::{RlxCompileOptions, RlxHostApi, RlxLogRecord, RlxPluginApi};
+use rlx_plugin_api::tables::{
+    RlxCompileOptions, RlxCustomOpDesc, RlxHostApi, RlxLogRecord, RlxPluginApi, RlxShapeOut,
+    RlxValueInfo, CUSTOM_OP_API_SIZE_1_1, CUSTOM_OP_DESC_SIZE_1_1,
+};
 use rlx_plugin_api::tensor::{ownership, RlxNamedTensor};
 use rlx_plugin_api::{
-    CompileOptions, DType, HostTensor, Mode, Origin, RlxAbiVersion, RlxStr, RlxTensor, Role,
-    StatusCode, Strategy,
+    CompileOptions, CustomImpl, CustomKernel, CustomKind, CustomOp, DType, HostTensor, Mode,
+    Origin, OwnedKernel, RlxAbiVersion, RlxStatus, RlxStr, RlxTensor, Role, ShapeRule,
+    ShapeRuleKind, StatusCode, Strategy, TensorType, TensorView, TensorViewMut,
 };
 use rlx_plugin_tests::{capture_logs, only_dir, plugins_dir, profile_dir};
 use std::ffi::c_void;
@@ -458,7 +462,7 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.4, this host.
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.5, this host.
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -468,7 +472,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
     let y = g.relu(a);
     g.set_named_outputs([("y", y)]);
     let model = text(&g);
-    for minor in 0..=4u32 {
+    for minor in 0..=5u32 {
         let (_dir, p) = load_build(minor);
         assert_eq!(
             p.abi_version(),
@@ -525,8 +529,103 @@ fn every_c_build_loads_into_this_host_and_runs() {
                 .execute_custom_op("c_demo.scale2", &[t(&[3], &[1., -2., 0.5])], 1)
                 .unwrap();
             assert_eq!(out[0].to_f32_vec().unwrap(), [2., -4., 1.]);
+            // A record before 1.5 reads as a kernel with no rule; the 1.5
+            // build says so itself.
+            let info = p.lookup_custom_op("c_demo.scale2").unwrap();
+            assert_eq!(
+                (info.kind, info.shape_rule),
+                (CustomKind::Kernel, ShapeRuleKind::None),
+                "1.{minor}"
+            );
+            custom_ops_across_the_skew(&p, minor);
         }
     }
+}
+
+/// This (1.5) host's registry calls on the C build claiming 1.`minor`
+/// (1.1 ..= 1.5): a 1.1-form kernel works on every build (a 1.5 desc for
+/// the 1.5 build, a 1.1-size one for the others); what needs 1.5 is
+/// refused with UNSUPPORTED, by the host for a build before 1.5 (the
+/// plugin never sees the desc) and by c-demo itself from 1.5 (it takes
+/// 1.1-form kernels only); c-demo's registry has no infer_shape or
+/// execute_attrs in any build.
+fn custom_ops_across_the_skew(p: &LoadedPlugin, minor: u32) {
+    let alive = Arc::new(());
+    let held = alive.clone();
+    p.register_custom_op("host.neg", "-x", 1, 1, move |ins| {
+        let _ = &held;
+        let v: Vec<f32> = ins[0].to_f32_vec()?.iter().map(|x| -x).collect();
+        Ok(vec![HostTensor::from_f32(ins[0].shape.clone(), &v)?])
+    })
+    .unwrap();
+    let out = p
+        .execute_custom_op("host.neg", &[t(&[2], &[1., -2.])], 1)
+        .unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), [-1., 2.], "1.{minor}");
+    p.unregister_custom_op("host.neg").unwrap();
+    assert_eq!(
+        Arc::strong_count(&alive),
+        1,
+        "1.{minor}: the context was dropped"
+    );
+
+    let copy: CustomKernel = Arc::new(
+        |ins: &[TensorView], outs: &mut [TensorViewMut], _attrs: &[u8]| {
+            outs[0].data.copy_from_slice(ins[0].data);
+            Ok(())
+        },
+    );
+    let ident: OwnedKernel =
+        Arc::new(|ins: &[TensorView], _attrs: &[u8]| Ok(vec![ins[0].to_host()?]));
+    let needing_1_5 = [
+        (
+            CustomOp::new("host.copy", "", 1, Origin::Host, CustomImpl::Kernel(copy))
+                .with_shape(ShapeRule::SameAsInput(0)),
+            "an in-place kernel (kernel_into)",
+        ),
+        (
+            CustomOp::new("host.ident", "", 1, Origin::Host, CustomImpl::Owned(ident))
+                .with_shape(ShapeRule::SameAsInput(0)),
+            "a shape rule",
+        ),
+    ];
+    for (op, needs) in needing_1_5 {
+        let name = op.info.name.clone();
+        let e = p.register_op(op).unwrap_err();
+        let want = if minor < 5 {
+            format!(
+                "plugin c-demo speaks ABI 1.{minor}.0: in-place kernels, composites and shape \
+                 rules need 1.5"
+            )
+        } else {
+            format!(
+                "register_op: custom op \"{name}\" needs {needs}; c-demo takes only kernels of \
+                 the 1.1 form (kernel, no shape rule)"
+            )
+        };
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (StatusCode::Unsupported, want.as_str()),
+            "1.{minor}"
+        );
+        assert_eq!(
+            p.lookup_custom_op(&name).unwrap_err().code,
+            StatusCode::NotFound
+        );
+    }
+    let f32_3 = TensorType {
+        dtype: DType::F32,
+        shape: vec![3],
+    };
+    let e = p
+        .infer_custom_shape("c_demo.scale2", &[f32_3], &[])
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::Unsupported, "1.{minor}: {}", e.message);
+    assert!(e.message.contains("lacks `infer_shape`"), "{}", e.message);
+    let e = p
+        .execute_custom_op_with("c_demo.scale2", &[t(&[1], &[1.])], &[1, 2], 1)
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::Unsupported, "1.{minor}: {}", e.message);
 }
 
 #[test]
@@ -922,7 +1021,7 @@ fn deletions(tag: usize) -> usize {
 
 #[test]
 fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
-    for minor in 0..=4u32 {
+    for minor in 0..=5u32 {
         let r = raw(minor);
         let sink = new_sink();
         let root = unsafe { (r.entry)(host_table(1, std::mem::size_of::<RlxHostApi>(), sink)) };
@@ -1211,10 +1310,127 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
                     )),
                     Some(1)
                 );
+                // Every build's registry table is the 1.1 one.
+                assert_eq!(c.struct_size, CUSTOM_OP_API_SIZE_1_1, "1.{minor}");
+                descs_by_hand(api, c, minor);
             }
             (api.executable_destroy.unwrap())(exe);
         }
     }
+}
+
+unsafe extern "C" fn never_kernel(
+    _: *mut c_void,
+    _: *const RlxTensor,
+    _: usize,
+    _: *mut RlxTensor,
+    _: usize,
+) -> *mut RlxStatus {
+    panic!("a kernel registered only to be unregistered was called");
+}
+
+unsafe extern "C" fn poison_into(
+    _: *mut c_void,
+    _: *const u8,
+    _: usize,
+    _: *const RlxTensor,
+    _: usize,
+    _: *const RlxTensor,
+    _: usize,
+) -> *mut RlxStatus {
+    panic!("the plugin used kernel_into from beyond what it may read");
+}
+
+unsafe extern "C" fn poison_shape(
+    _: *mut c_void,
+    _: *const u8,
+    _: usize,
+    _: *const *const RlxValueInfo,
+    _: usize,
+    _: *mut RlxShapeOut,
+) -> *mut RlxStatus {
+    panic!("the plugin used shape_fn from beyond what it may read");
+}
+
+/// register_op by hand on the 1.`minor` build (1.1 ..= 1.5): a desc is
+/// read only as far as its struct_size and the build know, and every
+/// refusal drops the context at once, exactly once.
+unsafe fn descs_by_hand(
+    api: &RlxPluginApi,
+    c: &rlx_plugin_api::tables::RlxCustomOpApi,
+    minor: u32,
+) {
+    let tag = 5000 + minor as usize * 10;
+    // The 1.5 fields hold what no build may act on: a kernel_into and a
+    // shape_fn that panic, a composite that is no graph, an unknown rule.
+    let desc = |struct_size: usize, ctx: usize, shape_rule: u32, composite: &'static str| {
+        RlxCustomOpDesc {
+            struct_size,
+            name: RlxStr::from_static("raw.ident"),
+            description: RlxStr::from_static(""),
+            n_inputs: 1,
+            n_outputs: 1,
+            kernel: Some(never_kernel),
+            kernel_ctx: ctx as *mut c_void,
+            kernel_ctx_drop: Some(count_delete),
+            kernel_into: if composite.is_empty() {
+                None
+            } else {
+                Some(poison_into)
+            },
+            composite: RlxStr::from_static(composite),
+            shape_rule,
+            shape_input: 0xabab_abab,
+            shape_fn: Some(poison_shape),
+        }
+    };
+    let register = |d: &RlxCustomOpDesc| status(api, (c.register_op.unwrap())(d));
+    let unregister = || {
+        status(
+            api,
+            (c.unregister.unwrap())(RlxStr::from_static("raw.ident")),
+        )
+    };
+    // A 1.1-size desc (what a 1.1-1.4 host writes): a 1.1 kernel in every
+    // build, whatever lies beyond.
+    let old = desc(CUSTOM_OP_DESC_SIZE_1_1, tag, 0xabab_abab, "not a graph");
+    assert_eq!(register(&old), None, "1.{minor}");
+    assert_eq!(deletions(tag), 0);
+    assert_eq!(unregister(), None);
+    assert_eq!(deletions(tag), 1, "1.{minor}: dropped once, at unregister");
+    // A 1.5 desc: a build before 1.5 reads its 1.1 part only; the 1.5
+    // build refuses an unknown rule (INVALID_ARGUMENT) and what it does
+    // not implement (UNSUPPORTED).
+    let full = std::mem::size_of::<RlxCustomOpDesc>();
+    let unknown_rule = desc(full, tag + 1, 0xabab_abab, "not a graph");
+    if minor < 5 {
+        assert_eq!(register(&unknown_rule), None, "1.{minor}");
+        assert_eq!(unregister(), None);
+    } else {
+        assert_eq!(
+            register(&unknown_rule),
+            Some((
+                1,
+                "register_op: custom op \"raw.ident\" has the unknown shape rule 2880154539".into()
+            ))
+        );
+        let composite = desc(full, tag + 2, 0, "not a graph");
+        assert_eq!(
+            register(&composite),
+            Some((
+                2,
+                "register_op: custom op \"raw.ident\" needs a composite body; c-demo takes \
+                 only kernels of the 1.1 form (kernel, no shape rule)"
+                    .into()
+            ))
+        );
+        assert_eq!(deletions(tag + 2), 1, "a refusal drops the context at once");
+        let plain = desc(full, tag + 3, 0, "");
+        assert_eq!(register(&plain), None);
+        assert_eq!(unregister(), None);
+        assert_eq!(deletions(tag + 3), 1);
+    }
+    assert_eq!(deletions(tag + 1), 1, "1.{minor}");
 }
 
 // ---- the rlx-host CLI ----
@@ -1315,7 +1531,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.4 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.5 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
@@ -1347,8 +1563,8 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
         );
         out
     };
-    for claim in 0..=4 {
-        for minor in 0..=4 {
+    for claim in 0..=5 {
+        for minor in 0..=5 {
             let out = run(claim, minor, "lazy");
             let registry = out.contains("custom op c_demo.scale2 (plugin, 1 in, 1 out)");
             assert_eq!(
@@ -1356,9 +1572,21 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
                 claim >= 1 && minor >= 1,
                 "host 1.{claim} x plugin 1.{minor}:\n{out}"
             );
+            // The 1.5 fields of a record: printed only when both sides
+            // know them.
+            let kind = out.contains(
+                "custom op c_demo.scale2 (plugin, 1 in, 1 out) kind kernel, \
+                                     shape not declared",
+            );
+            assert_eq!(
+                kind,
+                claim >= 5 && minor >= 5,
+                "host 1.{claim} x plugin 1.{minor}:\n{out}"
+            );
         }
     }
     for mode in ["eager", "compiled"] {
         run(4, 4, mode);
+        run(5, 5, mode);
     }
 }

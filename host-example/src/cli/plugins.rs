@@ -109,8 +109,8 @@ pub fn inspect(path: &Path, as_json: bool) -> CliResult {
             "custom_ops": match &custom {
                 Ok(ops) => Value::Array(ops.iter().map(|c| json!({
                     "name": c.name, "description": c.description, "n_inputs": c.n_inputs,
-                    "n_outputs": c.n_outputs,
-                    "origin": if c.origin == rlx_plugin_api::Origin::Host { "host" } else { "plugin" },
+                    "n_outputs": c.n_outputs, "origin": c.origin.name(), "kind": c.kind.name(),
+                    "shape_rule": c.shape_rule.to_string(),
                 })).collect()),
                 Err(_) => Value::Null,
             },
@@ -149,12 +149,22 @@ pub fn inspect(path: &Path, as_json: bool) -> CliResult {
     match custom {
         Ok(ops) => {
             println!("\ncustom ops ({}):", ops.len());
-            for c in ops {
-                println!(
-                    "  {:<28} {} in, {} out  {}",
-                    c.name, c.n_inputs, c.n_outputs, c.description
-                );
-            }
+            let rows: Vec<[String; 5]> = ops
+                .iter()
+                .map(|c| {
+                    [
+                        c.name.clone(),
+                        format!("{}/{}", c.origin.name(), c.kind.name()),
+                        format!("{} -> {}", c.n_inputs, c.n_outputs),
+                        c.shape_rule.to_string(),
+                        c.description.clone(),
+                    ]
+                })
+                .collect();
+            print_table(
+                &["NAME", "ORIGIN/KIND", "ARITY", "SHAPE", "DESCRIPTION"],
+                &rows,
+            );
         }
         Err(e) => println!("\ncustom ops: {}", e.message),
     }

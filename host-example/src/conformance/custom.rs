@@ -37,6 +37,85 @@ pub(super) fn run(kit: &mut Kit) {
     failing_kernel(kit);
     duplicate(kit);
     nulls(kit, &api);
+    if kit.plugin.abi_version().minor >= 5 {
+        in_place_kernel(kit);
+    } else {
+        kit.skip(
+            "custom: 1.5 registry",
+            "attributes, shape rules and in-place kernels are ABI 1.5",
+        );
+    }
+}
+
+/// (1.5) An in-place kernel with a shape rule: its shape is inferred, its
+/// attributes arrive unchanged, and `infer_shape` refuses a null `out`.
+fn in_place_kernel(kit: &mut Kit) {
+    use rlx_plugin_api::{CustomImpl, CustomKernel, CustomOp, ShapeRule, TensorType};
+    let name = fresh_name("add_attr");
+    let kernel: CustomKernel = Arc::new(|ins, outs, attrs| {
+        // y = x + attrs[0]: the attribute bytes are the test.
+        let add = f32::from(*attrs.first().unwrap_or(&0));
+        for (o, x) in outs[0].data.chunks_mut(4).zip(ins[0].data.chunks(4)) {
+            let v = f32::from_le_bytes(x.try_into().expect("4 bytes")) + add;
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    });
+    let op = CustomOp::new(
+        &name,
+        "x + attrs[0]",
+        1,
+        Origin::Host,
+        CustomImpl::Kernel(kernel),
+    )
+    .with_shape(ShapeRule::SameAsInput(0));
+    let mut ok = false;
+    kit.record("custom: register an in-place kernel (1.5)", |p| {
+        let r = p.register_op(op);
+        ok = r.is_ok();
+        r.map_err(|e| e.to_string()).into()
+    });
+    if !ok {
+        return;
+    }
+    kit.record("custom: infer_shape by the op's rule (1.5)", |p| {
+        let t = TensorType {
+            dtype: rlx_plugin_api::DType::F32,
+            shape: vec![2, 3],
+        };
+        match p.infer_custom_shape(&name, std::slice::from_ref(&t), &[]) {
+            Ok(got) if got == t => Outcome::Ok,
+            Ok(got) => Outcome::Fail(format!("inferred {got}, expected {t}")),
+            Err(e) => Outcome::Fail(e.to_string()),
+        }
+    });
+    kit.record("custom: attributes reach the kernel (1.5)", |p| {
+        let x = HostTensor::from_f32(vec![3], &[1.0, -2.0, 0.5]).expect("three elements");
+        match p.execute_custom_op_with(&name, &[x], &[4], 1) {
+            Ok(out) if out.len() == 1 && out[0].to_f32_vec().ok() == Some(vec![5.0, 2.0, 4.5]) => {
+                Outcome::Ok
+            }
+            Ok(out) => Outcome::Fail(format!("got {out:?}, expected [5, 2, 4.5]")),
+            Err(e) => Outcome::Fail(e.to_string()),
+        }
+    });
+    if let Some(f) = kit.plugin.raw_custom_ops().and_then(|a| a.infer_shape) {
+        kit.record("custom: infer_shape(.., NULL out) (1.5)", |p| {
+            // SAFETY: no inputs and a null out are under test.
+            let s = unsafe {
+                f(
+                    RlxStr::from_str(&name),
+                    null(),
+                    0,
+                    null(),
+                    0,
+                    std::ptr::null_mut(),
+                )
+            };
+            expect_status(p.raw_api(), s, StatusCode::InvalidArgument as u32)
+        });
+    }
+    let _ = kit.plugin.unregister_custom_op(&name);
 }
 
 fn copy_api(a: &RlxCustomOpApi) -> RlxCustomOpApi {
@@ -47,6 +126,8 @@ fn copy_api(a: &RlxCustomOpApi) -> RlxCustomOpApi {
         lookup: a.lookup,
         list: a.list,
         execute: a.execute,
+        infer_shape: a.infer_shape,
+        execute_attrs: a.execute_attrs,
     }
 }
 

@@ -1,15 +1,18 @@
 //! Header §8: the custom-op registry behind `RlxCustomOpApi`, and kernels
 //! registered through it by another party.
 
-use super::args::{copy_inputs, read_arg, write_outputs};
+use super::args::{copy_inputs, non_null_mut, read_arg, slice_or_empty, write_out, write_outputs};
 use super::entry::state;
 use super::status::{guard, take_status};
-use crate::custom_ops::{CustomKernel, CustomOpInfo, Origin};
+use crate::custom_ops::{
+    CustomImpl, CustomKernel, CustomOp, CustomOpInfo, Origin, OwnedKernel, ShapeFn, ShapeRule,
+    TensorType, TensorView, TensorViewMut,
+};
 use crate::error::{PluginError, PluginResult, RlxStatus};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
-use crate::tensor::{HostTensor, RlxTensor};
+use crate::tensor::{ownership, HostTensor, RawView, RlxTensor};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -20,6 +23,8 @@ pub(super) static CUSTOM_OP_API: RlxCustomOpApi = RlxCustomOpApi {
     lookup: Some(custom_lookup),
     list: Some(custom_list),
     execute: Some(custom_execute),
+    infer_shape: Some(custom_infer_shape),
+    execute_attrs: Some(custom_execute_attrs),
 };
 
 unsafe fn str_arg<'a>(s: RlxStr, what: &str) -> PluginResult<&'a str> {
@@ -27,38 +32,44 @@ unsafe fn str_arg<'a>(s: RlxStr, what: &str) -> PluginResult<&'a str> {
         .map_err(|e| PluginError::invalid_argument(format!("{what} is not UTF-8: {e}")))
 }
 
-/// A kernel supplied through the ABI, with the context it owns.
-struct ForeignKernel {
-    kernel: RlxCustomKernelFn,
+/// The registering party's context: dropped with its own function once the
+/// last user (kernel, shape callback, an executable holding the op) is gone.
+struct ForeignCtx {
     ctx: *mut c_void,
-    ctx_drop: Option<unsafe extern "C" fn(*mut c_void)>,
-    n_outputs: usize,
+    drop: Option<unsafe extern "C" fn(*mut c_void)>,
 }
 
-// SAFETY: the registering party promises its kernel and context may be used from any thread (docs/ABI.md, threading).
-unsafe impl Send for ForeignKernel {}
-// SAFETY: as for Send: the kernel is callable from any thread, concurrently.
-unsafe impl Sync for ForeignKernel {}
+// SAFETY: the registering party promises its kernel, shape callback and context may be used from any thread (docs/ABI.md, threading).
+unsafe impl Send for ForeignCtx {}
+// SAFETY: as for Send: callable from any thread, concurrently.
+unsafe impl Sync for ForeignCtx {}
 
-impl Drop for ForeignKernel {
+impl Drop for ForeignCtx {
     fn drop(&mut self) {
-        if let Some(d) = self.ctx_drop {
+        if let Some(d) = self.drop.take() {
             // SAFETY: the registering party's drop, called once with the context it gave.
             unsafe { d(self.ctx) };
         }
     }
 }
 
-impl ForeignKernel {
-    fn call(&self, inputs: &[HostTensor]) -> PluginResult<Vec<HostTensor>> {
-        // Keep the views alive: the descriptors point into them.
-        let borrowed = crate::tensor::borrow_all(inputs);
-        let raws = &borrowed.raws;
-        let mut slots = vec![RlxTensor::empty(); self.n_outputs];
-        // SAFETY: the descriptors in `raws` point into `borrowed`, alive for the call; `slots` has room for n_outputs tensors.
+/// Borrowed descriptors of kernel inputs, alive with the views.
+fn input_raws<'a>(inputs: &[TensorView<'a>]) -> Vec<RawView<'a>> {
+    inputs
+        .iter()
+        .map(|t| RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED))
+        .collect()
+}
+
+fn owned_kernel(kernel: RlxCustomKernelFn, ctx: Arc<ForeignCtx>, n_outputs: usize) -> OwnedKernel {
+    Arc::new(move |inputs: &[TensorView], _attrs: &[u8]| {
+        let views = input_raws(inputs);
+        let raws: Vec<RlxTensor> = views.iter().map(|v| v.raw).collect();
+        let mut slots = vec![RlxTensor::empty(); n_outputs];
+        // SAFETY: the descriptors in `raws` point into the inputs, alive for the call; `slots` has room for n_outputs tensors.
         let st = unsafe {
-            (self.kernel)(
-                self.ctx,
+            kernel(
+                ctx.ctx,
                 raws.as_ptr(),
                 raws.len(),
                 slots.as_mut_ptr(),
@@ -76,41 +87,124 @@ impl ForeignKernel {
                     .map_err(|e| e.context(format!("kernel output {i}")))
             })
             .collect()
-    }
+    })
+}
+
+fn into_kernel(kernel: RlxCustomKernelIntoFn, ctx: Arc<ForeignCtx>) -> CustomKernel {
+    Arc::new(
+        move |inputs: &[TensorView], outputs: &mut [TensorViewMut], attrs: &[u8]| {
+            let ins = input_raws(inputs);
+            let in_raws: Vec<RlxTensor> = ins.iter().map(|v| v.raw).collect();
+            let outs: Vec<RawView> = outputs
+                .iter_mut()
+                .map(|t| RawView::of_mut(t.dtype, t.shape, t.data, ownership::BORROWED))
+                .collect();
+            let out_raws: Vec<RlxTensor> = outs.iter().map(|v| v.raw).collect();
+            // SAFETY: every descriptor points into memory alive for the call; the outputs' memory is writable (of_mut).
+            let st = unsafe {
+                kernel(
+                    ctx.ctx,
+                    attrs.as_ptr(),
+                    attrs.len(),
+                    in_raws.as_ptr(),
+                    in_raws.len(),
+                    out_raws.as_ptr(),
+                    out_raws.len(),
+                )
+            };
+            // SAFETY: a kernel's error status is made with this plugin's status_new.
+            unsafe { take_status(st) }
+        },
+    )
+}
+
+fn shape_callback(f: RlxCustomShapeFn, ctx: Arc<ForeignCtx>) -> ShapeFn {
+    Arc::new(move |inputs: &[TensorType], attrs: &[u8]| {
+        let infos: Vec<RlxValueInfo> = inputs.iter().map(TensorType::value_info).collect();
+        let ptrs: Vec<*const RlxValueInfo> = infos.iter().map(|i| i as *const _).collect();
+        let mut out = RlxShapeOut {
+            struct_size: RlxShapeOut::STRUCT_SIZE,
+            dtype: crate::tensor::DType::F32.to_dl(),
+            ndim: -1,
+            dims: [0; CUSTOM_MAX_NDIM],
+        };
+        // SAFETY: the records and the shapes they point at live for the call; `out` is writable.
+        let st = unsafe {
+            f(
+                ctx.ctx,
+                attrs.as_ptr(),
+                attrs.len(),
+                ptrs.as_ptr(),
+                ptrs.len(),
+                &mut out,
+            )
+        };
+        // SAFETY: the callback's error status is made with this plugin's status_new.
+        unsafe { take_status(st) }?;
+        TensorType::from_shape_out(&out).map_err(|e| e.context("the shape callback's answer"))
+    })
+}
+
+/// Read a descriptor into an op.
+unsafe fn read_desc(d: &RlxCustomOpDesc) -> PluginResult<CustomOp> {
+    // Own the context first, so it is dropped on any error below.
+    let ctx = Arc::new(ForeignCtx {
+        ctx: d.kernel_ctx,
+        drop: d.kernel_ctx_drop,
+    });
+    let name = str_arg(d.name, "custom op name")?.to_string();
+    let description = str_arg(d.description, "custom op description")?.to_string();
+    let composite = str_arg(d.composite, "custom op composite body")?;
+    let imp = if !composite.is_empty() {
+        CustomImpl::Composite(composite.into())
+    } else if let Some(k) = d.kernel_into {
+        CustomImpl::Kernel(into_kernel(k, ctx.clone()))
+    } else if let Some(k) = d.kernel {
+        CustomImpl::Owned(owned_kernel(k, ctx.clone(), d.n_outputs as usize))
+    } else {
+        return Err(PluginError::invalid_argument(format!(
+            "custom op {name:?} has no kernel, kernel_into or composite body"
+        )));
+    };
+    let shape = match d.shape_rule {
+        shape_rule::NONE if matches!(imp, CustomImpl::Composite(_)) => ShapeRule::Body,
+        shape_rule::NONE => ShapeRule::None,
+        shape_rule::SAME_AS_INPUT => ShapeRule::SameAsInput(d.shape_input),
+        shape_rule::BROADCAST => ShapeRule::Broadcast,
+        shape_rule::CALLBACK => ShapeRule::Callback(shape_callback(
+            d.shape_fn.ok_or_else(|| {
+                PluginError::invalid_argument(format!(
+                    "custom op {name:?}: shape rule CALLBACK needs shape_fn"
+                ))
+            })?,
+            ctx.clone(),
+        )),
+        shape_rule::BODY if matches!(imp, CustomImpl::Composite(_)) => ShapeRule::Body,
+        shape_rule::BODY => {
+            return Err(PluginError::invalid_argument(format!(
+                "custom op {name:?}: shape rule BODY is for composite ops"
+            )))
+        }
+        other => {
+            return Err(PluginError::invalid_argument(format!(
+                "custom op {name:?}: unknown shape rule {other}"
+            )))
+        }
+    };
+    Ok(
+        CustomOp::new(name, description, d.n_inputs, Origin::Host, imp)
+            .with_outputs(d.n_outputs)
+            .with_shape(shape)
+            // The context lives as long as the op, whatever uses it.
+            .with_owner(ctx),
+    )
 }
 
 unsafe extern "C" fn custom_register(desc: *const RlxCustomOpDesc) -> *mut RlxStatus {
     guard(|| {
         let d = read_arg(desc, "desc")?;
-        // Own the context first, so it is dropped on any error below.
-        struct CtxGuard(*mut c_void, Option<unsafe extern "C" fn(*mut c_void)>);
-        impl Drop for CtxGuard {
-            fn drop(&mut self) {
-                if let Some(d) = self.1.take() {
-                    // SAFETY: the caller's drop for its own context, called once (take()).
-                    unsafe { d(self.0) };
-                }
-            }
-        }
-        let mut ctx = CtxGuard(d.kernel_ctx, d.kernel_ctx_drop);
-        let kernel = d
-            .kernel
-            .ok_or_else(|| PluginError::invalid_argument("custom op kernel is null"))?;
-        let fk = ForeignKernel {
-            kernel,
-            ctx: ctx.0,
-            ctx_drop: ctx.1.take(),
-            n_outputs: d.n_outputs as usize,
-        };
-        let info = CustomOpInfo {
-            name: str_arg(d.name, "custom op name")?.to_string(),
-            description: str_arg(d.description, "custom op description")?.to_string(),
-            n_inputs: d.n_inputs,
-            n_outputs: d.n_outputs,
-            origin: Origin::Host,
-        };
-        let kernel: CustomKernel = Arc::new(move |ins: &[HostTensor]| fk.call(ins));
-        state()?.registry.register(info, kernel)
+        let op = read_desc(&d)?;
+        state()?.registry.register(op)
     })
 }
 
@@ -140,6 +234,7 @@ unsafe fn visit_info(
     ctx: *mut c_void,
     i: &CustomOpInfo,
 ) {
+    let (shape_rule, shape_input) = i.shape_rule.to_raw();
     let raw = RlxCustomOpInfo {
         struct_size: RlxCustomOpInfo::STRUCT_SIZE,
         name: RlxStr::from_str(&i.name),
@@ -148,6 +243,10 @@ unsafe fn visit_info(
         n_outputs: i.n_outputs,
         origin: i.origin.to_raw(),
         reserved0: 0,
+        kind: i.kind.to_raw(),
+        shape_rule,
+        shape_input,
+        reserved1: 0,
     };
     visit(ctx, &raw);
 }
@@ -178,6 +277,26 @@ unsafe extern "C" fn custom_list(visitor: *const RlxCustomOpVisitor) -> *mut Rlx
     })
 }
 
+unsafe fn execute_with(
+    name: RlxStr,
+    attrs: &[u8],
+    inputs: *const RlxTensor,
+    n_inputs: usize,
+    outputs: *mut RlxTensor,
+    n_outputs: usize,
+) -> PluginResult<()> {
+    let name = str_arg(name, "custom op name")?;
+    let ins = copy_inputs(inputs, n_inputs)?;
+    let outs = state()?.registry.execute(name, &ins, attrs)?;
+    if outs.len() != n_outputs {
+        return Err(PluginError::invalid_argument(format!(
+            "custom op {name:?} has {} outputs but the caller passed {n_outputs} slots",
+            outs.len()
+        )));
+    }
+    write_outputs(outs, outputs, n_outputs).map(|_| ())
+}
+
 unsafe extern "C" fn custom_execute(
     name: RlxStr,
     inputs: *const RlxTensor,
@@ -185,16 +304,46 @@ unsafe extern "C" fn custom_execute(
     outputs: *mut RlxTensor,
     n_outputs: usize,
 ) -> *mut RlxStatus {
+    guard(|| execute_with(name, &[], inputs, n_inputs, outputs, n_outputs))
+}
+
+unsafe extern "C" fn custom_execute_attrs(
+    name: RlxStr,
+    attrs: *const u8,
+    attrs_len: usize,
+    inputs: *const RlxTensor,
+    n_inputs: usize,
+    outputs: *mut RlxTensor,
+    n_outputs: usize,
+) -> *mut RlxStatus {
+    guard(|| {
+        let attrs = slice_or_empty(attrs, attrs_len, "attrs")?;
+        execute_with(name, attrs, inputs, n_inputs, outputs, n_outputs)
+    })
+}
+
+unsafe extern "C" fn custom_infer_shape(
+    name: RlxStr,
+    attrs: *const u8,
+    attrs_len: usize,
+    inputs: *const *const RlxValueInfo,
+    n_inputs: usize,
+    out: *mut RlxShapeOut,
+) -> *mut RlxStatus {
     guard(|| {
         let name = str_arg(name, "custom op name")?;
-        let ins = copy_inputs(inputs, n_inputs)?;
-        let outs = state()?.registry.execute(name, &ins)?;
-        if outs.len() != n_outputs {
-            return Err(PluginError::invalid_argument(format!(
-                "custom op {name:?} has {} outputs but the caller passed {n_outputs} slots",
-                outs.len()
-            )));
-        }
-        write_outputs(outs, outputs, n_outputs).map(|_| ())
+        let attrs = slice_or_empty(attrs, attrs_len, "attrs")?;
+        let out = non_null_mut(out, "out")?;
+        let types = slice_or_empty(inputs, n_inputs, "inputs")?
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let v = read_arg(*p, "input")?;
+                TensorType::from_value_info(&v).map_err(|e| e.context(format!("input {i}")))
+            })
+            .collect::<PluginResult<Vec<_>>>()?;
+        let t = state()?.registry.infer_shape(name, &types, attrs)?;
+        write_out(out, t.to_shape_out()?);
+        Ok(())
     })
 }

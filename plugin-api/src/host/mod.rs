@@ -1,5 +1,6 @@
 //! The host side: discover plugin files, load them, and use them safely.
 
+mod custom_ops;
 pub mod deps;
 pub mod discover;
 mod elf_check;

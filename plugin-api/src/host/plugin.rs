@@ -2,7 +2,6 @@
 //! Rust values, its functions wrapped so statuses become `PluginError`s.
 
 use super::load::LoadError;
-use crate::custom_ops::{CustomOpInfo, Origin};
 use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
 use crate::plugin::{
     CompileOptions, Descriptor, DeviceInfo, DeviceKind, Mode, Role, Strategy, ValueInfo,
@@ -39,11 +38,11 @@ type LoweringRow = (LoweringInfo, Option<(RlxExecuteOpFn, usize)>);
 /// A plugin that passed every check. Cheap to share (`Arc`).
 pub struct LoadedPlugin {
     path: PathBuf,
-    api: RlxPluginApi,
-    descriptor: Descriptor,
+    pub(super) api: RlxPluginApi,
+    pub(super) descriptor: Descriptor,
     ops: std::sync::OnceLock<Vec<OpSupport>>,
     lowering: std::sync::OnceLock<Vec<LoweringRow>>,
-    custom: Option<RlxCustomOpApi>,
+    pub(super) custom: Option<RlxCustomOpApi>,
 }
 
 // SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
@@ -170,7 +169,7 @@ fn read_written<T>(t: &T) -> T {
 ///
 /// # Safety
 /// `p` is null or points at such a struct, readable for its `struct_size`.
-unsafe fn read_sized<T>(p: *const T) -> Option<T> {
+pub(super) unsafe fn read_sized<T>(p: *const T) -> Option<T> {
     if p.is_null() {
         return None;
     }
@@ -452,111 +451,11 @@ impl LoadedPlugin {
         pe.signature = pe.read_signature()?;
         Ok(pe)
     }
-
-    // ---- custom ops ----
-
-    fn custom(&self) -> PluginResult<&RlxCustomOpApi> {
-        self.custom.as_ref().ok_or_else(|| {
-            PluginError::unsupported(format!(
-                "plugin {} (ABI {}) has no custom-op registry (added in ABI 1.1)",
-                self.descriptor.name, self.api.abi_version
-            ))
-        })
-    }
-
-    fn custom_fn<T: Copy>(f: Option<T>, name: &str) -> PluginResult<T> {
-        f.ok_or_else(|| PluginError::unsupported(format!("the custom-op registry lacks `{name}`")))
-    }
-
-    /// Register a host kernel as a custom op in the plugin's registry.
-    pub fn register_custom_op(
-        &self,
-        name: &str,
-        description: &str,
-        n_inputs: u32,
-        n_outputs: u32,
-        kernel: impl Fn(&[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync + 'static,
-    ) -> PluginResult<()> {
-        let api = self.custom()?;
-        let register = Self::custom_fn(api.register_op, "register_op")?;
-        let ctx = Box::new(HostKernel {
-            status_new: self.api.status_new.unwrap(),
-            kernel: Box::new(kernel),
-        });
-        let desc = RlxCustomOpDesc {
-            struct_size: RlxCustomOpDesc::STRUCT_SIZE,
-            name: RlxStr::from_str(name),
-            description: RlxStr::from_str(description),
-            n_inputs,
-            n_outputs,
-            kernel: Some(host_kernel_trampoline),
-            kernel_ctx: Box::into_raw(ctx) as *mut c_void,
-            kernel_ctx_drop: Some(drop_host_kernel),
-        };
-        // SAFETY: `desc` is borrowed for the call; ownership of kernel_ctx moves to the plugin, which drops it with drop_host_kernel.
-        self.check(unsafe { register(&desc) })
-    }
-
-    pub fn unregister_custom_op(&self, name: &str) -> PluginResult<()> {
-        let f = Self::custom_fn(self.custom()?.unregister, "unregister")?;
-        // SAFETY: the name is borrowed for the call.
-        self.check(unsafe { f(RlxStr::from_str(name)) })
-    }
-
-    pub fn lookup_custom_op(&self, name: &str) -> PluginResult<CustomOpInfo> {
-        let f = Self::custom_fn(self.custom()?.lookup, "lookup")?;
-        let mut found: Vec<CustomOpInfo> = Vec::new();
-        let visitor = RlxCustomOpVisitor {
-            struct_size: RlxCustomOpVisitor::STRUCT_SIZE,
-            ctx: &mut found as *mut _ as *mut c_void,
-            visit: Some(collect_info),
-        };
-        // SAFETY: the name and visitor are borrowed for the call; the visitor's ctx is `found`.
-        self.check(unsafe { f(RlxStr::from_str(name), &visitor) })?;
-        found
-            .pop()
-            .ok_or_else(|| PluginError::not_found(format!("no custom op named {name:?}")))
-    }
-
-    pub fn list_custom_ops(&self) -> PluginResult<Vec<CustomOpInfo>> {
-        let f = Self::custom_fn(self.custom()?.list, "list")?;
-        let mut found: Vec<CustomOpInfo> = Vec::new();
-        let visitor = RlxCustomOpVisitor {
-            struct_size: RlxCustomOpVisitor::STRUCT_SIZE,
-            ctx: &mut found as *mut _ as *mut c_void,
-            visit: Some(collect_info),
-        };
-        // SAFETY: the visitor is borrowed for the call; its ctx is `found`.
-        self.check(unsafe { f(&visitor) })?;
-        Ok(found)
-    }
-
-    pub fn execute_custom_op(
-        &self,
-        name: &str,
-        inputs: &[HostTensor],
-        n_outputs: usize,
-    ) -> PluginResult<Vec<HostTensor>> {
-        let f = Self::custom_fn(self.custom()?.execute, "execute")?;
-        // Keep the views alive: the descriptors point into them.
-        let borrowed = crate::tensor::borrow_all(inputs);
-        let raws = &borrowed.raws;
-        let mut slots = vec![RlxTensor::empty(); n_outputs];
-        // SAFETY: the inputs point into `borrowed`, alive for the call; `slots` has n_outputs entries.
-        self.check(unsafe {
-            f(
-                RlxStr::from_str(name),
-                raws.as_ptr(),
-                raws.len(),
-                slots.as_mut_ptr(),
-                slots.len(),
-            )
-        })?;
-        take_outputs(slots.into_iter())
-    }
 }
 
-fn take_outputs(slots: impl Iterator<Item = RlxTensor>) -> PluginResult<Vec<HostTensor>> {
+pub(super) fn take_outputs(
+    slots: impl Iterator<Item = RlxTensor>,
+) -> PluginResult<Vec<HostTensor>> {
     // Take every slot (so each is released) before reporting an error.
     let taken: Vec<PluginResult<HostTensor>> =
         // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in each slot.
@@ -571,86 +470,6 @@ pub fn graph_opset(text: &str) -> Option<u32> {
         .filter(|l| !l.is_empty() && !l.starts_with("//"))
         .take(4)
         .find_map(|l| l.strip_prefix("opset ").and_then(|n| n.trim().parse().ok()))
-}
-
-unsafe extern "C" fn collect_info(ctx: *mut c_void, info: *const RlxCustomOpInfo) {
-    // A panic must not unwind into the plugin.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: `ctx` is the Vec this host passed with the visitor; `info`
-        // is null or the plugin's record, readable for its struct_size.
-        let (Some(out), Some(i)) = (
-            unsafe { (ctx as *mut Vec<CustomOpInfo>).as_mut() },
-            unsafe { read_sized(info) },
-        ) else {
-            return;
-        };
-        // SAFETY: the record's strings are borrowed for this call.
-        out.push(unsafe {
-            CustomOpInfo {
-                name: i.name.to_string_lossy(),
-                description: i.description.to_string_lossy(),
-                n_inputs: i.n_inputs,
-                n_outputs: i.n_outputs,
-                origin: Origin::from_raw(i.origin),
-            }
-        });
-    }));
-}
-
-type HostKernelFn = dyn Fn(&[HostTensor]) -> PluginResult<Vec<HostTensor>> + Send + Sync;
-
-struct HostKernel {
-    /// The plugin's status allocator: a kernel's error must be the plugin's.
-    status_new: unsafe extern "C" fn(u32, RlxStr) -> *mut RlxStatus,
-    kernel: Box<HostKernelFn>,
-}
-
-unsafe extern "C" fn host_kernel_trampoline(
-    ctx: *mut c_void,
-    inputs: *const RlxTensor,
-    n_inputs: usize,
-    outputs: *mut RlxTensor,
-    n_outputs: usize,
-) -> *mut RlxStatus {
-    let Some(hk) = (ctx as *const HostKernel).as_ref() else {
-        return std::ptr::null_mut();
-    };
-    let status = |e: PluginError| (hk.status_new)(e.code as u32, RlxStr::from_str(&e.message));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PluginResult<()> {
-        let ins: Vec<HostTensor> = (0..n_inputs)
-            .map(|i| HostTensor::copy_from_raw(&*inputs.add(i)))
-            .collect::<PluginResult<_>>()?;
-        let outs = (hk.kernel)(&ins)?;
-        if outs.len() != n_outputs {
-            return Err(PluginError::internal(format!(
-                "host kernel returned {} outputs, {n_outputs} expected",
-                outs.len()
-            )));
-        }
-        for (i, t) in outs.into_iter().enumerate() {
-            outputs.add(i).write(t.into_raw_owned());
-        }
-        Ok(())
-    }));
-    match result {
-        Ok(Ok(())) => std::ptr::null_mut(),
-        Ok(Err(e)) => status(e),
-        Err(p) => status(PluginError::new(
-            StatusCode::Panic,
-            format!("host kernel panicked: {}", crate::error::panic_message(&*p)),
-        )),
-    }
-}
-
-unsafe extern "C" fn drop_host_kernel(ctx: *mut c_void) {
-    if !ctx.is_null() {
-        // Dropping runs the user's closure's destructors: keep a panic here.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: `ctx` is the Box this host leaked in register_custom_op,
-            // and the plugin drops it once.
-            drop(unsafe { Box::from_raw(ctx as *mut HostKernel) })
-        }));
-    }
 }
 
 /// A compiled graph in a plugin. Released on drop.

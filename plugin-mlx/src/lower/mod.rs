@@ -62,6 +62,8 @@ pub struct Ctx<'a> {
     pub node: &'a Node,
     /// The RNG policy and global seed this graph was compiled with.
     pub rng: rlx_ir::RngOptions,
+    /// The custom ops the executable resolved at compile.
+    pub custom: &'a crate::custom::CustomScope,
 }
 
 impl<'a> Ctx<'a> {
@@ -187,6 +189,7 @@ pub fn table() -> &'static [Lowering] {
             random::entries(),
             signal::entries(),
             quant::entries(),
+            crate::custom::entries(),
         ] {
             t.extend(family);
         }

@@ -8,7 +8,7 @@
  *
  *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
  *
- *   --claim 1.N        the ABI the host claims (1.0 ..= 1.3; another major
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.5; another major
  *                      is sent as is, to be refused)
  *   --mode M           lazy (default), eager or compiled
  *   --activation A     exp (default) or relu: the graph's activation
@@ -1013,16 +1013,49 @@ typedef struct {
     int add1_desc_ok;
 } OpVisit;
 
+/* (1.5) RlxCustomOpInfo.kind for people; an unknown kind reads as a
+ * kernel (ABI §13). */
+static const char* kind_name(uint32_t kind) {
+    switch (kind) {
+    case RLX_CUSTOM_KIND_NATIVE: return "native";
+    case RLX_CUSTOM_KIND_COMPOSITE: return "composite";
+    default: return "kernel";
+    }
+}
+
+/* (1.5) RlxCustomOpInfo.shape_rule for people, into buf; an unknown rule
+ * reads as not declared (ABI §13). */
+static const char* rule_name(uint32_t rule, uint32_t input, char* buf, size_t len) {
+    switch (rule) {
+    case RLX_SHAPE_RULE_SAME_AS_INPUT: snprintf(buf, len, "same as input %u", input); break;
+    case RLX_SHAPE_RULE_BROADCAST: snprintf(buf, len, "broadcast of the inputs"); break;
+    case RLX_SHAPE_RULE_CALLBACK: snprintf(buf, len, "callback"); break;
+    case RLX_SHAPE_RULE_BODY: snprintf(buf, len, "from the body"); break;
+    default: snprintf(buf, len, "not declared"); break;
+    }
+    return buf;
+}
+
 static void visit_op(void* ctx, const RlxCustomOpInfo* info) {
     OpVisit* v = ctx;
     v->n++;
     if (!info || !COVERS(info, RlxCustomOpInfo, name)) return;
-    /* origin is a 1.1 field; reserved0 (1.3) is never read. */
+    /* origin is a 1.1 field; reserved0 (1.3) and reserved1 (1.5) are never
+     * read. */
     uint32_t origin = COVERS(info, RlxCustomOpInfo, origin) ? info->origin : RLX_ORIGIN_HOST;
-    printf("  %s %.*s (%s, %u in, %u out)\n", v->prefix, STR_ARG(info->name),
+    printf("  %s %.*s (%s, %u in, %u out)", v->prefix, STR_ARG(info->name),
            origin == RLX_ORIGIN_PLUGIN ? "plugin" : "host",
            COVERS(info, RlxCustomOpInfo, n_inputs) ? info->n_inputs : 0,
            COVERS(info, RlxCustomOpInfo, n_outputs) ? info->n_outputs : 0);
+    /* 1.5: kind and shape rule, only when both sides know them. */
+    if (g_opt.minor >= 5 && COVERS(info, RlxCustomOpInfo, kind)) {
+        printf(" kind %s", kind_name(info->kind));
+        if (COVERS(info, RlxCustomOpInfo, shape_input)) {
+            char rule[64];
+            printf(", shape %s", rule_name(info->shape_rule, info->shape_input, rule, sizeof rule));
+        }
+    }
+    printf("\n");
     if (str_is(info->name, "c_host.add1")) {
         v->seen_add1 = 1;
         v->add1_origin = origin;
@@ -1048,9 +1081,14 @@ static OpVisit list_ops(const RlxCustomOpApi* reg, const char* when) {
     return v;
 }
 
+/* The desc as the claimed minor's host writes it: 1.1-1.4 hosts wrote
+ * through kernel_ctx_drop, and a 1.5 host does so too for a plugin older
+ * than 1.5 (which never sees the 1.5 fields). The bytes not written stay
+ * garbage. */
 static void fill_desc(RlxCustomOpDesc* d, KernelCtx* ctx) {
     memset(d, GARBAGE, sizeof *d);
-    d->struct_size = RLX_CUSTOM_OP_DESC_STRUCT_SIZE;
+    int full = g_opt.minor >= 5 && g_api->abi_version.minor >= 5;
+    d->struct_size = full ? RLX_CUSTOM_OP_DESC_STRUCT_SIZE : RLX_CUSTOM_OP_DESC_SIZE_1_1;
     d->name = str_of("c_host.add1");
     d->description = str_of("y = x + 1, written in C");
     d->n_inputs = 1;
@@ -1058,6 +1096,15 @@ static void fill_desc(RlxCustomOpDesc* d, KernelCtx* ctx) {
     d->kernel = add1_kernel;
     d->kernel_ctx = ctx;
     d->kernel_ctx_drop = kernel_ctx_drop;
+    if (full) {
+        /* 1.5: a 1.1-form kernel, no composite, no shape rule. */
+        d->kernel_into = NULL;
+        d->composite.ptr = NULL;
+        d->composite.len = 0;
+        d->shape_rule = RLX_SHAPE_RULE_NONE;
+        d->shape_input = 0;
+        d->shape_fn = NULL;
+    }
 }
 
 static void execute_add1(const RlxCustomOpApi* reg) {

@@ -12,10 +12,14 @@
  *                                     broadcasting ([B,M,K]x[K,N], ...)
  *
  * and, from ABI 1.1, a custom-op registry holding one op of its own,
- * "c_demo.scale2" (y = 2x), to which a host may add its own kernels.
+ * "c_demo.scale2" (y = 2x), to which a host may add its own kernels (the
+ * 1.1 form only: the 1.5 build lists each op's kind and shape rule, and
+ * refuses a desc that needs what 1.5 added, composites, in-place kernels
+ * and shape rules, rather than ignoring it; its registry table has none
+ * of 1.5's optional functions).
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..3): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=5): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
@@ -2364,22 +2368,56 @@ static RlxStatus* register_native_ops(void) {
     return NULL;
 }
 
+/* The bytes of the registry's structs this build knows and writes: a
+ * plugin before 1.5 knew RlxCustomOpDesc through kernel_ctx_drop and wrote
+ * RlxCustomOpInfo through reserved0. */
+#if RLX_C_PLUGIN_MINOR >= 5
+#define DESC_KNOWN RLX_CUSTOM_OP_DESC_STRUCT_SIZE
+#define INFO_WRITTEN RLX_CUSTOM_OP_INFO_STRUCT_SIZE
+#else
+#define DESC_KNOWN RLX_CUSTOM_OP_DESC_SIZE_1_1
+#define INFO_WRITTEN RLX_CUSTOM_OP_INFO_SIZE_1_3
+#endif
+
 static RlxStatus* c_register_op(const RlxCustomOpDesc* desc) {
     if (!desc)
         return errorf(RLX_STATUS_INVALID_ARGUMENT, "register_op: desc is NULL");
-    /* Read what the writer's struct_size covers; the rest stays absent. */
+    /* Read what the writer's struct_size covers and this build knows; the
+     * rest stays absent (zero). */
     RlxCustomOpDesc d;
     memset(&d, 0, sizeof d);
-    size_t n = desc->struct_size < sizeof d ? desc->struct_size : sizeof d;
+    size_t n = desc->struct_size < DESC_KNOWN ? desc->struct_size : DESC_KNOWN;
     memcpy(&d, desc, n);
     RlxStatus* s = NULL;
     CustomOp* op = NULL;
+    int name_len = (int)(str_ok(d.name) && d.name.len < 100 ? d.name.len : 0);
+    const char* name_ptr = d.name.ptr ? d.name.ptr : "";
+#if RLX_C_PLUGIN_MINOR >= 5
+    /* 1.5 (a composite wins, then kernel_into, then kernel): c-demo runs
+     * 1.1-form kernels only, and refuses what it cannot honour. */
+    const char* needs = NULL;
+    if (d.composite.len > 0)
+        needs = "a composite body";
+    else if (d.kernel_into)
+        needs = "an in-place kernel (kernel_into)";
+    else if (d.shape_rule != RLX_SHAPE_RULE_NONE && d.shape_rule <= RLX_SHAPE_RULE_BODY)
+        needs = "a shape rule";
+    if (d.shape_rule > RLX_SHAPE_RULE_BODY)
+        s = errorf(RLX_STATUS_INVALID_ARGUMENT,
+                   "register_op: custom op \"%.*s\" has the unknown shape rule %u",
+                   name_len, name_ptr, d.shape_rule);
+    else if (needs)
+        s = errorf(RLX_STATUS_UNSUPPORTED,
+                   "register_op: custom op \"%.*s\" needs %s; c-demo takes only kernels "
+                   "of the 1.1 form (kernel, no shape rule)",
+                   name_len, name_ptr, needs);
+    else
+#endif
     if (n < RLX_STRUCT_SIZE(RlxCustomOpDesc, kernel) || !d.kernel)
         s = errorf(RLX_STATUS_INVALID_ARGUMENT,
                    "register_op: custom op \"%.*s\" has no kernel (it is "
                    "required)",
-                   (int)(str_ok(d.name) && d.name.len < 100 ? d.name.len : 0),
-                   d.name.ptr ? d.name.ptr : "");
+                   name_len, name_ptr);
     else if (!str_ok(d.name) || d.name.len == 0)
         s = errorf(RLX_STATUS_INVALID_ARGUMENT, "register_op: the name is empty");
     else if (!str_ok(d.description))
@@ -2441,7 +2479,7 @@ static bool visitor_ok(const RlxCustomOpVisitor* v) {
 static void visit_op(const RlxCustomOpVisitor* v, const CustomOp* op) {
     RlxCustomOpInfo info;
     memset(&info, 0, sizeof info);
-    info.struct_size = RLX_CUSTOM_OP_INFO_STRUCT_SIZE;
+    info.struct_size = INFO_WRITTEN;
     info.name.ptr = op->name;
     info.name.len = op->name_len;
     info.description.ptr = op->desc;
@@ -2450,6 +2488,13 @@ static void visit_op(const RlxCustomOpVisitor* v, const CustomOp* op) {
     info.n_outputs = op->n_outputs;
     info.origin = op->origin;
     info.reserved0 = 0;
+#if RLX_C_PLUGIN_MINOR >= 5
+    /* Every c-demo op is a kernel (its own or a host's) with no rule. */
+    info.kind = RLX_CUSTOM_KIND_KERNEL;
+    info.shape_rule = RLX_SHAPE_RULE_NONE;
+    info.shape_input = 0;
+    info.reserved1 = 0;
+#endif
     v->visit(v->ctx, &info);
 }
 
@@ -2544,9 +2589,13 @@ done:
     return s;
 }
 
+/* The 1.1 table in every build: c-demo implements none of the optional
+ * functions 1.5 appended (infer_shape, execute_attrs). */
 static const RlxCustomOpApi g_custom_api = {
-    RLX_CUSTOM_OP_API_STRUCT_SIZE, c_register_op, c_unregister_op,
+    RLX_CUSTOM_OP_API_SIZE_1_1, c_register_op, c_unregister_op,
     c_lookup_op, c_list_ops, c_execute_custom,
+    /* Beyond struct_size: never read. */
+    NULL, NULL,
 };
 
 #endif /* RLX_C_PLUGIN_MINOR >= 1 */

@@ -6,9 +6,9 @@
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{Graph, Op};
 use rlx_plugin_api::{
-    BoundParam, CompileOptions, CustomOpInfo, CustomOpRegistry, DType, Descriptor, Executable,
-    HostTensor, LoweringEntry, Origin, Plugin, PluginError, PluginResult, Role, Strategy,
-    TensorRef, ValueInfo,
+    BoundParam, CompileOptions, CustomImpl, CustomOp, CustomOpRegistry, DType, Descriptor,
+    Executable, HostTensor, LoweringEntry, Origin, OwnedKernel, Plugin, PluginError, PluginResult,
+    Role, ShapeRule, Strategy, TensorRef, TensorView, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,23 +80,25 @@ impl Plugin for FixturePlugin {
         }
     }
 
-    fn init(&self, custom_ops: &CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>> {
+    fn init(&self, custom_ops: &'static CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>> {
         if let Some(msg) = self.cfg.fail_init {
             log::error!("fixture registration is set up to fail");
             return Err(PluginError::internal(msg));
         }
+        let scale2: OwnedKernel = Arc::new(|ins: &[TensorView], _attrs: &[u8]| {
+            let x = ins[0].to_host()?;
+            let v: Vec<f32> = x.to_f32_vec()?.iter().map(|x| x * 2.0).collect();
+            Ok(vec![HostTensor::from_f32(x.shape.clone(), &v)?])
+        });
         custom_ops.register(
-            CustomOpInfo {
-                name: "fixture.scale2".into(),
-                description: "x * 2".into(),
-                n_inputs: 1,
-                n_outputs: 1,
-                origin: Origin::Plugin,
-            },
-            Arc::new(|ins: &[HostTensor]| {
-                let v: Vec<f32> = ins[0].to_f32_vec()?.iter().map(|x| x * 2.0).collect();
-                Ok(vec![HostTensor::from_f32(ins[0].shape.clone(), &v)?])
-            }),
+            CustomOp::new(
+                "fixture.scale2",
+                "x * 2",
+                1,
+                Origin::Plugin,
+                CustomImpl::Owned(scale2),
+            )
+            .with_shape(ShapeRule::SameAsInput(0)),
         )?;
         let exec: rlx_plugin_api::ExecuteOp = Arc::new(eager);
         let row = |op: &str, strategy, note: &str, eager: bool| LoweringEntry {
