@@ -8,6 +8,8 @@
 //! - [`run`]: seeded data, safetensors params, running on a device and
 //!   parity against rlx-runtime's CPU backend (`rlx-host run`);
 //! - [`demo`]: `rlx-host demo`;
+//! - [`build_tree`]: the MLX plugin directory of a cargo build tree (for
+//!   examples and tests run from a checkout);
 //! - [`bench`]: `rlx-host bench` (timing backends side by side);
 //! - [`custom_ops`]: plugin custom ops as rlx-ir ops, and host kernels
 //!   registered with the plugin, rlx-ir and rlx-cpu in one call;
@@ -19,6 +21,7 @@
 //! - [`malloc_policy`]: keeping run buffers mapped between runs.
 
 pub mod bench;
+pub mod build_tree;
 pub mod cli;
 pub mod conformance;
 pub mod custom_ops;

@@ -9,31 +9,10 @@ use rlx_plugin_api::{DType, HostTensor, Mode};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-/// The assembled MLX plugin directory in the build tree. The plugin-mlx
-/// build script lays out the MLX runtime there; the freshly built
-/// `librlx_mlx.so` is copied in here (the same step `scripts/demo.sh`
-/// does for release builds).
+/// The assembled MLX plugin directory in the build tree, with the freshly
+/// built `librlx_mlx.so` installed (`rlx_host::build_tree`).
 pub fn mlx_plugin_dir() -> PathBuf {
-    let profile = crate::profile_dir();
-    let dir = profile.join("plugins").join("mlx");
-    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
-    let built = profile.join(&file);
-    assert!(
-        built.exists() && dir.join("mlx").exists(),
-        "{} or {} is missing: run `cargo build --workspace` first",
-        built.display(),
-        dir.display()
-    );
-    static COPIED: OnceLock<()> = OnceLock::new();
-    COPIED.get_or_init(|| {
-        let dst = dir.join(&file);
-        // Copy to a temp name and rename, so a concurrent test binary never
-        // sees a half-written library.
-        let tmp = dir.join(format!(".{file}.{}", std::process::id()));
-        std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
-        std::fs::rename(&tmp, &dst).expect("install librlx_mlx");
-    });
-    dir
+    rlx_host::build_tree::mlx_plugin_dir(&crate::profile_dir()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The environment variable naming a complete MLX plugin directory to test

@@ -4,6 +4,8 @@
 mod mlx_conv;
 #[path = "mlx_core.rs"]
 mod mlx_core;
+#[path = "mlx_custom.rs"]
+mod mlx_custom;
 #[path = "mlx_elementwise.rs"]
 mod mlx_elementwise;
 #[path = "mlx_index.rs"]

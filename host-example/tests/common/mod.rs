@@ -3,7 +3,7 @@
 
 use rlx_plugin_api::host::{DiscoveryConfig, LoadedPlugin, PluginSet};
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The cargo profile directory (`target/debug`): test binaries live in
 /// `<profile>/deps/`.
@@ -40,29 +40,8 @@ pub fn fixture() -> Arc<LoadedPlugin> {
     })
 }
 
-/// The assembled MLX plugin directory in the build tree, with the freshly
-/// built `librlx_mlx.so` copied in (as `scripts/demo.sh` does), once per
-/// test binary: its tests run on threads of one process, which would share
-/// a per-process temp name.
+/// The build tree's MLX plugin directory with the fresh library installed
+/// (`rlx_host::build_tree`).
 pub fn mlx_plugin_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let profile = profile_dir();
-        let dir = profile.join("plugins").join("mlx");
-        let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
-        let built = profile.join(&file);
-        assert!(
-            built.exists() && dir.join("mlx").exists(),
-            "{} or {} is missing: run `cargo build --workspace` first",
-            built.display(),
-            dir.display()
-        );
-        // A temp name and a rename, so a concurrent test binary never sees
-        // a half-written library.
-        let tmp = dir.join(format!(".{file}.{}", std::process::id()));
-        std::fs::copy(&built, &tmp).expect("copy librlx_mlx into the plugin directory");
-        std::fs::rename(&tmp, dir.join(&file)).expect("install librlx_mlx");
-        dir
-    })
-    .clone()
+    rlx_host::build_tree::mlx_plugin_dir(&profile_dir()).unwrap_or_else(|e| panic!("{e}"))
 }
