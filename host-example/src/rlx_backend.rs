@@ -11,7 +11,8 @@
 //!    adjustment: without `Concat` and `Narrow` claimed, the weight-concat
 //!    fusions are switched off (see [`Lowering::options`]);
 //! 2. the resulting graph goes through the post-fusion steps the built-in
-//!    backends use (control-flow lowering, backward-op decomposition, the
+//!    backends use (control-flow lowering, skipped for the loops and
+//!    conditionals the plugin claims, backward-op decomposition, the
 //!    backend rewrite/legalize probe, cleanup);
 //! 3. it is checked once more against the claim set (so an op the plugin
 //!    does not claim is reported here, counted per kind), written as
@@ -296,7 +297,15 @@ impl Lowering {
         let ops = self.ops;
         let (graph, report) = self.stage(|| {
             let mut graph = lir.into_graph();
-            graph = rlx_opt::LowerControlFlow.run(graph);
+            // A plugin that runs While keeps loops (and If, when claimed)
+            // intact: unrolling is only for plugins without a loop.
+            graph = if !ops.contains(&OpKind::While) {
+                rlx_opt::LowerControlFlow.run(graph)
+            } else if !ops.contains(&OpKind::If) {
+                rlx_opt::LowerIf.run(graph)
+            } else {
+                graph
+            };
             graph = rlx_opt::rlx_autodiff::decompose_backward_ops_except(graph, ops);
             rlx_opt::prepare_graph_for_backend_with_report(
                 graph,

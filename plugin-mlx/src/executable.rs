@@ -15,17 +15,28 @@ use rlx_plugin_api::{
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// How [`evaluate`] builds a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eval {
+    /// Build every node once, on placeholder values, computing nothing:
+    /// the compile-time check. Loops build their bodies once.
+    Check,
+    /// Build the whole graph; the caller evaluates its outputs.
+    Lazy,
+    /// Evaluate each node as soon as it is built, so an error names it.
+    Eager,
+}
+
 /// Evaluate every node of `graph` in order. `leaf` supplies Input and Param
-/// values. In eager mode each node is evaluated as soon as it is built, so
-/// an MLX error names the node. Returns the outputs (unevaluated in lazy
-/// mode).
+/// values. Returns the outputs (unevaluated unless `how` is eager).
 pub fn evaluate(
     graph: &Graph,
     rng: rlx_ir::RngOptions,
     custom: &CustomScope,
     leaf: &dyn Fn(NodeId) -> PluginResult<A>,
-    eager: bool,
+    how: Eval,
 ) -> PluginResult<Vec<A>> {
+    let eager = how == Eval::Eager;
     // Drop each intermediate after its last use.
     let mut uses = vec![0usize; graph.len()];
     for n in graph.nodes() {
@@ -63,6 +74,7 @@ pub fn evaluate(
                     node: n,
                     rng,
                     custom,
+                    how,
                 };
                 let out = lower(&cx, &args).map_err(|e| {
                     PluginError::new(
@@ -268,8 +280,17 @@ impl MlxExecutable {
         let custom = Arc::new(CustomScope::resolve(&graph)?);
         // Build the whole MLX graph once on zeros, without evaluating: every
         // op variant, attribute and shape is checked now, with the node named.
-        evaluate(&graph, rng, &custom, &|id| zeros_like(&graph, id), false)?;
+        evaluate(
+            &graph,
+            rng,
+            &custom,
+            &|id| zeros_like(&graph, id),
+            Eval::Check,
+        )?;
         let compiled = match mode {
+            // mx::compile traces without data, so a loop whose trip count
+            // depends on values cannot be traced: such a graph runs lazily.
+            Mode::Compiled if crate::lower::control::has_host_loop(&graph) => None,
             Mode::Compiled => Some(compile_graph(
                 graph.clone(),
                 rng,
@@ -358,7 +379,7 @@ fn compile_graph(
             args.get(slot[&id])
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
-        let outs = evaluate(&graph, rng, &custom, &leaf, false).map_err(|e| e.message)?;
+        let outs = evaluate(&graph, rng, &custom, &leaf, Eval::Lazy).map_err(|e| e.message)?;
         Ok(ArrayList::from_arrays(outs.iter().map(|a| &**a)))
     })
     .map_err(|e| PluginError::internal(e.to_string()))
@@ -499,7 +520,11 @@ impl Executable for MlxExecutable {
                 self.rng,
                 &self.custom,
                 &leaf,
-                mode == Mode::Eager,
+                if mode == Mode::Eager {
+                    Eval::Eager
+                } else {
+                    Eval::Lazy
+                },
             )?,
         };
         if self.mode != Mode::Eager {

@@ -1,5 +1,7 @@
 //! Every MLX parity suite in one test binary, so that one file carries them
 //! to a GPU machine (built with `--features gpu-suite`; see docs/CUDA.md).
+#[path = "mlx_control.rs"]
+mod mlx_control;
 #[path = "mlx_conv.rs"]
 mod mlx_conv;
 #[path = "mlx_core.rs"]

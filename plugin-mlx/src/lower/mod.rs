@@ -8,6 +8,7 @@
 //! declared dtype, so a lowering can never silently return a wrong shape.
 
 pub mod attention;
+pub mod control;
 pub mod conv;
 pub mod elementwise;
 pub mod fused;
@@ -64,6 +65,9 @@ pub struct Ctx<'a> {
     pub rng: rlx_ir::RngOptions,
     /// The custom ops the executable resolved at compile.
     pub custom: &'a crate::custom::CustomScope,
+    /// How the graph is being built (a check, lazily, eagerly): what a
+    /// nested body is built with, and whether a loop may run.
+    pub how: crate::executable::Eval,
 }
 
 impl<'a> Ctx<'a> {
@@ -189,6 +193,7 @@ pub fn table() -> &'static [Lowering] {
             random::entries(),
             signal::entries(),
             quant::entries(),
+            control::entries(),
             crate::custom::entries(),
         ] {
             t.extend(family);
