@@ -201,6 +201,21 @@ fn scan_graph(len: usize, save: bool, checkpoints: u32) -> Graph {
     g
 }
 
+/// The steps a checkpointed trajectory keeps: row k is the carry after step
+/// ceil((k+1) L / K) - 1 (rlx-cpu's and rlx-autodiff's rule; the last row
+/// is the final carry). rlx-ir's doc comment says floor(k L / K), which
+/// neither implements; the plugin follows the implementations, so its
+/// ScanBackward agrees with its Scan.
+fn checkpoint_steps(len: usize, k: usize) -> Vec<usize> {
+    if k == 0 || k >= len {
+        (0..len).collect()
+    } else {
+        (0..k)
+            .map(|i| (((i + 1) * len).div_ceil(k) - 1).min(len - 1))
+            .collect()
+    }
+}
+
 fn scan_reference(init: &[f32], w: &[f32], xs: &[f32], save: bool, k: usize) -> Vec<f32> {
     let len = xs.len() / 3;
     let mut c: Vec<f64> = init.iter().map(|v| *v as f64).collect();
@@ -213,10 +228,11 @@ fn scan_reference(init: &[f32], w: &[f32], xs: &[f32], save: bool, k: usize) -> 
     }
     let rows: Vec<Vec<f64>> = if !save {
         vec![c]
-    } else if k == 0 || k >= len {
-        traj
     } else {
-        (0..k).map(|t| traj[t * len / k].clone()).collect()
+        checkpoint_steps(len, k)
+            .iter()
+            .map(|t| traj[*t].clone())
+            .collect()
     };
     rows.concat().iter().map(|v| *v as f32).collect()
 }
@@ -311,6 +327,227 @@ fn while_and_scan_reach_the_plugin_intact_through_session() {
             &format!("Scan via Session [{}]", mode.name()),
             &got.outputs[0],
             &swant,
+            TOL,
+        );
+    }
+}
+
+const A: f32 = 0.9;
+
+/// c' = tanh(c * A + x_t): the forward body of the backward tests.
+fn fwd_body() -> Graph {
+    let mut b = Graph::new("fwd");
+    let c = b.input("carry", f32s(&[3]));
+    let xt = b.input("x_t", f32s(&[3]));
+    let a = constant(&mut b, &[A], &[1]);
+    let ca = bin(&mut b, BinaryOp::Mul, c, a, &[3]);
+    let s = bin(&mut b, BinaryOp::Add, ca, xt, &[3]);
+    let y = b.activation(Activation::Tanh, s, f32s(&[3]));
+    b.set_outputs(vec![y]);
+    b
+}
+
+/// Its VJP, written by hand: inputs (carry, x_t, d_output), outputs
+/// (dcarry = g (1 - y^2) A, dx_t = g (1 - y^2)).
+fn vjp_body() -> Graph {
+    let mut b = Graph::new("vjp");
+    let c = b.input("carry", f32s(&[3]));
+    let xt = b.input("x_t", f32s(&[3]));
+    let d = b.input("d_output", f32s(&[3]));
+    let a = constant(&mut b, &[A], &[1]);
+    let one = constant(&mut b, &[1.0], &[1]);
+    let ca = bin(&mut b, BinaryOp::Mul, c, a, &[3]);
+    let s = bin(&mut b, BinaryOp::Add, ca, xt, &[3]);
+    let y = b.activation(Activation::Tanh, s, f32s(&[3]));
+    let yy = bin(&mut b, BinaryOp::Mul, y, y, &[3]);
+    let om = bin(&mut b, BinaryOp::Sub, one, yy, &[3]);
+    let dpre = bin(&mut b, BinaryOp::Mul, d, om, &[3]);
+    let dc = bin(&mut b, BinaryOp::Mul, dpre, a, &[3]);
+    b.set_outputs(vec![dc, dpre]);
+    b
+}
+
+/// Forward carries c_0 .. c_L in f64.
+fn carries(init: &[f32], xs: &[f32]) -> Vec<Vec<f64>> {
+    let mut c: Vec<f64> = init.iter().map(|v| *v as f64).collect();
+    let mut out = vec![c.clone()];
+    for x in xs.chunks(3) {
+        for j in 0..3 {
+            c[j] = (c[j] * A as f64 + x[j] as f64).tanh();
+        }
+        out.push(c.clone());
+    }
+    out
+}
+
+/// (dinit, dxs) of loss = <upstream, scan output>, by the chain rule.
+fn backward_reference(
+    init: &[f32],
+    xs: &[f32],
+    up: &[f32],
+    save: bool,
+    k: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let len = xs.len() / 3;
+    let c = carries(init, xs);
+    let kept = checkpoint_steps(len, k);
+    let mut g: Vec<f64> = if save {
+        vec![0.0; 3]
+    } else {
+        up.iter().map(|v| *v as f64).collect()
+    };
+    let mut dx = vec![0.0f64; xs.len()];
+    for t in (0..len).rev() {
+        if save {
+            if let Some(row) = kept.iter().position(|s| *s == t) {
+                for j in 0..3 {
+                    g[j] += up[row * 3 + j] as f64;
+                }
+            }
+        }
+        for j in 0..3 {
+            let y = c[t + 1][j];
+            let dpre = g[j] * (1.0 - y * y);
+            dx[t * 3 + j] = dpre;
+            g[j] = dpre * A as f64;
+        }
+    }
+    let f = |v: &[f64]| v.iter().map(|x| *x as f32).collect::<Vec<f32>>();
+    (f(&g), f(&dx))
+}
+
+/// The loss the gradients are of, for the finite-difference check.
+fn loss(init: &[f32], xs: &[f32], up: &[f32], save: bool, k: usize) -> f64 {
+    let len = xs.len() / 3;
+    let c = carries(init, xs);
+    if !save {
+        return (0..3).map(|j| up[j] as f64 * c[len][j]).sum();
+    }
+    checkpoint_steps(len, k)
+        .iter()
+        .enumerate()
+        .map(|(r, t)| {
+            (0..3)
+                .map(|j| up[r * 3 + j] as f64 * c[t + 1][j])
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+fn backward_graph(xs_grad: bool, len: usize, save: bool, k: u32) -> Graph {
+    let rows = if save {
+        checkpoint_steps(len, k as usize).len()
+    } else {
+        0
+    };
+    let partial = k != 0 && (k as usize) < len;
+    let mut g = Graph::new("scan_backward");
+    let init = g.input("init", f32s(&[3]));
+    let traj = g.input("traj", f32s(&[if partial { rows } else { len }, 3]));
+    let up = g.input("up", if save { f32s(&[rows, 3]) } else { f32s(&[3]) });
+    let xs = g.input("xs", f32s(&[len, 3]));
+    let forward_body = partial.then(|| Box::new(fwd_body()));
+    let (op, shape) = if xs_grad {
+        (
+            Op::ScanBackwardXs {
+                body_vjp: Box::new(vjp_body()),
+                length: len as u32,
+                save_trajectory: save,
+                num_xs: 1,
+                xs_idx: 0,
+                num_checkpoints: k,
+                forward_body,
+            },
+            f32s(&[len, 3]),
+        )
+    } else {
+        (
+            Op::ScanBackward {
+                body_vjp: Box::new(vjp_body()),
+                length: len as u32,
+                save_trajectory: save,
+                num_xs: 1,
+                num_checkpoints: k,
+                forward_body,
+            },
+            f32s(&[3]),
+        )
+    };
+    let y = g.add_node(op, vec![init, traj, up, xs], shape);
+    g.set_outputs(vec![y]);
+    g
+}
+
+#[test]
+fn scan_backward_and_backward_xs_match_the_chain_rule_and_finite_differences() {
+    let init = [0.3f32, -0.6, 0.2];
+    let len = 6;
+    let xs: Vec<f32> = (0..len * 3)
+        .map(|i| ((i as f32) * 0.53).sin() * 0.7)
+        .collect();
+    for (save, k) in [(false, 0u32), (true, 0), (true, 2), (true, 4)] {
+        let kept = checkpoint_steps(len, k as usize);
+        let n_up = if save { kept.len() * 3 } else { 3 };
+        let up: Vec<f32> = (0..n_up).map(|i| ((i as f32) * 0.71).cos()).collect();
+        let (dinit, dxs) = backward_reference(&init, &xs, &up, save, k as usize);
+        // The reference against central differences of the loss (f64).
+        let h = 1e-3f32;
+        for j in 0..3 {
+            let (mut p, mut m) = (init, init);
+            p[j] += h;
+            m[j] -= h;
+            let fd = (loss(&p, &xs, &up, save, k as usize) - loss(&m, &xs, &up, save, k as usize))
+                / (2.0 * h as f64);
+            assert!(
+                (fd - dinit[j] as f64).abs() < 1e-4,
+                "dinit[{j}]: fd {fd} vs {}",
+                dinit[j]
+            );
+        }
+        for i in [0, 7, xs.len() - 1] {
+            let (mut p, mut m) = (xs.clone(), xs.clone());
+            p[i] += h;
+            m[i] -= h;
+            let fd = (loss(&init, &p, &up, save, k as usize)
+                - loss(&init, &m, &up, save, k as usize))
+                / (2.0 * h as f64);
+            assert!(
+                (fd - dxs[i] as f64).abs() < 1e-4,
+                "dxs[{i}]: fd {fd} vs {}",
+                dxs[i]
+            );
+        }
+        // The op's inputs: the trajectory as the forward would save it.
+        let c = carries(&init, &xs);
+        let partial = k != 0 && (k as usize) < len;
+        let traj_steps: Vec<usize> = if partial {
+            kept.clone()
+        } else {
+            (0..len).collect()
+        };
+        let traj: Vec<f32> = traj_steps
+            .iter()
+            .flat_map(|t| c[t + 1].iter().map(|v| *v as f32))
+            .collect();
+        let feeds = [
+            feed("init", &init),
+            feed("traj", &traj),
+            feed("up", &up),
+            feed("xs", &xs),
+        ];
+        let what = format!("save={save} checkpoints={k}");
+        check_against_every_mode(
+            &format!("ScanBackward {what}"),
+            &backward_graph(false, len, save, k),
+            &feeds,
+            &[dinit.clone()],
+            TOL,
+        );
+        check_against_every_mode(
+            &format!("ScanBackwardXs {what}"),
+            &backward_graph(true, len, save, k),
+            &feeds,
+            &[dxs.clone()],
             TOL,
         );
     }

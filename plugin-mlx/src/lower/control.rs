@@ -226,13 +226,263 @@ fn scan(cx: &Ctx, a: &[&Array]) -> LResult {
     if len == 0 {
         return Err("a Scan of length 0 has no trajectory".into());
     }
-    let k = *num_checkpoints as usize;
-    let kept: Vec<&Array> = if k == 0 || k >= len {
-        trajectory.iter().map(|x| &**x).collect()
-    } else {
-        (0..k).map(|t| &*trajectory[t * len / k]).collect()
-    };
+    let ck = Checkpoints::new(len, *num_checkpoints as usize);
+    let kept: Vec<&Array> = (0..ck.rows).map(|k| &*trajectory[ck.step(k)]).collect();
     Ok(ops::stack(&ArrayList::from_arrays(kept), 0)?)
+}
+
+/// Which steps a checkpointed trajectory keeps. Row `k` is the carry after
+/// step `step(k)` (0-based): `ceil((k + 1) L / K) - 1`, so the last row is
+/// the final carry. This is rlx-cpu's and rlx-autodiff's rule (the forward
+/// and its ScanBackward agree on it); rlx-ir's doc comment on
+/// `num_checkpoints` says `floor(k L / K)`, which neither implements.
+struct Checkpoints {
+    len: usize,
+    rows: usize,
+}
+
+impl Checkpoints {
+    fn new(len: usize, k: usize) -> Checkpoints {
+        Checkpoints {
+            len,
+            rows: if k == 0 || k >= len { len } else { k },
+        }
+    }
+    fn partial(&self) -> bool {
+        self.rows != self.len
+    }
+    fn step(&self, k: usize) -> usize {
+        if !self.partial() {
+            k
+        } else {
+            ((k + 1) * self.len)
+                .div_ceil(self.rows)
+                .saturating_sub(1)
+                .min(self.len - 1)
+        }
+    }
+}
+
+/// The inputs of a scan body's VJP: the carry, the per-step xs, in node
+/// order, and the one named `d_output`.
+fn vjp_inputs(g: &Graph) -> LResult<(NodeId, Vec<NodeId>, NodeId)> {
+    let (ins, _) = leaves(g);
+    let d = ins
+        .iter()
+        .find(|(n, _)| n == "d_output")
+        .map(|(_, id)| *id)
+        .ok_or("the body VJP has no input named \"d_output\"")?;
+    let rest: Vec<NodeId> = ins
+        .iter()
+        .filter(|(_, id)| *id != d)
+        .map(|(_, id)| *id)
+        .collect();
+    let (carry, xs) = rest
+        .split_first()
+        .ok_or("the body VJP has no carry input")?;
+    Ok((*carry, xs.to_vec(), d))
+}
+
+/// Build `g` with inputs bound by node id.
+fn call_bound(cx: &Ctx, g: &Graph, bound: &[(NodeId, &Array)], what: &str) -> LResult<Vec<A>> {
+    let leaf = |id: NodeId| -> PluginResult<A> {
+        bound
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, a)| a.clone_handle())
+            .ok_or_else(|| PluginError::internal(format!("{id} of the {what} is not bound")))
+    };
+    evaluate(g, cx.rng, cx.custom, &leaf, cx.how)
+        .map_err(|e| format!("in the {what}: {}", e.message).into())
+}
+
+/// ScanBackward and ScanBackwardXs: walk `t = L-1 .. 0` through the body's
+/// VJP, threading the carry's cotangent back; returns it and, when asked,
+/// the per-step cotangent of xs `xs_idx`.
+#[allow(clippy::too_many_arguments)]
+fn scan_backward_walk(
+    cx: &Ctx,
+    a: &[&Array],
+    body_vjp: &Graph,
+    forward_body: Option<&Graph>,
+    length: u32,
+    save_trajectory: bool,
+    num_xs: u32,
+    num_checkpoints: u32,
+    xs_idx: Option<usize>,
+) -> LResult<(A, Vec<A>)> {
+    let nx = num_xs as usize;
+    arity(a, 3 + nx, "ScanBackward")?;
+    let (init, traj, upstream, xs) = (a[0], a[1], a[2], &a[3..]);
+    let len = length as usize;
+    let ck = Checkpoints::new(len, num_checkpoints as usize);
+    let (v_carry, v_xs, v_d) = vjp_inputs(body_vjp)?;
+    if v_xs.len() != nx {
+        return Err(format!("the body VJP takes {} xs, the op has {nx}", v_xs.len()).into());
+    }
+    if let Some(i) = xs_idx {
+        if i >= nx || body_vjp.outputs.len() < 2 + i {
+            return Err(format!("xs_idx {i} has no gradient output in the body VJP").into());
+        }
+    }
+    let fwd = if ck.partial() {
+        let f =
+            forward_body.ok_or("ScanBackward with num_checkpoints < length needs forward_body")?;
+        let (ins, _) = leaves(f);
+        if ins.len() != 1 + nx {
+            return Err(
+                format!("forward_body takes {} inputs, 1 + {nx} expected", ins.len()).into(),
+            );
+        }
+        Some((f, ins.iter().map(|(_, id)| *id).collect::<Vec<_>>()))
+    } else {
+        None
+    };
+    let steps = if cx.how == Eval::Check {
+        len.min(1)
+    } else {
+        len
+    };
+    let zero = rlx_mlx_shim::array::full(&init.shape(), 0.0, init.dtype())?;
+    let mut dcarry: A = if save_trajectory {
+        zero
+    } else {
+        upstream.clone_handle()
+    };
+    let mut dx: Vec<Option<A>> = (0..len).map(|_| None).collect();
+    let mut process = |t: usize, carry_t: &Array, dcarry: &mut A| -> LResult<()> {
+        let mut d_out = dcarry.clone_handle();
+        if save_trajectory {
+            let ui = if ck.partial() {
+                (0..ck.rows).find(|&k| ck.step(k) == t)
+            } else {
+                Some(t)
+            };
+            if let Some(ui) = ui {
+                let up = row(upstream, ui)?;
+                d_out = ops::add(&d_out, &up)?;
+            }
+        }
+        let rows: Vec<A> = xs.iter().map(|x| row(x, t)).collect::<LResult<_>>()?;
+        let mut bound: Vec<(NodeId, &Array)> = vec![(v_carry, carry_t), (v_d, &d_out)];
+        bound.extend(v_xs.iter().copied().zip(rows.iter().map(|r| &**r)));
+        let mut outs = call_bound(cx, body_vjp, &bound, "body VJP")?;
+        if let Some(i) = xs_idx {
+            dx[t] = Some(outs.swap_remove(1 + i));
+        }
+        *dcarry = outs.swap_remove(0);
+        Ok(())
+    };
+    if let Some((f, f_ins)) = &fwd {
+        for seg in (0..ck.rows).rev() {
+            let end = ck.step(seg);
+            let start = if seg == 0 { 0 } else { ck.step(seg - 1) + 1 };
+            let mut carry: A = if seg == 0 {
+                init.clone_handle()
+            } else {
+                row(traj, seg - 1)?
+            };
+            let mut before: Vec<A> = Vec::new();
+            for t in start..=end {
+                before.push(carry.clone_handle());
+                if t < end {
+                    let rows: Vec<A> = xs.iter().map(|x| row(x, t)).collect::<LResult<_>>()?;
+                    let mut bound: Vec<(NodeId, &Array)> = vec![(f_ins[0], &carry)];
+                    bound.extend(f_ins[1..].iter().copied().zip(rows.iter().map(|r| &**r)));
+                    carry = call_bound(cx, f, &bound, "forward body")?.swap_remove(0);
+                }
+            }
+            for t in (start..=end).rev() {
+                process(t, &before[t - start], &mut dcarry)?;
+            }
+            if cx.how == Eval::Check {
+                break;
+            }
+        }
+    } else {
+        for t in (len - steps..len).rev() {
+            let carry_t = if t == 0 {
+                init.clone_handle()
+            } else {
+                row(traj, t - 1)?
+            };
+            process(t, &carry_t, &mut dcarry)?;
+        }
+    }
+    let dx: Vec<A> = dx.into_iter().flatten().collect();
+    Ok((dcarry, dx))
+}
+
+fn scan_backward(cx: &Ctx, a: &[&Array]) -> LResult {
+    let Op::ScanBackward {
+        body_vjp,
+        length,
+        save_trajectory,
+        num_xs,
+        num_checkpoints,
+        forward_body,
+    } = &cx.node.op
+    else {
+        return Err("not a ScanBackward".into());
+    };
+    let (d, _) = scan_backward_walk(
+        cx,
+        a,
+        body_vjp,
+        forward_body.as_deref(),
+        *length,
+        *save_trajectory,
+        *num_xs,
+        *num_checkpoints,
+        None,
+    )?;
+    Ok(ops::reshape(&d, &cx.out_dims())?)
+}
+
+fn scan_backward_xs(cx: &Ctx, a: &[&Array]) -> LResult {
+    let Op::ScanBackwardXs {
+        body_vjp,
+        length,
+        save_trajectory,
+        num_xs,
+        xs_idx,
+        num_checkpoints,
+        forward_body,
+    } = &cx.node.op
+    else {
+        return Err("not a ScanBackwardXs".into());
+    };
+    let (_, dx) = scan_backward_walk(
+        cx,
+        a,
+        body_vjp,
+        forward_body.as_deref(),
+        *length,
+        *save_trajectory,
+        *num_xs,
+        *num_checkpoints,
+        Some(*xs_idx as usize),
+    )?;
+    if cx.how == Eval::Check || dx.len() != *length as usize {
+        // The check built the walk's first step only.
+        return Ok(rlx_mlx_shim::array::full(
+            &cx.out_dims(),
+            0.0,
+            cx.out_dtype(),
+        )?);
+    }
+    let rows: Vec<A> = dx
+        .iter()
+        .map(|r| {
+            let mut d = cx.out_dims();
+            d.remove(0);
+            ops::reshape(r, &d)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(ops::stack(
+        &ArrayList::from_arrays(rows.iter().map(|r| &**r)),
+        0,
+    )?)
 }
 
 pub fn entries() -> Vec<Lowering> {
@@ -257,6 +507,20 @@ pub fn entries() -> Vec<Lowering> {
             Composite,
             "unrolled into the MLX graph: length steps of the body on per-step xs rows, trajectory stacked (checkpoint rows kept)",
             scan
+        ),
+        crate::row!(
+            ScanBackward,
+            crate::dtype::FLOATS,
+            Composite,
+            "the body VJP unrolled from t = L-1 to 0 on the saved trajectory (segments recomputed with forward_body between checkpoints)",
+            scan_backward
+        ),
+        crate::row!(
+            ScanBackwardXs,
+            crate::dtype::FLOATS,
+            Composite,
+            "as ScanBackward, stacking the body VJP's xs_idx gradient per step",
+            scan_backward_xs
         ),
     ]
 }
