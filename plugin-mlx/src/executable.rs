@@ -27,15 +27,51 @@ pub enum Eval {
     Eager,
 }
 
+/// Values an op writes back into one of the graph's params when the run
+/// ends (a recurrent layer's final states with `carry`, as rlx-cpu writes
+/// them into its arena): `(graph, param node, value)`. Only writes into the
+/// executable's own graph are applied; inputs are the caller's and
+/// read-only under the ABI.
+#[derive(Default)]
+pub struct StateWrites(std::cell::RefCell<Vec<(usize, NodeId, A)>>);
+
+impl StateWrites {
+    pub fn record(&self, graph: &Graph, id: NodeId, value: A) {
+        if matches!(graph.node(id).op, Op::Param { .. }) {
+            self.0
+                .borrow_mut()
+                .push((graph as *const Graph as usize, id, value));
+        }
+    }
+    /// The writes into `graph`'s params, in order (a later write to the
+    /// same param wins).
+    pub fn take_for(&self, graph: &Graph) -> Vec<(NodeId, A)> {
+        let key = graph as *const Graph as usize;
+        self.0
+            .borrow_mut()
+            .drain(..)
+            .filter(|(g, _, _)| *g == key)
+            .map(|(_, id, v)| (id, v))
+            .collect()
+    }
+}
+
+/// What every node of one evaluation shares.
+pub struct Env<'a> {
+    pub rng: rlx_ir::RngOptions,
+    pub custom: &'a CustomScope,
+    pub how: Eval,
+    pub writes: &'a StateWrites,
+}
+
 /// Evaluate every node of `graph` in order. `leaf` supplies Input and Param
-/// values. Returns the outputs (unevaluated unless `how` is eager).
+/// values. Returns the outputs (unevaluated unless `env.how` is eager).
 pub fn evaluate(
     graph: &Graph,
-    rng: rlx_ir::RngOptions,
-    custom: &CustomScope,
+    env: &Env,
     leaf: &dyn Fn(NodeId) -> PluginResult<A>,
-    how: Eval,
 ) -> PluginResult<Vec<A>> {
+    let (rng, custom, how) = (env.rng, env.custom, env.how);
     let eager = how == Eval::Eager;
     // Drop each intermediate after its last use.
     let mut uses = vec![0usize; graph.len()];
@@ -75,6 +111,7 @@ pub fn evaluate(
                     rng,
                     custom,
                     how,
+                    writes: env.writes,
                 };
                 let out = lower(&cx, &args).map_err(|e| {
                     PluginError::new(
@@ -253,6 +290,9 @@ pub struct MlxExecutable {
     device: DeviceInfo,
     /// Its custom ops, resolved at compile and kept.
     custom: Arc<CustomScope>,
+    /// The params the compiled function's extra outputs write back (see
+    /// [`StateWrites`]), in output order; set when it is traced.
+    compiled_writes: Arc<std::sync::Mutex<Vec<NodeId>>>,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -278,15 +318,16 @@ impl MlxExecutable {
             }
         }
         let custom = Arc::new(CustomScope::resolve(&graph)?);
+        let compiled_writes: Arc<std::sync::Mutex<Vec<NodeId>>> = Arc::default();
         // Build the whole MLX graph once on zeros, without evaluating: every
         // op variant, attribute and shape is checked now, with the node named.
-        evaluate(
-            &graph,
+        let check = Env {
             rng,
-            &custom,
-            &|id| zeros_like(&graph, id),
-            Eval::Check,
-        )?;
+            custom: &custom,
+            how: Eval::Check,
+            writes: &StateWrites::default(),
+        };
+        evaluate(&graph, &check, &|id| zeros_like(&graph, id))?;
         let compiled = match mode {
             // mx::compile traces without data, so a loop whose trip count
             // depends on values cannot be traced: such a graph runs lazily.
@@ -297,6 +338,7 @@ impl MlxExecutable {
                 custom.clone(),
                 &inputs,
                 &params,
+                compiled_writes.clone(),
             )?),
             _ => None,
         };
@@ -318,6 +360,7 @@ impl MlxExecutable {
             compiled,
             device,
             custom,
+            compiled_writes,
         })
     }
 
@@ -367,6 +410,7 @@ fn compile_graph(
     custom: Arc<CustomScope>,
     inputs: &[(String, NodeId)],
     params: &[(String, NodeId)],
+    write_ids: Arc<std::sync::Mutex<Vec<NodeId>>>,
 ) -> PluginResult<Compiled> {
     let slot: HashMap<NodeId, usize> = inputs
         .iter()
@@ -379,8 +423,21 @@ fn compile_graph(
             args.get(slot[&id])
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
-        let outs = evaluate(&graph, rng, &custom, &leaf, Eval::Lazy).map_err(|e| e.message)?;
-        Ok(ArrayList::from_arrays(outs.iter().map(|a| &**a)))
+        let writes = StateWrites::default();
+        let env = Env {
+            rng,
+            custom: &custom,
+            how: Eval::Lazy,
+            writes: &writes,
+        };
+        let outs = evaluate(&graph, &env, &leaf).map_err(|e| e.message)?;
+        // State written back rides along as extra outputs.
+        let w = writes.take_for(&graph);
+        *write_ids.lock().unwrap_or_else(|e| e.into_inner()) =
+            w.iter().map(|(id, _)| *id).collect();
+        Ok(ArrayList::from_arrays(
+            outs.iter().map(|a| &**a).chain(w.iter().map(|(_, v)| &**v)),
+        ))
     })
     .map_err(|e| PluginError::internal(e.to_string()))
 }
@@ -500,7 +557,8 @@ impl Executable for MlxExecutable {
                 .map(|a| a.clone_handle())
                 .unwrap_or_else(|| self.bound[&id].array.clone_handle()))
         };
-        let outs = match (&self.compiled, self.mode) {
+        let writes = StateWrites::default();
+        let (outs, state) = match (&self.compiled, self.mode) {
             (Some(c), _) => {
                 let args: Vec<&Array> = self
                     .inputs
@@ -508,27 +566,42 @@ impl Executable for MlxExecutable {
                     .map(|(_, id)| &*leaves[id])
                     .chain(self.params.iter().map(|(_, id)| &*self.bound[id].array))
                     .collect();
-                c.call_arrays(&args).map_err(|e| {
+                let mut all = c.call_arrays(&args).map_err(|e| {
                     PluginError::internal(format!(
                         "compiled graph: {} (run in eager mode to find the node)",
                         explain(e)
                     ))
-                })?
+                })?;
+                let n = self.graph.outputs.len();
+                let ids = self
+                    .compiled_writes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let values = all.split_off(n.min(all.len()));
+                (all, ids.into_iter().zip(values).collect::<Vec<_>>())
             }
-            (None, mode) => evaluate(
-                &self.graph,
-                self.rng,
-                &self.custom,
-                &leaf,
-                if mode == Mode::Eager {
-                    Eval::Eager
-                } else {
-                    Eval::Lazy
-                },
-            )?,
+            (None, mode) => {
+                let env = Env {
+                    rng: self.rng,
+                    custom: &self.custom,
+                    how: if mode == Mode::Eager {
+                        Eval::Eager
+                    } else {
+                        Eval::Lazy
+                    },
+                    writes: &writes,
+                };
+                let outs = evaluate(&self.graph, &env, &leaf)?;
+                (outs, writes.take_for(&self.graph))
+            }
         };
-        if self.mode != Mode::Eager {
-            let list = ArrayList::from_arrays(outs.iter().map(|a| &**a));
+        {
+            let list = ArrayList::from_arrays(
+                outs.iter()
+                    .map(|a| &**a)
+                    .chain(state.iter().map(|(_, v)| &**v)),
+            );
             array::eval_list(&list).map_err(|e| {
                 PluginError::internal(format!(
                     "MLX evaluation failed: {} (run in eager mode to find the node)",
@@ -539,6 +612,12 @@ impl Executable for MlxExecutable {
         // A kernel that failed on MLX's stream left its output zeroed and
         // said why here: the run fails with that.
         self.custom.check()?;
+        // The run succeeded: its state writes become the params' values.
+        for (id, v) in state {
+            if let Some(b) = self.bound.get_mut(&id) {
+                b.array = v;
+            }
+        }
         outs.iter()
             .zip(&self.graph.outputs)
             .map(|(a, id)| {

@@ -124,7 +124,7 @@ pub fn inline(cx: &Ctx, body: &Graph, args: &[&Array]) -> LResult {
             .map(|(_, v)| v.clone_handle())
             .ok_or_else(|| PluginError::internal(format!("body leaf {id} is not bound")))
     };
-    let mut outs = evaluate(body, cx.rng, cx.custom, &leaf, cx.how)
+    let mut outs = evaluate(body, &cx.env(), &leaf)
         .map_err(|e| format!("in the composite body: {}", e.message))?;
     Ok(outs.remove(0))
 }

@@ -61,8 +61,7 @@ fn call(cx: &Ctx, body: &Graph, args: &[&Array], what: &str) -> LResult<Vec<A>> 
             .map(|(_, a)| a.clone_handle())
             .ok_or_else(|| PluginError::internal(format!("{id} is not an input of the body")))
     };
-    evaluate(body, cx.rng, cx.custom, &leaf, cx.how)
-        .map_err(|e| format!("in the {what}: {}", e.message).into())
+    evaluate(body, &cx.env(), &leaf).map_err(|e| format!("in the {what}: {}", e.message).into())
 }
 
 fn if_(cx: &Ctx, a: &[&Array]) -> LResult {
@@ -292,8 +291,7 @@ fn call_bound(cx: &Ctx, g: &Graph, bound: &[(NodeId, &Array)], what: &str) -> LR
             .map(|(_, a)| a.clone_handle())
             .ok_or_else(|| PluginError::internal(format!("{id} of the {what} is not bound")))
     };
-    evaluate(g, cx.rng, cx.custom, &leaf, cx.how)
-        .map_err(|e| format!("in the {what}: {}", e.message).into())
+    evaluate(g, &cx.env(), &leaf).map_err(|e| format!("in the {what}: {}", e.message).into())
 }
 
 /// ScanBackward and ScanBackwardXs: walk `t = L-1 .. 0` through the body's

@@ -18,6 +18,7 @@ pub mod linalg;
 pub mod norm;
 pub mod quant;
 pub mod random;
+pub mod recurrent;
 pub mod reduce;
 pub mod region;
 pub mod scan;
@@ -68,9 +69,20 @@ pub struct Ctx<'a> {
     /// How the graph is being built (a check, lazily, eagerly): what a
     /// nested body is built with, and whether a loop may run.
     pub how: crate::executable::Eval,
+    /// Where an op records values to write back into params.
+    pub writes: &'a crate::executable::StateWrites,
 }
 
 impl<'a> Ctx<'a> {
+    /// The environment a nested body is built in: this one.
+    pub fn env(&self) -> crate::executable::Env<'a> {
+        crate::executable::Env {
+            rng: self.rng,
+            custom: self.custom,
+            how: self.how,
+            writes: self.writes,
+        }
+    }
     /// The declared output dims.
     pub fn out_dims(&self) -> Vec<i32> {
         static_dims(self.node.shape.dims())
@@ -194,6 +206,7 @@ pub fn table() -> &'static [Lowering] {
             signal::entries(),
             quant::entries(),
             control::entries(),
+            recurrent::entries(),
             crate::custom::entries(),
         ] {
             t.extend(family);
