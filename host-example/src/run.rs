@@ -15,13 +15,26 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Values for every input and param of a graph, as f32 (rlx-runtime
-/// converts to each boundary's declared dtype).
+/// converts to each boundary's declared dtype). A complex (c64, c128)
+/// tensor holds two values per element, interleaved `[re, im, re, im, ...]`
+/// (rlx-ir's complex layout, and what rlx-runtime's `&[f32]` surface takes
+/// for a complex boundary); see [`values_per_element`].
 #[derive(Clone, Debug, Default)]
 pub struct ModelData {
     /// (name, values), in graph order.
     pub inputs: Vec<(String, Vec<f32>)>,
     /// (name, values), in graph order.
     pub params: Vec<(String, Vec<f32>)>,
+}
+
+/// How many f32 values one element of `dt` takes in [`ModelData`] and in
+/// the outputs of [`execute`]: 2 for a complex dtype (re, im), else 1.
+pub fn values_per_element(dt: rlx_ir::DType) -> usize {
+    if dt.is_complex() {
+        2
+    } else {
+        1
+    }
 }
 
 fn dims_of(shape: &rlx_ir::Shape) -> Result<Vec<usize>, String> {
@@ -95,7 +108,9 @@ pub fn index_inputs(graph: &Graph) -> HashMap<String, usize> {
 /// - a float param of rank >= 2: uniform in `[-1, 1) / sqrt(fan_in)`,
 ///   `fan_in` = its second-to-last size (a matmul weight's K); of rank <= 1:
 ///   uniform in `[-1, 1)`;
-/// - an integer param: integers in `[0, 10)`.
+/// - an integer param: integers in `[0, 10)`;
+/// - a complex (c64, c128) input or param: two values per element (re, im,
+///   interleaved), each drawn as for a float one.
 pub fn random_data(graph: &Graph, seed: u64) -> Result<ModelData, String> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -108,15 +123,15 @@ pub fn random_data(graph: &Graph, seed: u64) -> Result<ModelData, String> {
             _ => continue,
         };
         let dims = dims_of(&n.shape).map_err(|e| format!("{name:?}: {e}"))?;
-        let count: usize = dims.iter().product();
         let dt = n.shape.dtype();
+        let count = dims.iter().product::<usize>() * values_per_element(dt);
         let values: Vec<f32> = if let (false, Some(&bound)) = (is_param, index.get(name)) {
             (0..count)
                 .map(|_| rng.gen_range(0..bound.max(1)) as f32)
                 .collect()
         } else if dt == rlx_ir::DType::Bool {
             (0..count).map(|_| rng.gen_range(0..2) as f32).collect()
-        } else if !dt.is_float() {
+        } else if !dt.is_float() && !dt.is_complex() {
             (0..count).map(|_| rng.gen_range(0..10) as f32).collect()
         } else {
             let scale = if is_param && dims.len() >= 2 {
@@ -140,8 +155,11 @@ pub fn random_data(graph: &Graph, seed: u64) -> Result<ModelData, String> {
 /// Replace params with the tensors of a safetensors file. A tensor whose
 /// name the graph declares must have the declared shape; f32, f16, bf16
 /// and f64 tensors convert (rlx-runtime then converts to the graph's
-/// dtype). Params the file lacks keep their values; tensors the graph does
-/// not declare are ignored with a warning.
+/// dtype). safetensors has no complex dtype: a complex (c64, c128) param
+/// of shape `[..]` is stored as a float tensor of shape `[.., 2]`, the real
+/// and imaginary parts last (PyTorch's `view_as_real` layout, which is
+/// [`ModelData`]'s interleaved one). Params the file lacks keep their
+/// values; tensors the graph does not declare are ignored with a warning.
 pub fn load_params(graph: &Graph, path: &Path, data: &mut ModelData) -> Result<(), String> {
     use safetensors::{Dtype, SafeTensors};
     let bytes = std::fs::read(path)
@@ -170,14 +188,30 @@ pub fn load_params(graph: &Graph, path: &Path, data: &mut ModelData) -> Result<(
         let t = st
             .tensor(name)
             .map_err(|e| format!("{}: tensor {name:?}: {e}", path.display()))?;
-        let want = dims_of(&node.shape).map_err(|e| format!("param {name:?}: {e}"))?;
+        let declared_dims = dims_of(&node.shape).map_err(|e| format!("param {name:?}: {e}"))?;
+        let complex = node.shape.dtype().is_complex();
+        let mut want = declared_dims.clone();
+        if complex {
+            want.push(2);
+        }
         if t.shape() != want.as_slice() {
-            return Err(format!(
-                "param {name:?}: the model declares shape {} but {} has shape {}",
-                fmt_dims(&want),
-                path.display(),
-                fmt_dims(t.shape())
-            ));
+            return Err(if complex {
+                format!(
+                    "param {name:?}: the model declares {} shape {}, stored as a float tensor of shape {} (re, im last), but {} has shape {}",
+                    node.shape.dtype(),
+                    fmt_dims(&declared_dims),
+                    fmt_dims(&want),
+                    path.display(),
+                    fmt_dims(t.shape())
+                )
+            } else {
+                format!(
+                    "param {name:?}: the model declares shape {} but {} has shape {}",
+                    fmt_dims(&want),
+                    path.display(),
+                    fmt_dims(t.shape())
+                )
+            });
         }
         let raw = t.data();
         let values: Vec<f32> = match t.dtype() {
@@ -256,15 +290,72 @@ fn mean(v: &[f64]) -> f64 {
     }
 }
 
+/// `values` ([`ModelData`]'s f32 layout) as little-endian bytes of `dt`,
+/// for rlx-runtime's typed surface: a complex element is its (re, im) pair
+/// (c64: two f32, c128: two f64).
+fn typed_bytes(values: &[f32], dt: rlx_ir::DType) -> Vec<u8> {
+    match dt {
+        rlx_ir::DType::C64 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        rlx_ir::DType::C128 => values
+            .iter()
+            .flat_map(|v| (*v as f64).to_le_bytes())
+            .collect(),
+        _ => rlx_runtime::backend::narrow_f32_to_bytes(values, dt),
+    }
+}
+
+/// Little-endian bytes of `dt` as f32 values ([`ModelData`]'s layout: a
+/// complex element is its (re, im) pair).
+fn typed_values(bytes: &[u8], dt: rlx_ir::DType) -> Vec<f32> {
+    match dt {
+        rlx_ir::DType::C128 => bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect(),
+        rlx_ir::DType::I16 => bytes
+            .chunks_exact(2)
+            .map(|c| i16::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect(),
+        // C64 is a pure reinterpret of its interleaved f32 pairs.
+        _ => rlx_runtime::backend::widen_bytes_to_f32(bytes, dt),
+    }
+}
+
+/// Declared dtypes of `graph`'s inputs and params, by name.
+fn leaf_dtypes(graph: &Graph) -> HashMap<&str, rlx_ir::DType> {
+    graph
+        .nodes()
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Input { name } | Op::Param { name } => Some((name.as_str(), n.shape.dtype())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Compile `graph` with `Session::new(device)`, bind the params, run it
 /// `runs` times (at least once). Every panic inside rlx-runtime or the
 /// backend becomes an `Err` with one line.
+///
+/// Complex values are (re, im) pairs ([`values_per_element`]) in `data`
+/// and in the outputs. A complex param is bound as bytes of its dtype
+/// (`set_param_typed`: `set_param` counts f32 values as elements); a graph
+/// with a complex input or output runs through `run_typed`, every input in
+/// its declared dtype (a plugin backend cannot take or return complex
+/// tensors as f32).
 pub fn execute(
     device: Device,
     graph: &Graph,
     data: &ModelData,
     runs: usize,
 ) -> Result<Execution, String> {
+    let dtypes = leaf_dtypes(graph);
+    let dtype_of = |name: &str| dtypes.get(name).copied().unwrap_or(rlx_ir::DType::F32);
+    let typed_run = data.inputs.iter().any(|(n, _)| dtype_of(n).is_complex())
+        || graph
+            .outputs
+            .iter()
+            .any(|id| graph.shape(*id).dtype().is_complex());
     let graph = graph.clone();
     let t0 = Instant::now();
     let mut compiled = guard::catch(&format!("compile on {device}"), || {
@@ -273,20 +364,53 @@ pub fn execute(
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     guard::catch(&format!("binding params on {device}"), || {
         for (name, v) in &data.params {
-            compiled.set_param(name, v);
+            let dt = dtype_of(name);
+            if dt == rlx_ir::DType::C128 {
+                // rlx-runtime 0.2.19's CPU backend widens c128 bytes to
+                // four df64 lanes (re_hi, re_lo, im_hi, im_lo) and stores
+                // them as two f64 pairs, binding (re_hi, re_lo) as the
+                // first element. Its f64 path copies the bytes as they
+                // are, which is the c128 layout (f64 re, f64 im).
+                compiled.set_param_typed(name, &typed_bytes(v, dt), rlx_ir::DType::F64);
+            } else if dt.is_complex() {
+                compiled.set_param_typed(name, &typed_bytes(v, dt), dt);
+            } else {
+                compiled.set_param(name, v);
+            }
         }
     })?;
-    let inputs: Vec<(&str, &[f32])> = data
-        .inputs
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_slice()))
-        .collect();
     let mut run_ms = Vec::new();
     let mut outputs = Vec::new();
-    for _ in 0..runs.max(1) {
-        let t = Instant::now();
-        outputs = guard::catch(&format!("run on {device}"), || compiled.run(&inputs))?;
-        run_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    if typed_run {
+        let owned: Vec<(&str, Vec<u8>, rlx_ir::DType)> = data
+            .inputs
+            .iter()
+            .map(|(n, v)| {
+                let dt = dtype_of(n);
+                (n.as_str(), typed_bytes(v, dt), dt)
+            })
+            .collect();
+        let inputs: Vec<(&str, &[u8], rlx_ir::DType)> = owned
+            .iter()
+            .map(|(n, b, dt)| (*n, b.as_slice(), *dt))
+            .collect();
+        for _ in 0..runs.max(1) {
+            let t = Instant::now();
+            let outs = guard::catch(&format!("run on {device}"), || compiled.run_typed(&inputs))?;
+            run_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            outputs = outs.iter().map(|(b, dt)| typed_values(b, *dt)).collect();
+        }
+    } else {
+        let inputs: Vec<(&str, &[f32])> = data
+            .inputs
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_slice()))
+            .collect();
+        for _ in 0..runs.max(1) {
+            let t = Instant::now();
+            outputs = guard::catch(&format!("run on {device}"), || compiled.run(&inputs))?;
+            run_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
     }
     Ok(Execution {
         outputs,
@@ -423,8 +547,11 @@ pub fn output_infos(graph: &Graph, outputs: &[Vec<f32>]) -> Vec<(String, Vec<usi
         .enumerate()
         .map(|(i, id)| {
             let shape = graph.shape(*id);
-            let dims =
-                dims_of(shape).unwrap_or_else(|_| vec![outputs.get(i).map_or(0, |o| o.len())]);
+            let dims = dims_of(shape).unwrap_or_else(|_| {
+                vec![outputs
+                    .get(i)
+                    .map_or(0, |o| o.len() / values_per_element(shape.dtype()))]
+            });
             (
                 graph
                     .output_name(i)
@@ -630,6 +757,125 @@ mod tests {
             .all(|v| v.fract() == 0.0 && (0.0..5.0).contains(v)));
         let x = &d.inputs.iter().find(|(n, _)| n == "x").unwrap().1;
         assert!(x.iter().any(|v| v.fract() != 0.0));
+    }
+
+    /// Unnormalized DFT of each row of interleaved (re, im) pairs, in f64
+    /// (`sign` -1 forward, +1 inverse: rlx's `FftNorm::Backward`).
+    fn dft_rows(v: &[f32], n: usize, sign: f64) -> Vec<f32> {
+        let mut out = vec![0f32; v.len()];
+        for r in 0..v.len() / (2 * n) {
+            for k in 0..n {
+                let (mut re, mut im) = (0f64, 0f64);
+                for t in 0..n {
+                    let a = sign * 2.0 * std::f64::consts::PI * (k * t % n) as f64 / n as f64;
+                    let (xr, xi) = (v[(r * n + t) * 2] as f64, v[(r * n + t) * 2 + 1] as f64);
+                    re += xr * a.cos() - xi * a.sin();
+                    im += xr * a.sin() + xi * a.cos();
+                }
+                out[(r * n + k) * 2] = re as f32;
+                out[(r * n + k) * 2 + 1] = im as f32;
+            }
+        }
+        out
+    }
+
+    /// y = fft(x), z = ifft(w): x a c64 input, w a c64 param, both [3, 4].
+    fn c64_fft_graph() -> Graph {
+        let mut g = Graph::new("c64");
+        let x = g.input("x", Shape::new(&[3, 4], DType::C64));
+        let w = g.param("w", Shape::new(&[3, 4], DType::C64));
+        let y = g.fft(x, false);
+        let z = g.fft(w, true);
+        g.set_outputs(vec![y, z]);
+        g
+    }
+
+    #[test]
+    fn complex_leaves_get_two_values_per_element_and_run_on_the_cpu() {
+        assert_eq!(values_per_element(DType::C64), 2);
+        assert_eq!(values_per_element(DType::C128), 2);
+        assert_eq!(values_per_element(DType::F32), 1);
+        // The reference itself: the DFT of [1, i] is [1 + i, 1 - i].
+        assert_eq!(
+            dft_rows(&[1.0, 0.0, 0.0, 1.0], 2, -1.0),
+            vec![1.0, 1.0, 1.0, -1.0]
+        );
+        let g = c64_fft_graph();
+        let d = random_data(&g, 5).unwrap();
+        assert_eq!(d.inputs[0].1.len(), 24);
+        assert_eq!(d.params[0].1.len(), 24);
+        // A rank-2 complex param is drawn as a float one, scaled by
+        // 1/sqrt(fan_in); both parts vary.
+        let w = &d.params[0].1;
+        assert!(w.iter().all(|v| v.abs() <= 1.0 / 3f32.sqrt()), "{w:?}");
+        assert!(w.iter().step_by(2).any(|v| *v != 0.0));
+        assert!(w.iter().skip(1).step_by(2).any(|v| *v != 0.0));
+        let e = execute(Device::Cpu, &g, &d, 2).unwrap();
+        assert_eq!(e.run_ms.len(), 2);
+        let (y, z) = (&e.outputs[0], &e.outputs[1]);
+        let (ey, _) = errors(y, &dft_rows(&d.inputs[0].1, 4, -1.0)).unwrap();
+        let (ez, _) = errors(z, &dft_rows(&d.params[0].1, 4, 1.0)).unwrap();
+        assert!(ey < 1e-5 && ez < 1e-5, "{ey} {ez}");
+        let infos = output_infos(&g, &e.outputs);
+        assert_eq!(infos[0].1, vec![3, 4]);
+        assert_eq!(infos[0].2, "c64");
+    }
+
+    #[test]
+    fn a_complex_param_loads_from_a_float_tensor_with_a_trailing_pair_axis() {
+        use safetensors::tensor::{Dtype, TensorView};
+        let g = c64_fft_graph();
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, shape: Vec<usize>, v: &[f32]| {
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let p = dir.path().join(name);
+            safetensors::serialize_to_file(
+                vec![("w", TensorView::new(Dtype::F32, shape, &bytes).unwrap())],
+                &None,
+                &p,
+            )
+            .unwrap();
+            p
+        };
+        // w = (1 + 2i) at k = 0 of every row: its unnormalized inverse DFT
+        // is (1 + 2i) everywhere.
+        let mut w = vec![0f32; 24];
+        for r in 0..3 {
+            w[r * 8] = 1.0;
+            w[r * 8 + 1] = 2.0;
+        }
+        let mut d = random_data(&g, 0).unwrap();
+        load_params(&g, &write("w.st", vec![3, 4, 2], &w), &mut d).unwrap();
+        assert_eq!(d.params[0].1, w);
+        let z = &execute(Device::Cpu, &g, &d, 1).unwrap().outputs[1];
+        let want: Vec<f32> = (0..12).flat_map(|_| [1.0, 2.0]).collect();
+        assert!(errors(z, &want).unwrap().0 < 1e-6, "{z:?}");
+        // The element shape alone holds half the values.
+        let e = load_params(&g, &write("half.st", vec![3, 4], &w[..12]), &mut d).unwrap_err();
+        assert!(
+            e.contains("param \"w\"") && e.contains("c64") && e.contains("[3, 4, 2]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn c128_inputs_and_params_are_bound_as_re_im_pairs_on_the_cpu() {
+        let mut g = Graph::new("c128");
+        let x = g.input("x", Shape::new(&[3], DType::C128));
+        let w = g.param("w", Shape::new(&[3], DType::C128));
+        let y = g.cast(x, DType::C64);
+        let z = g.cast(w, DType::C64);
+        g.set_outputs(vec![y, z, x]);
+        let d = random_data(&g, 2).unwrap();
+        assert_eq!((d.inputs[0].1.len(), d.params[0].1.len()), (6, 6));
+        let d = ModelData {
+            inputs: vec![("x".into(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])],
+            params: vec![("w".into(), vec![-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])],
+        };
+        let e = execute(Device::Cpu, &g, &d, 1).unwrap();
+        assert_eq!(e.outputs[0], d.inputs[0].1);
+        assert_eq!(e.outputs[1], d.params[0].1);
+        assert_eq!(e.outputs[2], d.inputs[0].1);
     }
 
     #[test]

@@ -322,3 +322,113 @@ fn plugins_listing_still_works() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("MatMul"));
 }
+
+/// y = fft(x), z = ifft(w): a c64 input and a c64 param, both [4, 8]
+/// (Fft on c64 is claimed by the MLX plugin). A c64 element is two values
+/// (re, im); a run that fed one value per element failed with "input `x`
+/// got 16 values; its shape [4, 8] holds 32".
+fn c64_model(env: &Env) -> PathBuf {
+    let mut g = rlx_ir::Graph::new("c64");
+    let x = g.input("x", rlx_ir::Shape::new(&[4, 8], rlx_ir::DType::C64));
+    let w = g.param("w", rlx_ir::Shape::new(&[4, 8], rlx_ir::DType::C64));
+    let y = g.fft(x, false);
+    let z = g.fft(w, true);
+    g.set_outputs(vec![y, z]);
+    let p = env.path("c64.rlxmodel");
+    std::fs::write(&p, rlx_ir::rlxmodel::to_text(&g).unwrap()).unwrap();
+    p
+}
+
+/// Both outputs are c64 [4, 8] and, with `--compare cpu`, within `tol` of
+/// the CPU (an unnormalized 8-point FFT of values in [-1, 1)).
+fn assert_c64_outputs(v: &serde_json::Value, tol: f64) {
+    let outs = v["outputs"].as_array().unwrap();
+    assert_eq!(outs.len(), 2, "{v}");
+    for o in outs {
+        assert_eq!(o["shape"], serde_json::json!([4, 8]), "{v}");
+        assert_eq!(o["dtype"], "c64", "{v}");
+        let abs = o["max_abs_err"].as_f64().unwrap();
+        assert!(abs <= tol, "{v}");
+    }
+}
+
+#[test]
+fn a_c64_model_runs_on_the_cpu_and_the_mlx_plugin_in_every_mode() {
+    let env = Env::new();
+    let model = c64_model(&env);
+    let v = json(&env.rlx_host(&[
+        "run",
+        s(&model),
+        "--backend",
+        "cpu",
+        "--compare",
+        "cpu",
+        "--json",
+    ]));
+    assert_c64_outputs(&v, 0.0);
+    let mlx = common::mlx_plugin_dir();
+    for mode in ["lazy", "eager", "compiled"] {
+        let v = json(&env.rlx_host(&[
+            "run",
+            s(&model),
+            "--backend",
+            "mlx",
+            "--plugin",
+            s(&mlx),
+            "--mode",
+            mode,
+            "--compare",
+            "cpu",
+            "--json",
+        ]));
+        assert_eq!(v["mode"], mode);
+        // An 8-point FFT of values of order 1 in f32: a few ulps of ~8.
+        assert_c64_outputs(&v, 1e-5);
+    }
+}
+
+#[test]
+fn a_c64_param_comes_from_safetensors_as_a_float_tensor_with_a_pair_axis() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let env = Env::new();
+    let model = c64_model(&env);
+    let w: Vec<u8> = (0..4 * 8 * 2)
+        .flat_map(|i| (i as f32 * 0.01).to_le_bytes())
+        .collect();
+    let p = env.path("w.safetensors");
+    safetensors::serialize_to_file(
+        vec![("w", TensorView::new(Dtype::F32, vec![4, 8, 2], &w).unwrap())],
+        &None,
+        &p,
+    )
+    .unwrap();
+    let mlx = common::mlx_plugin_dir();
+    let v = json(&env.rlx_host(&[
+        "run",
+        s(&model),
+        "--backend",
+        "mlx",
+        "--plugin",
+        s(&mlx),
+        "--params",
+        s(&p),
+        "--compare",
+        "cpu",
+        "--json",
+    ]));
+    assert_c64_outputs(&v, 1e-5);
+    // The element shape alone holds half the values: one line naming the
+    // layout a complex param needs.
+    let p = env.path("half.safetensors");
+    safetensors::serialize_to_file(
+        vec![(
+            "w",
+            TensorView::new(Dtype::F32, vec![4, 8], &w[..4 * 8 * 4]).unwrap(),
+        )],
+        &None,
+        &p,
+    )
+    .unwrap();
+    let o = env.rlx_host(&["run", s(&model), "--backend", "cpu", "--params", s(&p)]);
+    assert_one_line_failure(&o, &["param \"w\"", "c64", "[4, 8, 2]", "[4, 8]"]);
+}

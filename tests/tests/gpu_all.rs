@@ -22,10 +22,14 @@ mod mlx_nn2;
 mod mlx_quant;
 #[path = "mlx_random.rs"]
 mod mlx_random;
+#[path = "mlx_recurrent.rs"]
+mod mlx_recurrent;
 #[path = "mlx_reduce.rs"]
 mod mlx_reduce;
 #[path = "mlx_region.rs"]
 mod mlx_region;
+#[path = "mlx_regressions.rs"]
+mod mlx_regressions;
 #[path = "mlx_scan.rs"]
 mod mlx_scan;
 #[path = "mlx_session.rs"]
