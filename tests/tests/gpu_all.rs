@@ -40,3 +40,5 @@ mod mlx_shape;
 mod mlx_signal;
 #[path = "mlx_solve.rs"]
 mod mlx_solve;
+#[path = "mlx_ssm.rs"]
+mod mlx_ssm;

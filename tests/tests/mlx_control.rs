@@ -540,14 +540,14 @@ fn scan_backward_and_backward_xs_match_the_chain_rule_and_finite_differences() {
             &format!("ScanBackward {what}"),
             &backward_graph(false, len, save, k),
             &feeds,
-            &[dinit.clone()],
+            std::slice::from_ref(&dinit),
             TOL,
         );
         check_against_every_mode(
             &format!("ScanBackwardXs {what}"),
             &backward_graph(true, len, save, k),
             &feeds,
-            &[dxs.clone()],
+            std::slice::from_ref(&dxs),
             TOL,
         );
     }

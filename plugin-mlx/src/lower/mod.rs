@@ -25,6 +25,7 @@ pub mod scan;
 pub mod shape;
 pub mod signal;
 pub mod solve;
+pub mod ssm;
 
 use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
 use rlx_mlx_shim::{Array, DType as MxDType, ShimError, UniquePtr};
@@ -207,6 +208,7 @@ pub fn table() -> &'static [Lowering] {
             quant::entries(),
             control::entries(),
             recurrent::entries(),
+            ssm::entries(),
             crate::custom::entries(),
         ] {
             t.extend(family);
