@@ -21,15 +21,19 @@
 //!   all masked attends uniformly); `Bias` adds a `[B, H, S_q, S_k]` tensor to
 //!   the scaled scores.
 //! - `v_head_dim`: V and the output are `v_head_dim` wide per head.
-//! - `attn_logit_softcap = Some(c)`, `c > 0`: `c * tanh(s / c)` on every
-//!   score after scaling, the bias add and masking (masked scores, -1e9,
-//!   become `-c`), before the softmax — where rlx-cpu applies it. rlx-cpu
-//!   only honours the field on its `[B, H, S, D]` path; we apply the same
-//!   cap in every layout (see [`attend`]).
+//! - `attn_logit_softcap = Some(c)`, `c > 0`: the Gemma 2 logit cap, as
+//!   rlx-ir defines it — on the scores before the softmax, in this order:
+//!   scale, cap `c * tanh(s / c)`, then the mask (the `Bias` add, or the
+//!   -1e9 of a Causal/SlidingWindow/Custom exclusion). A masked key keeps
+//!   exactly zero weight, in every layout and mask kind. (rlx-cpu 0.2.19
+//!   caps after masking on its `[B, H, S, D]` path, so a masked score
+//!   becomes `-c` and keeps a weight of `exp(-c - max)`, and it ignores the
+//!   field in its other layouts: both are its bugs, not rlx's semantics; see
+//!   [`attend`].) `c <= 0` or NaN means no cap.
 //!
 //! Lowered to `mx::fast::scaled_dot_product_attention` on `(B, H, L, D)`
 //! with transposes/reshapes around it; with a softcap, to an f32 composite
-//! (matmul, mask, tanh cap, softmax, matmul).
+//! (matmul, tanh cap, mask, softmax, matmul).
 //!
 //! ## Rope (`Op::Rope`)
 //!
@@ -62,7 +66,7 @@ pub fn entries() -> Vec<Lowering> {
             Composite,
             "mx::fast::scaled_dot_product_attention (+layout transposes); masks None/Causal/\
              SlidingWindow/Custom/Bias, GQA, score_scale, v_head_dim; with a logit softcap an f32 \
-             composite (scores, mask, cap*tanh(s/cap), softmax, @V) in every layout",
+             composite (scores, cap*tanh(s/cap), then mask, softmax, @V) in every layout",
             attention
         ),
         row!(
@@ -269,9 +273,14 @@ pub(crate) enum ScoreMask<'a> {
     Causal,
     /// Keep `pos(qi) - w <= ki <= pos(qi)`.
     Window(usize),
-    /// A `[B, S_k]` key mask: a value `< 0.5` masks the key (NaN keeps it).
+    /// A `[B, S_k]` key mask (any shape of `B * S_k` elements): a value
+    /// `< 0.5` masks the key (NaN keeps it).
     Keys(&'a Array),
-    /// A `[B, H, S_q, S_k]` tensor added to the scaled scores.
+    /// A rank-4 mask `[B|1, H|1, S_q|1, S_k]`, broadcast over the scores
+    /// `(B, H, S_q, S_k)` and read like a key mask: a value `< 0.5` masks
+    /// that score (NaN keeps it). The fused blocks' rank-4 masks.
+    PerScore(&'a Array),
+    /// A `[B, H, S_q, S_k]` tensor added to the scaled (and capped) scores.
     Bias(&'a Array),
 }
 
@@ -282,17 +291,22 @@ const MASKED_SCORE: f64 = -1e9;
 /// D)`, v `(B, Hkv, Lk, Dv)` with `H % Hkv == 0` (query head `h` uses KV head
 /// `h / (H / Hkv)`), all of one float dtype. Returns `(B, H, Lq, Dv)`.
 ///
-/// `softcap`: rlx-ir documents `attn_logit_softcap = Some(c)` as "applies
-/// `c * tanh(s / c)` to scores before softmax", which leaves open whether it
-/// comes before or after masking. Every rlx-cpu path that implements it (the
-/// `[B, H, S, D]` thunk, the naive executor and the f64 kernel) applies it
-/// after masking and after the `Bias` add, to every score, only when
-/// `c > 0`: masked scores (-1e9) become `-c`, so a masked key keeps a weight
-/// of `exp(-c - max)` rather than 0. We match that everywhere, in every
-/// layout (the CPU's other layouts ignore the field, so there is no other
-/// rlx answer to match). `c <= 0` (or NaN) means no cap, as on the CPU. The
-/// capped form is a composite in f32 (scores, mask, cap, softmax, @ V);
-/// without a cap this is `mx::fast::scaled_dot_product_attention`.
+/// Masking: an excluded score is replaced by -1e9 (rlx-cpu's
+/// `attn_mask_neg_inf`), so a row whose keys are all excluded has equal
+/// scores and a uniform softmax: its output is the mean of V over the keys.
+///
+/// `softcap`: rlx-ir documents `attn_logit_softcap = Some(c)` as the Gemma 2
+/// cap, "`c * tanh(s / c)` on the scores before softmax". Gemma 2 caps the
+/// scaled scores and then adds its mask, so a masked position gets exactly
+/// zero weight; that is the order here, for every mask kind (the `Bias` is
+/// added to the capped scores; Causal, SlidingWindow, Custom and per-score
+/// exclusions replace the capped score by -1e9), in every layout. rlx-cpu
+/// 0.2.19 caps after masking on its `[B, H, S, D]` path (masked scores
+/// become `-c`, leaking `exp(-c - max)` of weight onto masked keys) and
+/// ignores the cap on its other layouts; we do not follow it. `c <= 0` (or
+/// NaN) means no cap, as on the CPU. The capped form is a composite in f32
+/// (scores, cap, mask, softmax, @ V); without a cap this is
+/// `mx::fast::scaled_dot_product_attention`.
 pub(crate) fn attend(
     q: &Array,
     k: &Array,
@@ -312,10 +326,11 @@ pub(crate) fn attend(
     let q_off = ulk.saturating_sub(ulq);
     let cap = softcap.filter(|c| *c > 0.0);
     // A boolean keep-mask (broadcastable to the scores), an additive bias,
-    // and the per-(batch) "some key is kept" flag of a key mask.
+    // and, for a mask read from a tensor, the "some key is kept" flag of
+    // each score row (broadcastable to the output).
     let mut keep: Option<A> = None;
     let mut bias: Option<A> = None;
-    let mut custom_any: Option<A> = None;
+    let mut row_any: Option<A> = None;
     let mut causal_mode = false;
     match mask {
         ScoreMask::None => {}
@@ -348,12 +363,21 @@ pub(crate) fn attend(
                 )
                 .into());
             }
-            let m = ops::reshape(m, &[b, 1, 1, lk])?;
-            let half = super::scalar(0.5, m.dtype())?;
-            let lt = ops::less(&m, &half)?;
-            let k = ops::logical_not(&lt)?;
-            custom_any = Some(ops::any(&k, &[3], true)?);
-            keep = Some(k);
+            let (k, any) = tensor_keep(&*ops::reshape(m, &[b, 1, 1, lk])?)?;
+            (keep, row_any) = (Some(k), Some(any));
+        }
+        ScoreMask::PerScore(m) => {
+            let d = m.shape();
+            let fits = |i: usize, n: i32| d[i] == 1 || d[i] == n;
+            if d.len() != 4 || !fits(0, b) || !fits(1, nh) || !fits(2, lq) || d[3] != lk {
+                return Err(format!(
+                    "attention mask {d:?} does not broadcast as [B|1, H|1, S_q|1, S_k] over \
+                     scores [{b}, {nh}, {lq}, {lk}] (not lowered)"
+                )
+                .into());
+            }
+            let (k, any) = tensor_keep(m)?;
+            (keep, row_any) = (Some(k), Some(any));
         }
     }
     if let Some(c) = cap {
@@ -362,8 +386,8 @@ pub(crate) fn attend(
     let mode = if causal_mode { "causal" } else { "" };
     let m = keep.or(bias);
     let mut o = fast::scaled_dot_product_attention(q, k, v, scale, mode, m.as_deref())?;
-    if let Some(any) = custom_any {
-        // A batch with every key masked: rlx replaces every score with the
+    if let Some(any) = row_any {
+        // A row with every key masked: rlx replaces every score with the
         // same -1e9, so its softmax is uniform (MLX's boolean mask would give
         // NaN): the output is the mean of V over the keys, per KV head.
         let mut mv = ops::mean(v, &[2], true)?;
@@ -376,11 +400,23 @@ pub(crate) fn attend(
     Ok(o)
 }
 
+/// A rank-4 tensor mask (broadcastable to the scores) read as rlx reads a
+/// key mask: the boolean keep-mask `!(m < 0.5)` (NaN keeps), and whether
+/// each score row keeps some key (`any` over the key axis, kept as a size-1
+/// axis).
+fn tensor_keep(m: &Array) -> LResult<(A, A)> {
+    let half = super::scalar(0.5, m.dtype())?;
+    let lt = ops::less(m, &half)?;
+    let keep = ops::logical_not(&lt)?;
+    let any = ops::any(&keep, &[3], true)?;
+    Ok((keep, any))
+}
+
 /// The soft-capped attention composite (see [`attend`]), in f32:
-/// `softmax(cap * tanh(mask(q k^T * scale (+ bias)) / cap)) @ v`, with
-/// masked scores set to -1e9 before the cap, as rlx-cpu does. A batch whose
-/// keys are all masked gets equal scores, hence the uniform softmax rlx
-/// gives, with no special case.
+/// `softmax(mask(cap * tanh(q k^T * scale / cap))) @ v`, where the mask adds
+/// the bias or writes -1e9 over an excluded score, after the cap: a masked
+/// key gets zero weight. A row whose keys are all excluded gets equal
+/// scores, hence the uniform softmax rlx gives, with no special case.
 fn attend_capped(
     q: &Array,
     k: &Array,
@@ -400,14 +436,14 @@ fn attend_capped(
     }
     let kt = ops::transpose(&k, &[0, 1, 3, 2])?;
     let mut s = ops::multiply(&*ops::matmul(&q, &kt)?, &*sc(scale as f64)?)?;
+    let c = sc(cap as f64)?;
+    s = ops::multiply(&c, &*ops::tanh(&*ops::divide(&s, &c)?)?)?;
     if let Some(bias) = bias {
         s = ops::add(&s, &*cast(bias, f)?)?;
     }
     if let Some(keep) = keep {
         s = ops::where_(keep, &s, &*sc(MASKED_SCORE)?)?;
     }
-    let c = sc(cap as f64)?;
-    s = ops::multiply(&c, &*ops::tanh(&*ops::divide(&s, &c)?)?)?;
     let p = ops::softmax(&s, &[3], true)?;
     Ok(ops::matmul(&p, &v)?)
 }

@@ -25,12 +25,25 @@
 //!   `qkv = hidden @ qkv_w [hs, 3hs] (+ qkv_b)`, split into Q | K | V with
 //!   head `h` at columns `h*head_dim..`; with `has_rope`, NeoX rotation of Q
 //!   and K over the whole head from `[S, head_dim/2]` tables (row = position);
-//!   scores `q·k * head_dim^-0.5`, a `[B, S]` key mask (`< 0.5` masks the key
-//!   with -1e9), softmax, `@ V`, then `@ out_w [hs, hs] (+ out_b)`. Refused:
+//!   scores `q·k * head_dim^-0.5`, the mask (below), softmax, `@ V`, then
+//!   `@ out_w [hs, hs] (+ out_b)`. Refused:
 //!   other ranks or widths, an odd head_dim with rope (the thunk would drop
 //!   the last dim from the dot), tables that are not `head_dim/2` wide, too
 //!   short, or exactly `B*H*S` rows (which rlx-ir's unfused form would read
 //!   per token).
+//! - The blocks' mask (`FusedAttentionBlock` input 3, `FusedTransformerLayer`
+//!   last input) is read as rlx-cpu reads mask values: a value `< 0.5`
+//!   excludes the score (it becomes -1e9, so a row with every key excluded
+//!   attends uniformly), any other value (NaN included) keeps it; it is a
+//!   keep/drop mask, not an additive bias. Shapes: a `[B, S]` key mask (any
+//!   shape of `B * S` elements other than rank 4, as before), or a rank-4
+//!   `[B|1, H|1, S|1, S]` mask — `[B, H, S, S]`, `[B, 1, S, S]`, `[1, 1, S,
+//!   S]`, `[B, 1, 1, S]`, ... — broadcast over the scores `(B, H, S_q, S_k)`
+//!   with numpy's rules. rlx-cpu 0.2.19 runs a rank-4 mask without
+//!   broadcasting it: both its fused-block thunk and its expansion (into an
+//!   `Attention` with a `Custom` mask) read the first `B * S` values of the
+//!   buffer as a `[B, S]` key mask, whatever the mask's shape; we read the
+//!   shape the mask has. Other shapes are refused.
 //! - `FusedTransformerLayer { num_heads, head_dim, intermediate_size, eps1,
 //!   eps2, activation, has_bias }`: rlx-cpu expands it (rlx-fusion's
 //!   `unfuse_fused_transformer_layer`) into a BERT post-norm layer. Inputs
@@ -38,7 +51,7 @@
 //!   fc1_w, fc1_b, fc2_w, fc2_b, ln2_g, ln2_b, mask`; without (8): `hidden,
 //!   qkv_w, out_w, ln1_g, fc1_w, fc2_w, ln2_g, mask` (zero betas). hidden is
 //!   `[B, S, H]`, `inner = num_heads * head_dim`: `qkv = hidden @ qkv_w
-//!   [H, 3inner] (+b)`, attention as above (no rope, `[B, S]` key mask), `@
+//!   [H, 3inner] (+b)`, attention as above (no rope, the same masks), `@
 //!   out_w [inner, H] (+b)`, `h1 = LN(attn + hidden; ln1, eps1)`, `ffn =
 //!   act(h1 @ fc1_w (+b)) @ fc2_w (+b)`, `LN(ffn + h1; ln2, eps2)`. The
 //!   activation is one of the epilogue set below (others not lowered).
@@ -87,15 +100,16 @@ pub fn entries() -> Vec<Lowering> {
             FusedAttentionBlock,
             FLOATS,
             Composite,
-            "QKV matmul (+bias), split, [NeoX rope], SDPA with the [B, S] key mask, \
-             output matmul (+bias), in f32",
+            "QKV matmul (+bias), split, [NeoX rope], SDPA with a [B, S] key mask or a \
+             rank-4 [B|1, H|1, S|1, S] keep mask, output matmul (+bias), in f32",
             attention_block
         ),
         row!(
             FusedTransformerLayer,
             FLOATS,
             Composite,
-            "BERT post-norm layer: QKV matmul, SDPA (key mask), out proj, residual + \
+            "BERT post-norm layer: QKV matmul, SDPA ([B, S] key mask or rank-4 \
+             [B|1, H|1, S|1, S] keep mask), out proj, residual + \
              layer_norm, act(fc1) @ fc2, residual + layer_norm, in f32",
             transformer_layer
         ),
@@ -303,18 +317,32 @@ fn merge_heads(o: &Array) -> LResult {
     Ok(ops::reshape(&t, &[d[0] * d[2], d[1] * d[3]])?)
 }
 
-/// The `[B, S]` key mask of a fused block.
-fn key_mask<'a>(op: &str, m: &'a Array, b: i32, s: i32) -> LResult<&'a Array> {
+/// The mask of a fused block (see the module docs): a rank-4 mask
+/// broadcastable as `[B|1, H|1, S|1, S]` is read per score, any other shape
+/// of `B * S` elements is the `[B, S]` key mask.
+fn block_mask<'a>(op: &str, m: &'a Array, b: i32, nh: i32, s: i32) -> LResult<ScoreMask<'a>> {
+    let d = m.shape();
+    if d.len() == 4 {
+        let fits = |i: usize, n: i32| d[i] == 1 || d[i] == n;
+        if fits(0, b) && fits(1, nh) && fits(2, s) && d[3] == s {
+            return Ok(ScoreMask::PerScore(m));
+        }
+        return Err(format!(
+            "{op} mask {d:?} is not lowered: a rank-4 mask must broadcast as \
+             [B|1, H|1, S|1, S] = [{b}|1, {nh}|1, {s}|1, {s}]"
+        )
+        .into());
+    }
     if m.size() != (b * s) as usize {
         return Err(format!(
-            "{op} mask {:?} has {} elements, the [B, S] key mask needs {}",
-            m.shape(),
+            "{op} mask {d:?} is not lowered: it has {} elements, a [B, S] key mask needs {} \
+             (or a rank-4 [B|1, H|1, S|1, S] mask)",
             m.size(),
             b * s
         )
         .into());
     }
-    Ok(m)
+    Ok(ScoreMask::Keys(m))
 }
 
 /// A rope table of a FusedAttentionBlock as `[S, half]` f32 (see the module
@@ -377,7 +405,7 @@ fn attention_block(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    let mask = key_mask(OP, a[3], b, s)?;
+    let mask = block_mask(OP, a[3], b, nh, s)?;
     let (qkv_b, out_b) = if *has_bias {
         (Some(a[4]), Some(a[5]))
     } else {
@@ -401,7 +429,7 @@ fn attention_block(cx: &Ctx, a: &[&Array]) -> LResult {
         k = rope_neox_bhld(&k, &cos, &sin)?;
     }
     let scale = (dh as f32).powf(-0.5);
-    let o = attend(&q, &k, &v, scale, ScoreMask::Keys(mask), None)?;
+    let o = attend(&q, &k, &v, scale, mask, None)?;
     let y = linear(OP, "out", &*merge_heads(&o)?, a[2], out_b, hs)?;
     Ok(ops::reshape(&y, &hd)?)
 }
@@ -460,7 +488,7 @@ fn transformer_layer(cx: &Ctx, a: &[&Array]) -> LResult {
                 a[1], None, a[2], None, a[3], None, a[4], None, a[5], None, a[6], None, a[7],
             )
         };
-    let mask = key_mask(OP, m, b, s)?;
+    let mask = block_mask(OP, m, b, nh, s)?;
     let f = MxDType::F32;
     let zeros: A = rlx_mlx_shim::array::full(&[h], 0.0, f)?;
     let ln = |v: &Array, g: &Array, beta: Option<&Array>, eps: f32, out: &[i32]| -> LResult {
@@ -471,7 +499,7 @@ fn transformer_layer(cx: &Ctx, a: &[&Array]) -> LResult {
     let qkv = linear(OP, "qkv", &x, qkv_w, qkv_b, 3 * inner)?;
     let [q, k, v] = split_heads(&qkv, b, s, nh, dh)?;
     let scale = (dh as f32).powf(-0.5);
-    let o = attend(&q, &k, &v, scale, ScoreMask::Keys(mask), None)?;
+    let o = attend(&q, &k, &v, scale, mask, None)?;
     let attn = linear(OP, "out", &*merge_heads(&o)?, out_w, out_b, h)?;
     let h1 = ln(&*ops::add(&attn, &x)?, ln1_g, ln1_b, *eps1, &m2)?;
     let f1 = linear(OP, "fc1", &h1, fc1_w, fc1_b, inter)?;
