@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 9] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -19,6 +19,8 @@ pub const NAMES: [&str; 7] = [
     "add-broadcast",
     "exp4",
     "transformer",
+    "lstm",
+    "scan1000",
 ];
 
 /// Rows of the MLP's input.
@@ -70,6 +72,14 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
             let m = models::transformer(&TransformerConfig::default());
             (m.graph, format!("{} (the demo's)", m.description))
         }
+        "lstm" => (
+            lstm(),
+            "LSTM over x [8, 256, 64], hidden 128, one layer, f32".to_string(),
+        ),
+        "scan1000" => (
+            scan1000(),
+            "Scan of 1,000 steps: c = tanh(c * w + x_t), c [64], f32".to_string(),
+        ),
         _ => return None,
     };
     Some(BenchModel {
@@ -168,6 +178,59 @@ fn add_broadcast() -> Graph {
     // A param, as a bias is: bound once, not sent with every run.
     let b = g.param("b", f32s(&[D_HIDDEN]));
     let y = g.add(x, b);
+    g.set_named_outputs([("y", y)]);
+    g
+}
+
+/// One LSTM layer as a model holds it: packed weights as params.
+fn lstm() -> Graph {
+    let (b, t, i, h) = (8, 256, 64, 128);
+    let mut g = Graph::new("lstm");
+    let x = g.input("x", f32s(&[b, t, i]));
+    let w_ih = g.param("w_ih", f32s(&[4 * h, i]));
+    let w_hh = g.param("w_hh", f32s(&[4 * h, h]));
+    let bias = g.param("bias", f32s(&[4 * h]));
+    let y = g.add_node(
+        rlx_ir::Op::Lstm {
+            hidden_size: h,
+            num_layers: 1,
+            bidirectional: false,
+            carry: false,
+        },
+        vec![x, w_ih, w_hh, bias],
+        f32s(&[b, t, h]),
+    );
+    g.set_named_outputs([("y", y)]);
+    g
+}
+
+/// A long scan: its compile time shows whether the body is unrolled well.
+fn scan1000() -> Graph {
+    let (len, n) = (1000, 64);
+    let mut body = Graph::new("step");
+    let c = body.input("carry", f32s(&[n]));
+    let w = body.input("w", f32s(&[n]));
+    let xt = body.input("x_t", f32s(&[n]));
+    let cw = body.mul(c, w);
+    let s = body.add(cw, xt);
+    let y = body.tanh(s);
+    body.set_outputs(vec![y]);
+    let mut g = Graph::new("scan1000");
+    let init = g.input("init", f32s(&[n]));
+    let w = g.param("w", f32s(&[n]));
+    let xs = g.input("xs", f32s(&[len, n]));
+    let y = g.add_node(
+        rlx_ir::Op::Scan {
+            body: Box::new(body),
+            length: len as u32,
+            save_trajectory: false,
+            num_bcast: 1,
+            num_xs: 1,
+            num_checkpoints: 0,
+        },
+        vec![init, w, xs],
+        f32s(&[n]),
+    );
     g.set_named_outputs([("y", y)]);
     g
 }
