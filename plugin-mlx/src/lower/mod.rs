@@ -26,6 +26,9 @@ pub mod shape;
 pub mod signal;
 pub mod solve;
 pub mod ssm;
+pub mod train_act;
+pub mod train_conv;
+pub mod train_norm;
 
 use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
 use rlx_mlx_shim::{Array, DType as MxDType, ShimError, UniquePtr};
@@ -209,6 +212,9 @@ pub fn table() -> &'static [Lowering] {
             control::entries(),
             recurrent::entries(),
             ssm::entries(),
+            train_act::entries(),
+            train_norm::entries(),
+            train_conv::entries(),
             crate::custom::entries(),
         ] {
             t.extend(family);
