@@ -18,6 +18,8 @@ mod mlx_models;
 mod mlx_nn;
 #[path = "mlx_nn2.rs"]
 mod mlx_nn2;
+#[path = "mlx_order.rs"]
+mod mlx_order;
 #[path = "mlx_quant.rs"]
 mod mlx_quant;
 #[path = "mlx_random.rs"]
@@ -30,8 +32,6 @@ mod mlx_reduce;
 mod mlx_region;
 #[path = "mlx_regressions.rs"]
 mod mlx_regressions;
-#[path = "mlx_scan.rs"]
-mod mlx_scan;
 #[path = "mlx_session.rs"]
 mod mlx_session;
 #[path = "mlx_shape.rs"]

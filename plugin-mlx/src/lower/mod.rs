@@ -8,6 +8,7 @@
 //! declared dtype, so a lowering can never silently return a wrong shape.
 
 pub mod attention;
+pub mod contract;
 pub mod control;
 pub mod conv;
 pub mod elementwise;
@@ -20,8 +21,8 @@ pub mod quant;
 pub mod random;
 pub mod recurrent;
 pub mod reduce;
+pub mod order;
 pub mod region;
-pub mod scan;
 pub mod shape;
 pub mod signal;
 pub mod solve;
@@ -201,7 +202,8 @@ pub fn table() -> &'static [Lowering] {
             norm::entries(),
             attention::entries(),
             fused::entries(),
-            scan::entries(),
+            order::entries(),
+            contract::entries(),
             conv::entries(),
             region::entries(),
             index::entries(),

@@ -1,5 +1,5 @@
-//! Shape ops: data movement (reshape, transpose, narrow, concat, expand)
-//! and gather. The node's declared shape is authoritative, as on rlx-cpu:
+//! Shape ops: data movement (reshape, transpose, narrow, concat, expand),
+//! gather, and StopGradient (the identity forward). The node's declared shape is authoritative, as on rlx-cpu:
 //! reshape and expand target the declared dims (`new_shape` /
 //! `target_shape` are not consulted; a reshape must keep the element count,
 //! an expand must be a numpy broadcast), and the executable checks every
@@ -14,9 +14,25 @@ use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
 /// every dtype is moved (each is tested).
 const MOVE: &[IrDType] = crate::dtype::ALL;
 const GATHER: &[IrDType] = crate::dtype::ALL;
+/// The dtypes rlx-cpu passes through StopGradient by bytes.
+const STOP_GRADIENT: &[IrDType] = &[
+    IrDType::F32,
+    IrDType::F16,
+    IrDType::BF16,
+    IrDType::F64,
+    IrDType::I32,
+    IrDType::I64,
+];
 
 pub fn entries() -> Vec<Lowering> {
     vec![
+        row!(
+            StopGradient,
+            STOP_GRADIENT,
+            Native,
+            "mx::stop_gradient (identity forward)",
+            stop_gradient
+        ),
         row!(
             Reshape,
             MOVE,
@@ -233,4 +249,9 @@ fn gather(cx: &Ctx, a: &[&Array]) -> LResult {
     let valid = ops::reshape(&valid, &vshape)?;
     let zeros = super::scalar(0.0, got.dtype())?;
     Ok(ops::where_(&valid, &got, &zeros)?)
+}
+
+fn stop_gradient(_cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 1, "StopGradient")?;
+    Ok(ops::stop_gradient(a[0])?)
 }

@@ -1,4 +1,5 @@
-//! Ordering, selection, scans and general dot on the MLX plugin: Reverse,
+//! Ordering and selection (lower/order.rs), StopGradient (lower/shape.rs)
+//! and DotGeneral (lower/contract.rs) on the MLX plugin: Reverse,
 //! StopGradient, Cumsum, ArgMax/ArgMin, TopK and DotGeneral, checked against
 //! rlx-runtime's CPU backend in lazy, eager and compiled modes.
 //!
