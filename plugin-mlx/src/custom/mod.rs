@@ -155,9 +155,7 @@ impl CustomScope {
 
 /// The `Custom` lowering.
 pub fn lower(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::Custom { name, attrs, .. } = &cx.node.op else {
-        return Err("not a Custom node".into());
-    };
+    crate::op_fields!(cx, Custom { name, attrs, .. });
     let r = cx.custom.get(name)?;
     match &r.op.imp {
         CustomImpl::Native => native::lower(name, cx, args, attrs),

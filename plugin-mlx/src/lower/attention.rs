@@ -55,7 +55,6 @@ use super::{Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::{MaskKind, RopeStyle};
-use rlx_ir::Op;
 use rlx_mlx_shim::{fast, ops, Array, ArrayList, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
@@ -174,17 +173,17 @@ fn to_bhld(name: &str, a: &Array, layout: Layout, d: i32) -> LResult<(A, i32)> {
 }
 
 fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::Attention {
-        num_heads,
-        head_dim,
-        v_head_dim,
-        mask_kind,
-        score_scale,
-        attn_logit_softcap,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Attention {
+            num_heads,
+            head_dim,
+            v_head_dim,
+            mask_kind,
+            score_scale,
+            attn_logit_softcap,
+        }
+    );
     let want = if matches!(mask_kind, MaskKind::Custom | MaskKind::Bias) {
         4
     } else {
@@ -475,14 +474,14 @@ fn table_stride(dims: &[i32], n_rot: usize) -> usize {
 
 fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     super::arity(a, 3, "Rope")?;
-    let Op::Rope {
-        head_dim,
-        n_rot,
-        style,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Rope {
+            head_dim,
+            n_rot,
+            style,
+        }
+    );
     let (dh, nr) = (*head_dim, *n_rot);
     let dims = a[0].shape();
     let r = dims.len();

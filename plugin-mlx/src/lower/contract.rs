@@ -4,7 +4,7 @@
 
 use super::{arity, Ctx, LResult, Lowering};
 use crate::row;
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{ops, Array, DType as MxDType};
 
 const FLOATS: &[IrDType] = &[IrDType::F32, IrDType::F16, IrDType::BF16];
@@ -49,15 +49,15 @@ fn prod(dims: &[i32], axes: &[usize]) -> i32 {
 
 fn dot_general(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "DotGeneral")?;
-    let Op::DotGeneral {
-        lhs_contracting: lc,
-        rhs_contracting: rc,
-        lhs_batch: lb,
-        rhs_batch: rb,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        DotGeneral {
+            lhs_contracting: lc,
+            rhs_contracting: rc,
+            lhs_batch: lb,
+            rhs_batch: rb,
+        }
+    );
     let (ld, rd) = (cx.in_dims(0), cx.in_dims(1));
     if lc.len() != rc.len() || lb.len() != rb.len() {
         return Err(format!(

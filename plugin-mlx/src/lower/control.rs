@@ -65,13 +65,13 @@ fn call(cx: &Ctx, body: &Graph, args: &[&Array], what: &str) -> LResult<Vec<A>> 
 }
 
 fn if_(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::If {
-        then_branch,
-        else_branch,
-    } = &cx.node.op
-    else {
-        return Err("not an If".into());
-    };
+    crate::op_fields!(
+        cx,
+        If {
+            then_branch,
+            else_branch,
+        }
+    );
     if a.is_empty() {
         return Err("If takes a predicate".into());
     }
@@ -89,14 +89,14 @@ fn if_(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 fn while_(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::While {
-        cond,
-        body,
-        max_iterations,
-    } = &cx.node.op
-    else {
-        return Err("not a While".into());
-    };
+    crate::op_fields!(
+        cx,
+        While {
+            cond,
+            body,
+            max_iterations,
+        }
+    );
     if a.is_empty() {
         return Err("While takes at least one carried value".into());
     }
@@ -166,17 +166,17 @@ fn row(xs: &Array, t: usize) -> LResult {
 }
 
 fn scan(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::Scan {
-        body,
-        length,
-        save_trajectory,
-        num_bcast,
-        num_xs,
-        num_checkpoints,
-    } = &cx.node.op
-    else {
-        return Err("not a Scan".into());
-    };
+    crate::op_fields!(
+        cx,
+        Scan {
+            body,
+            length,
+            save_trajectory,
+            num_bcast,
+            num_xs,
+            num_checkpoints,
+        }
+    );
     let (nb, nx, len) = (*num_bcast as usize, *num_xs as usize, *length as usize);
     arity(a, 1 + nb + nx, "Scan")?;
     let bcast = &a[1..1 + nb];
@@ -412,17 +412,17 @@ fn scan_backward_walk(
 }
 
 fn scan_backward(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::ScanBackward {
-        body_vjp,
-        length,
-        save_trajectory,
-        num_xs,
-        num_checkpoints,
-        forward_body,
-    } = &cx.node.op
-    else {
-        return Err("not a ScanBackward".into());
-    };
+    crate::op_fields!(
+        cx,
+        ScanBackward {
+            body_vjp,
+            length,
+            save_trajectory,
+            num_xs,
+            num_checkpoints,
+            forward_body,
+        }
+    );
     let (d, _) = scan_backward_walk(
         cx,
         a,
@@ -438,18 +438,18 @@ fn scan_backward(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 fn scan_backward_xs(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::ScanBackwardXs {
-        body_vjp,
-        length,
-        save_trajectory,
-        num_xs,
-        xs_idx,
-        num_checkpoints,
-        forward_body,
-    } = &cx.node.op
-    else {
-        return Err("not a ScanBackwardXs".into());
-    };
+    crate::op_fields!(
+        cx,
+        ScanBackwardXs {
+            body_vjp,
+            length,
+            save_trajectory,
+            num_xs,
+            xs_idx,
+            num_checkpoints,
+            forward_body,
+        }
+    );
     let (_, dx) = scan_backward_walk(
         cx,
         a,

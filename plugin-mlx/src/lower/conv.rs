@@ -15,7 +15,6 @@ use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::ReduceOp;
-use rlx_ir::Op;
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
@@ -254,16 +253,16 @@ fn weight_as(w: &Array, dims: &[i32]) -> LResult {
 
 fn conv(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "Conv")?;
-    let Op::Conv {
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        groups,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Conv {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+        }
+    );
     let xd = cx.in_dims(0);
     let od = cx.out_dims();
     let nk = kernel_size.len();
@@ -341,15 +340,15 @@ fn conv(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn conv3d(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "Conv3d")?;
-    let Op::Conv3d {
-        stride,
-        padding,
-        dilation,
-        groups,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Conv3d {
+            stride,
+            padding,
+            dilation,
+            groups,
+        }
+    );
     let (xd, wd, od) = (cx.in_dims(0), cx.in_dims(1), cx.out_dims());
     if xd.len() != 5 || wd.len() != 5 || od.len() != 5 {
         return Err("Conv3d on operands other than NCDHW / 5-d weights is not lowered".into());
@@ -412,17 +411,17 @@ fn transposed(
 
 fn conv_transpose2d(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "ConvTranspose2d")?;
-    let Op::ConvTranspose2d {
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        output_padding: _,
-        groups,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        ConvTranspose2d {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            output_padding: _,
+            groups,
+        }
+    );
     let (xd, od) = (cx.in_dims(0), cx.out_dims());
     if kernel_size.len() != 2 || !matches!(xd.len(), 3 | 4) || !matches!(od.len(), 3 | 4) {
         return Err(format!(
@@ -464,16 +463,16 @@ fn conv_transpose2d(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn conv_transpose3d(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "ConvTranspose3d")?;
-    let Op::ConvTranspose3d {
-        stride,
-        padding,
-        dilation,
-        output_padding: _,
-        groups,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        ConvTranspose3d {
+            stride,
+            padding,
+            dilation,
+            output_padding: _,
+            groups,
+        }
+    );
     let (xd, wd, od) = (cx.in_dims(0), cx.in_dims(1), cx.out_dims());
     if xd.len() != 5 || wd.len() != 5 || od.len() != 5 {
         return Err(
@@ -499,15 +498,15 @@ fn conv_transpose3d(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn im2col(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Im2Col")?;
-    let Op::Im2Col {
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Im2Col {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+        }
+    );
     let xd = cx.in_dims(0);
     if kernel_size.len() != 2 || xd.len() != 4 || cx.out_dims().len() != 2 {
         return Err(format!(
@@ -559,15 +558,15 @@ fn im2col(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Pool")?;
-    let Op::Pool {
-        kind,
-        kernel_size,
-        stride,
-        padding,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Pool {
+            kind,
+            kernel_size,
+            stride,
+            padding,
+        }
+    );
     let xd = cx.in_dims(0);
     let od = cx.out_dims();
     let nsp = kernel_size.len();

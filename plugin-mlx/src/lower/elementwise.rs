@@ -12,7 +12,7 @@ use super::{arity, scalar, Ctx, LResult, Lowering, A};
 use crate::dtype::{ALL, FLOATS};
 use crate::row;
 use rlx_ir::op::{Activation, BinaryOp, CmpOp};
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{ops, Array, DType as MxDType};
 
 /// Binary: floats, plus the integer dtypes rlx-cpu computes (I32/U32 through
@@ -170,9 +170,7 @@ fn sat_cast(x: &Array, to: MxDType) -> LResult {
 
 fn activation(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Activation")?;
-    let Op::Activation(act) = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Activation(act));
     apply_activation(*act, a[0])
 }
 
@@ -318,9 +316,7 @@ fn tanh_rlx(y: &Array) -> LResult {
 
 fn binary(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "Binary")?;
-    let Op::Binary(op) = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Binary(op));
     let (x, y) = (a[0], a[1]);
     match cx.out_ir_dtype() {
         IrDType::F32 | IrDType::F16 | IrDType::BF16 => {
@@ -476,9 +472,7 @@ fn i64_binary(op: BinaryOp, x: &Array, y: &Array) -> LResult {
 
 fn compare(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "Compare")?;
-    let Op::Compare(op) = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Compare(op));
     // rlx-cpu compares I32/U32 operands in f32.
     let widen = |v: &Array| -> LResult {
         if matches!(v.dtype(), MxDType::I32 | MxDType::U32) {

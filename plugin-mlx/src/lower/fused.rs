@@ -62,7 +62,6 @@ use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::Activation;
-use rlx_ir::Op;
 use rlx_mlx_shim::{ops, Array, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
@@ -144,9 +143,7 @@ pub(crate) fn activation(act: Activation, x: &Array) -> LResult {
 
 fn matmul_bias_act(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "FusedMatMulBiasAct")?;
-    let Op::FusedMatMulBiasAct { activation: act } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, FusedMatMulBiasAct { activation: act });
     let (x, w, bias) = (a[0], a[1], a[2]);
     if x.ndim() < 2 {
         return Err(format!(
@@ -181,9 +178,7 @@ fn matmul_bias_act(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn swiglu(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "FusedSwiGLU")?;
-    let Op::FusedSwiGLU { gate_first, .. } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, FusedSwiGLU { gate_first, .. });
     let x = a[0];
     let d = x.shape();
     let out = cx.out_dims();
@@ -259,16 +254,12 @@ fn residual_norm(cx: &Ctx, a: &[&Array], kind: Norm, has_bias: bool, eps: f32) -
 }
 
 fn residual_rms_norm(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::FusedResidualRmsNorm { has_bias, eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, FusedResidualRmsNorm { has_bias, eps });
     residual_norm(cx, a, Norm::Rms, *has_bias, *eps)
 }
 
 fn residual_ln(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::FusedResidualLN { has_bias, eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, FusedResidualLN { has_bias, eps });
     residual_norm(cx, a, Norm::Layer, *has_bias, *eps)
 }
 
@@ -373,15 +364,15 @@ fn block_rope_table(name: &str, t: &Array, b: i32, s: i32, nh: i32, half: i32) -
 }
 
 fn attention_block(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::FusedAttentionBlock {
-        num_heads,
-        head_dim,
-        has_bias,
-        has_rope,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        FusedAttentionBlock {
+            num_heads,
+            head_dim,
+            has_bias,
+            has_rope,
+        }
+    );
     const OP: &str = "FusedAttentionBlock";
     let want = 4 + if *has_bias { 2 } else { 0 } + if *has_rope { 2 } else { 0 };
     arity(a, want, OP)?;
@@ -435,18 +426,18 @@ fn attention_block(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 fn transformer_layer(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::FusedTransformerLayer {
-        num_heads,
-        head_dim,
-        intermediate_size,
-        eps1,
-        eps2,
-        activation: act,
-        has_bias,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        FusedTransformerLayer {
+            num_heads,
+            head_dim,
+            intermediate_size,
+            eps1,
+            eps2,
+            activation: act,
+            has_bias,
+        }
+    );
     const OP: &str = "FusedTransformerLayer";
     arity(a, if *has_bias { 14 } else { 8 }, OP)?;
     let hd = a[0].shape();

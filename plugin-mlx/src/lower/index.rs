@@ -51,7 +51,7 @@
 use super::{arity, scalar, Ctx, LResult, Lowering};
 use crate::row;
 use rlx_ir::op::ScatterNdReduction as Red;
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{array, linalg, ops, Array, DType as MxDType};
 
 /// The data dtypes the scatters and GatherNd compute (rlx-cpu's kernels read
@@ -340,9 +340,7 @@ fn fail_if(bad: &Array) -> LResult {
 fn scatter_add(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "ScatterAdd";
     arity(a, 2, OP)?;
-    let Op::ScatterAdd { axis } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, ScatterAdd { axis });
     let ud = cx.in_dims(0);
     let id = cx.in_dims(1);
     let od = cx.out_dims();
@@ -393,9 +391,7 @@ fn scatter_add(cx: &Ctx, a: &[&Array]) -> LResult {
 fn scatter_nd(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "ScatterNd";
     arity(a, 3, OP)?;
-    let Op::ScatterNd { reduction } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, ScatterNd { reduction });
     let dd = cx.in_dims(0);
     let id = cx.in_dims(1);
     let ud = cx.in_dims(2);
@@ -439,9 +435,7 @@ fn scatter_nd(cx: &Ctx, a: &[&Array]) -> LResult {
 fn scatter_elements(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "ScatterElements";
     arity(a, 3, OP)?;
-    let Op::ScatterElements { axis, reduction } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, ScatterElements { axis, reduction });
     let dd = cx.in_dims(0);
     let id = cx.in_dims(1);
     let ud = cx.in_dims(2);
@@ -501,9 +495,7 @@ fn scatter_elements(cx: &Ctx, a: &[&Array]) -> LResult {
 fn gather_nd(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "GatherNd";
     arity(a, 2, OP)?;
-    let Op::GatherNd { batch_dims } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, GatherNd { batch_dims });
     let dd = cx.in_dims(0);
     let id = cx.in_dims(1);
     let od = cx.out_dims();
@@ -555,9 +547,7 @@ fn gather_nd(cx: &Ctx, a: &[&Array]) -> LResult {
 fn gather_elements(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "GatherElements";
     arity(a, 2, OP)?;
-    let Op::GatherElements { axis } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, GatherElements { axis });
     let dd = cx.in_dims(0);
     let id = cx.in_dims(1);
     let od = cx.out_dims();

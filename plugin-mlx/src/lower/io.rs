@@ -4,7 +4,6 @@
 use super::{Ctx, LResult, Lowering};
 use crate::dtype::LEAVES;
 use crate::row;
-use rlx_ir::Op;
 use rlx_mlx_shim::Array;
 
 pub fn entries() -> Vec<Lowering> {
@@ -22,9 +21,7 @@ pub fn entries() -> Vec<Lowering> {
 }
 
 fn constant(cx: &Ctx, _args: &[&Array]) -> LResult {
-    let Op::Constant { data } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Constant { data });
     let dims = cx.out_dims();
     let want = dims.iter().map(|d| *d as usize).product::<usize>() * cx.out_ir_dtype().size_bytes();
     if data.len() != want {

@@ -17,11 +17,11 @@ pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod norm;
+pub mod order;
 pub mod quant;
 pub mod random;
 pub mod recurrent;
 pub mod reduce;
-pub mod order;
 pub mod region;
 pub mod shape;
 pub mod signal;
@@ -163,6 +163,32 @@ impl Lowering {
     pub fn name(&self) -> String {
         format!("{:?}", self.op_kind)
     }
+}
+
+/// `op_fields!(cx, Variant { field, other: renamed, .. })`: bind the
+/// fields of the node's op, which the table guarantees is that variant (it
+/// dispatches by kind); any other op is an error naming both, never a
+/// panic.
+#[macro_export]
+macro_rules! op_fields {
+    ($cx:expr, $variant:ident { $($fields:tt)* }) => {
+        let rlx_ir::Op::$variant { $($fields)* } = &$cx.node.op else {
+            return Err($crate::lower::wrong_op(stringify!($variant), $cx));
+        };
+    };
+    ($cx:expr, $variant:ident ( $($fields:tt)* )) => {
+        let rlx_ir::Op::$variant ( $($fields)* ) = &$cx.node.op else {
+            return Err($crate::lower::wrong_op(stringify!($variant), $cx));
+        };
+    };
+}
+
+/// The error of a lowering handed another op than its own.
+pub fn wrong_op(want: &str, cx: &Ctx) -> LowerError {
+    LowerError(format!(
+        "the {want} lowering was given a {:?} node",
+        cx.node.op.kind()
+    ))
 }
 
 /// `row!(Kind, dtypes, Native|Composite|HostEvaluated, "note", fn)`.

@@ -48,7 +48,6 @@ use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::AdaNormKind;
-use rlx_ir::Op;
 use rlx_mlx_shim::{fast, ops, Array, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
@@ -189,9 +188,7 @@ pub(crate) fn normalise(
 
 fn layer_norm(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "LayerNorm")?;
-    let Op::LayerNorm { axis, eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, LayerNorm { axis, eps });
     check_last_axis("LayerNorm", *axis, a[0].ndim())?;
     normalise(
         Norm::Layer,
@@ -206,9 +203,7 @@ fn layer_norm(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn rms_norm(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "RmsNorm")?;
-    let Op::RmsNorm { axis, eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, RmsNorm { axis, eps });
     check_last_axis("RmsNorm", *axis, a[0].ndim())?;
     normalise(
         Norm::Rms,
@@ -244,9 +239,7 @@ fn channel_affine(name: &str, a: &Array, c: i32, rank: usize) -> LResult {
 
 fn layer_norm_2d(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "LayerNorm2d")?;
-    let Op::LayerNorm2d { eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, LayerNorm2d { eps });
     let d = nchw_dims("LayerNorm2d", a[0])?;
     let c = d[1];
     let x = ops::moveaxis(&*f32_of(a[0])?, 1, -1)?;
@@ -258,9 +251,7 @@ fn layer_norm_2d(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn group_norm(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "GroupNorm")?;
-    let Op::GroupNorm { num_groups, eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, GroupNorm { num_groups, eps });
     let d = nchw_dims("GroupNorm", a[0])?;
     let (n, c) = (d[0], d[1]);
     let g = *num_groups;
@@ -305,9 +296,7 @@ fn check_modulation(op: &str, name: &str, m: &Array, x: &Array) -> LResult<()> {
 
 fn ada_layer_norm(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "AdaLayerNorm")?;
-    let Op::AdaLayerNorm { norm, eps } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, AdaLayerNorm { norm, eps });
     let x = a[0];
     check_modulation("AdaLayerNorm", "scale", a[1], x)?;
     check_modulation("AdaLayerNorm", "shift", a[2], x)?;

@@ -98,9 +98,7 @@ fn to_f32(a: &Array) -> LResult {
 
 fn reverse(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Reverse")?;
-    let Op::Reverse { axes } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Reverse { axes });
     let rank = cx.in_dims(0).len();
     // rlx-cpu flips each listed axis once, however often it is listed.
     let mut flip: Vec<i32> = Vec::new();
@@ -122,13 +120,13 @@ fn reverse(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn cumsum(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Cumsum")?;
-    let Op::Cumsum {
-        axis: ax,
-        exclusive,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Cumsum {
+            axis: ax,
+            exclusive,
+        }
+    );
     let dims = cx.in_dims(0);
     if dims.is_empty() {
         return Err("Cumsum of a rank-0 input is not supported".into());
@@ -173,7 +171,7 @@ fn arg_reduce(cx: &Ctx, a: &[&Array], is_max: bool) -> LResult {
     arity(a, 1, op)?;
     let (Op::ArgMax { axis: ax, keep_dim } | Op::ArgMin { axis: ax, keep_dim }) = &cx.node.op
     else {
-        unreachable!()
+        return Err(super::wrong_op(op, cx));
     };
     let dims = cx.in_dims(0);
     if *ax >= dims.len() {
@@ -229,9 +227,7 @@ fn argmin(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn top_k(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "TopK")?;
-    let Op::TopK { k } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, TopK { k });
     let dims = cx.in_dims(0);
     let Some(&n) = dims.last() else {
         return Err("TopK of a rank-0 input is not supported".into());

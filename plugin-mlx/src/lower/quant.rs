@@ -22,7 +22,7 @@ use rlx_gguf::iq_grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
 use rlx_ir::quant::QuantScheme;
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as Mx};
 
 const F32: &[IrDType] = &[IrDType::F32];
@@ -1006,9 +1006,7 @@ fn gguf_slab_bytes(s: &QuantScheme, k: i32, n: i32) -> i64 {
 
 fn dequant_grouped_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 3, "DequantGroupedMatMul")?;
-    let Op::DequantGroupedMatMul { scheme } = &cx.node.op else {
-        return Err("DequantGroupedMatMul: wrong op".into());
-    };
+    crate::op_fields!(cx, DequantGroupedMatMul { scheme });
     let out = cx.out_dims();
     let n = *out
         .last()
@@ -1034,9 +1032,7 @@ fn dequant_grouped_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn dequant_moe_weights(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "DequantMoEWeights")?;
-    let Op::DequantMoEWeights { scheme } = &cx.node.op else {
-        return Err("DequantMoEWeights: wrong op".into());
-    };
+    crate::op_fields!(cx, DequantMoEWeights { scheme });
     let out = cx.out_dims();
     if out.len() != 3 {
         return Err(format!(
@@ -1065,9 +1061,7 @@ fn dequant_moe_weights(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn lora_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 4, "LoraMatMul")?;
-    let Op::LoraMatMul { scale } = &cx.node.op else {
-        return Err("LoraMatMul: wrong op".into());
-    };
+    crate::op_fields!(cx, LoraMatMul { scale });
     // rlx-cpu: out = x·W + ((x·A)·scale)·B, the scale applied to the rank-r
     // intermediate.
     let out = cx.out_dims();
@@ -1145,9 +1139,7 @@ fn packed_words(bytes: &Array, n: i32, k: i32, bits: i32) -> LResult {
 }
 
 fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::DequantMatMul { scheme } = &cx.node.op else {
-        return Err("DequantMatMul: wrong op".into());
-    };
+    crate::op_fields!(cx, DequantMatMul { scheme });
     let out = cx.out_dims();
     let n = *out.last().ok_or("DequantMatMul: output has rank 0")?;
     let k = *cx.in_dims(0).last().ok_or("DequantMatMul: x has rank 0")?;

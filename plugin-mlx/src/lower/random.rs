@@ -28,7 +28,7 @@
 
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::row;
-use rlx_ir::{DType as IrDType, Op, RngBackend};
+use rlx_ir::{DType as IrDType, RngBackend};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as MxDType};
 
 /// rlx-cpu fills random ops and Sample through `&mut [f32]`: f32 only.
@@ -138,9 +138,7 @@ fn out_len(cx: &Ctx) -> usize {
 }
 
 fn rng_uniform(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::RngUniform { low, high, key, .. } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, RngUniform { low, high, key, .. });
     if args.len() > 1 {
         arity(args, 1, "RngUniform")?;
     }
@@ -153,12 +151,15 @@ fn rng_uniform(cx: &Ctx, args: &[&Array]) -> LResult {
 }
 
 fn rng_normal(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::RngNormal {
-        mean, scale, key, ..
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        RngNormal {
+            mean,
+            scale,
+            key,
+            ..
+        }
+    );
     if args.len() > 1 {
         arity(args, 1, "RngNormal")?;
     }
@@ -186,15 +187,15 @@ fn rng_normal(cx: &Ctx, args: &[&Array]) -> LResult {
 }
 
 fn sample(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::Sample {
-        top_k,
-        top_p,
-        temperature,
-        seed,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Sample {
+            top_k,
+            top_p,
+            temperature,
+            seed,
+        }
+    );
     arity(args, 1, "Sample")?;
     if cx.in_dtype(0) != IrDType::F32 {
         return Err(format!(

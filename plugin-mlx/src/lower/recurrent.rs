@@ -13,7 +13,6 @@
 //! into them when they are params, as rlx-cpu writes them into its arena.
 
 use super::{arity, Ctx, LResult, Lowering, A};
-use rlx_ir::Op;
 use rlx_mlx_shim::{ops, Array, ArrayList};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -239,15 +238,15 @@ fn recurrent(
 }
 
 fn lstm(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::Lstm {
-        hidden_size,
-        num_layers,
-        bidirectional,
-        carry,
-    } = &cx.node.op
-    else {
-        return Err("not an Lstm".into());
-    };
+    crate::op_fields!(
+        cx,
+        Lstm {
+            hidden_size,
+            num_layers,
+            bidirectional,
+            carry,
+        }
+    );
     recurrent(
         cx,
         a,
@@ -260,15 +259,15 @@ fn lstm(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 fn gru(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::Gru {
-        hidden_size,
-        num_layers,
-        bidirectional,
-        carry,
-    } = &cx.node.op
-    else {
-        return Err("not a Gru".into());
-    };
+    crate::op_fields!(
+        cx,
+        Gru {
+            hidden_size,
+            num_layers,
+            bidirectional,
+            carry,
+        }
+    );
     recurrent(
         cx,
         a,
@@ -281,16 +280,16 @@ fn gru(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 fn rnn(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::Rnn {
-        hidden_size,
-        num_layers,
-        bidirectional,
-        carry,
-        relu,
-    } = &cx.node.op
-    else {
-        return Err("not an Rnn".into());
-    };
+    crate::op_fields!(
+        cx,
+        Rnn {
+            hidden_size,
+            num_layers,
+            bidirectional,
+            carry,
+            relu,
+        }
+    );
     recurrent(
         cx,
         a,

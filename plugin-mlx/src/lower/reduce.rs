@@ -8,7 +8,6 @@ use super::{arity, axis, Ctx, LResult, Lowering};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::ReduceOp;
-use rlx_ir::Op;
 use rlx_mlx_shim::{ops, Array, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
@@ -38,9 +37,7 @@ fn is_half(d: MxDType) -> bool {
 
 fn reduce(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Reduce")?;
-    let Op::Reduce { op, axes, keep_dim } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Reduce { op, axes, keep_dim });
     let rank = cx.in_dims(0).len();
     if axes.is_empty() {
         // The shape rule makes it an identity, ONNX a reduce-all, and rlx-cpu
@@ -90,9 +87,7 @@ fn reduce(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn softmax(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Softmax")?;
-    let Op::Softmax { axis: ax } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Softmax { axis: ax });
     let rank = cx.in_dims(0).len();
     if rank == 0 {
         return Err("Softmax of a 0-d value is not supported".into());

@@ -32,7 +32,7 @@ use super::{scalar, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::{Activation, ChainOperand, ChainStep, CmpOp, RegionPrologue, TransformStep};
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as MxDType};
 
 pub fn entries() -> Vec<Lowering> {
@@ -415,17 +415,17 @@ fn cast_value(to: IrDType, v: &Array) -> LResult {
 // ── the lowerings ──────────────────────────────────────────────────────
 
 fn elementwise_region(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::ElementwiseRegion {
-        chain,
-        num_inputs,
-        scalar_input_mask,
-        input_modulus,
-        prologue,
-        prologue_input,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        ElementwiseRegion {
+            chain,
+            num_inputs,
+            scalar_input_mask,
+            input_modulus,
+            prologue,
+            prologue_input,
+        }
+    );
     region(
         chain,
         *num_inputs as usize,
@@ -439,9 +439,7 @@ fn elementwise_region(cx: &Ctx, args: &[&Array]) -> LResult {
 }
 
 fn transform_region(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::TransformRegion { steps, num_inputs } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, TransformRegion { steps, num_inputs });
     if *num_inputs != 1 || args.len() != 1 {
         return Err(format!(
             "a TransformRegion of {num_inputs} declared inputs ({} given) is not supported \
@@ -480,17 +478,17 @@ fn transform_region(cx: &Ctx, args: &[&Array]) -> LResult {
 }
 
 fn batch_region(cx: &Ctx, args: &[&Array]) -> LResult {
-    let Op::BatchElementwiseRegion {
-        chain,
-        num_batch_inputs,
-        scalar_input_mask,
-        input_modulus,
-        prologue,
-        prologue_input,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        BatchElementwiseRegion {
+            chain,
+            num_batch_inputs,
+            scalar_input_mask,
+            input_modulus,
+            prologue,
+            prologue_input,
+        }
+    );
     let out = cx.out_dims();
     let b = *num_batch_inputs as usize;
     if out.len() != 4 || args.len() != b || b == 0 || out[0] as usize != b {

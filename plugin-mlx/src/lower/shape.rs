@@ -7,7 +7,7 @@
 
 use super::{arity, Ctx, LResult, Lowering};
 use crate::row;
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
 
 /// The data-movement ops and gather copy elements and never compute, so
@@ -79,9 +79,7 @@ fn numel(d: &[i32]) -> i64 {
 
 fn reshape(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Reshape")?;
-    let Op::Reshape { new_shape } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Reshape { new_shape });
     let out = cx.out_dims();
     let inp = cx.in_dims(0);
     if numel(&out) != numel(&inp) {
@@ -98,9 +96,7 @@ fn reshape(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn transpose(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Transpose")?;
-    let Op::Transpose { perm } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Transpose { perm });
     let rank = cx.in_dims(0).len();
     let mut seen = vec![false; rank];
     for &p in perm {
@@ -120,9 +116,7 @@ fn transpose(cx: &Ctx, a: &[&Array]) -> LResult {
 
 fn narrow(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Narrow")?;
-    let Op::Narrow { axis, start, len } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Narrow { axis, start, len });
     let dims = cx.in_dims(0);
     if *axis >= dims.len() {
         return Err(format!("Narrow axis {axis} is out of range for rank {}", dims.len()).into());
@@ -148,9 +142,7 @@ fn narrow(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 fn concat(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::Concat { axis } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Concat { axis });
     if a.is_empty() {
         return Err("Concat takes at least one input, got 0".into());
     }
@@ -193,9 +185,7 @@ fn expand(cx: &Ctx, a: &[&Array]) -> LResult {
 /// output buffer's contents on the CPU). No MLX read ever leaves the table.
 fn gather(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 2, "Gather")?;
-    let Op::Gather { axis } = &cx.node.op else {
-        unreachable!()
-    };
+    crate::op_fields!(cx, Gather { axis });
     let tdims = cx.in_dims(0);
     if *axis >= tdims.len() {
         return Err(format!(

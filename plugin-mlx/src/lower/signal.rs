@@ -8,7 +8,7 @@
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::row;
 use rlx_ir::fft::{FftAlgo, FftNorm};
-use rlx_ir::{DType as IrDType, Op};
+use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{array, fft as mfft, ops, Array, ArrayList, DType as MxDType};
 
 const F32_ONLY: &[IrDType] = &[IrDType::F32];
@@ -96,14 +96,14 @@ fn check_f32(cx: &Ctx, n_inputs: usize, op: &str) -> LResult<()> {
 
 fn fft(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "Fft")?;
-    let Op::Fft {
-        inverse,
-        norm,
-        algo,
-    } = &cx.node.op
-    else {
-        return Err("Fft lowering got another op".into());
-    };
+    crate::op_fields!(
+        cx,
+        Fft {
+            inverse,
+            norm,
+            algo,
+        }
+    );
     if *algo != FftAlgo::Native {
         return Err(format!("Fft algo {algo:?} is not lowered (only Native)").into());
     }
@@ -262,9 +262,7 @@ fn log_mel_backward(cx: &Ctx, a: &[&Array]) -> LResult {
 fn welch_peaks(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 1, "WelchPeaks")?;
     check_f32(cx, 1, "WelchPeaks")?;
-    let Op::WelchPeaks { k, n_segments } = &cx.node.op else {
-        return Err("WelchPeaks lowering got another op".into());
-    };
+    crate::op_fields!(cx, WelchPeaks { k, n_segments });
     let spec = a[0];
     let shape = spec.shape();
     if shape.len() != 2 || *n_segments == 0 || *k == 0 {

@@ -4,7 +4,6 @@
 //! head at once, unrolled over the sequence in the MLX graph.
 
 use super::{arity, Ctx, LResult, Lowering, A};
-use rlx_ir::Op;
 use rlx_mlx_shim::{ops, Array, ArrayList};
 
 /// Step `t` of `x` along axis 1, the axis removed.
@@ -28,9 +27,7 @@ fn stack1(v: &[A]) -> LResult {
 /// h[t] = exp(Δ[t] A) h[t-1] + Δ[t] B[t] x[t];  y[t] = Σ_n C[t] h[t], per
 /// channel; the state starts at zero for every batch row.
 fn selective_scan(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::SelectiveScan { state_size } = &cx.node.op else {
-        return Err("not a SelectiveScan".into());
-    };
+    crate::op_fields!(cx, SelectiveScan { state_size });
     arity(a, 5, "SelectiveScan")?;
     let xd = cx.in_dims(0);
     let ad = cx.in_dims(2);
@@ -60,14 +57,14 @@ fn selective_scan(cx: &Ctx, a: &[&Array]) -> LResult {
 /// Per token and head, with S[i, j] (key i, value j):
 /// S *= exp(g);  sk = Sᵀk;  d = (v - sk) β;  S += k dᵀ;  o = Sᵀq / √n.
 fn gated_delta_net(cx: &Ctx, a: &[&Array]) -> LResult {
-    let Op::GatedDeltaNet {
-        state_size,
-        carry_state,
-        gate_per_channel,
-    } = &cx.node.op
-    else {
-        return Err("not a GatedDeltaNet".into());
-    };
+    crate::op_fields!(
+        cx,
+        GatedDeltaNet {
+            state_size,
+            carry_state,
+            gate_per_channel,
+        }
+    );
     arity(a, if *carry_state { 6 } else { 5 }, "GatedDeltaNet")?;
     let qd = cx.in_dims(0);
     if qd.len() != 4 || qd[3] as usize != *state_size {
