@@ -42,3 +42,7 @@ mod mlx_signal;
 mod mlx_solve;
 #[path = "mlx_ssm.rs"]
 mod mlx_ssm;
+#[path = "mlx_train_conv.rs"]
+mod mlx_train_conv;
+#[path = "mlx_train_norm.rs"]
+mod mlx_train_norm;
