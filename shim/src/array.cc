@@ -350,11 +350,13 @@ void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
   }
   if (!x.flags().row_contiguous) {
     // Transposed, sliced with strides, broadcast...: materialise a
-    // row-major copy first.
-    x = mx::contiguous(x, /*allow_col_major=*/false, target());
+    // row-major copy first, on the CPU for float64 (MLX's GPU backends
+    // have none: a reversed f64 view failed to read out on CUDA).
+    const auto s = x.dtype() == mx::float64 ? cpu() : target();
+    x = mx::contiguous(x, /*allow_col_major=*/false, s);
     mx::eval({x});
     if (!x.flags().row_contiguous) {
-      x = mx::copy(mx::reshape(x, {-1}, target()), target());
+      x = mx::copy(mx::reshape(x, {-1}, s), s);
       mx::eval({x});
       if (!x.flags().row_contiguous) {
         throw std::runtime_error(
