@@ -46,3 +46,5 @@ mod mlx_ssm;
 mod mlx_train_conv;
 #[path = "mlx_train_norm.rs"]
 mod mlx_train_norm;
+#[path = "mlx_train_act.rs"]
+mod mlx_train_act;
