@@ -42,9 +42,11 @@ mod mlx_signal;
 mod mlx_solve;
 #[path = "mlx_ssm.rs"]
 mod mlx_ssm;
-#[path = "mlx_train_conv.rs"]
-mod mlx_train_conv;
-#[path = "mlx_train_norm.rs"]
-mod mlx_train_norm;
 #[path = "mlx_train_act.rs"]
 mod mlx_train_act;
+#[path = "mlx_train_conv.rs"]
+mod mlx_train_conv;
+#[path = "mlx_train_loops.rs"]
+mod mlx_train_loops;
+#[path = "mlx_train_norm.rs"]
+mod mlx_train_norm;
