@@ -11,10 +11,10 @@
 //! Conv2dBackwardInput / Weight, GroupNormBackward{Input,Gamma,Beta},
 //! FakeQuantizeBackward, MatMul with transposed operands, Reduce::Sum for
 //! bias gradients), seeded with `d ce[n] = 1/batch` (autodiff's
-//! `d_output = [1.0]` through the mean). rlx-opt's `grad_with_loss` itself
-//! is out of reach from this crate: rlx-plugin-tests does not depend on
-//! rlx-opt (tests/Cargo.toml), and neither rlx-runtime (its `train` module
-//! is behind its `training` feature, off here) nor rlx-host re-exports it.
+//! `d_output = [1.0]` through the mean). One more test,
+//! `mlp_autodiff_loop_matches_cpu`, runs the MLP loop on the training
+//! graph rlx-opt's `grad_with_loss` builds from the forward alone (fed
+//! `d_output = [1.0]`), checked against the hand-written one.
 //!
 //! The CPU reference is not trusted blindly: the MLP's gradient is checked
 //! against central finite differences in f64 of a plain-Rust forward, the
@@ -755,6 +755,109 @@ fn qat_mlp_sgd_loop_matches_cpu() {
         "cpu loss did not halve: {:?}",
         cpu.0
     );
+    for mode in MODES {
+        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
+    }
+}
+
+// ── MLP through rlx-opt's autodiff ─────────────────────────────────────
+
+/// The MLP's forward alone (`mlp_graph(false)` without its backward),
+/// outputs `[loss [1]]`, and its params `[w1, b1, w2, b2]` in `mlp_init`'s
+/// order, for `rlx_opt::grad_with_loss`.
+fn mlp_forward_graph() -> (Graph, Vec<NodeId>) {
+    let mut g = Graph::new("mlp_forward");
+    let x = g.input("x", f32s(&[B, D]));
+    let labels = g.input("labels", f32s(&[B]));
+    let w1 = g.param("w1", f32s(&[D, H]));
+    let b1 = g.param("b1", f32s(&[H]));
+    let w2 = g.param("w2", f32s(&[H, C]));
+    let b2 = g.param("b2", f32s(&[C]));
+    let xw = matmul(&mut g, x, w1, B, H);
+    let h = g.add_node(Op::Binary(BinaryOp::Add), vec![xw, b1], f32s(&[B, H]));
+    let r = g.add_node(Op::Activation(Activation::Relu), vec![h], f32s(&[B, H]));
+    let rw = matmul(&mut g, r, w2, B, C);
+    let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![rw, b2], f32s(&[B, C]));
+    let ce = g.add_node(
+        Op::SoftmaxCrossEntropyWithLogits,
+        vec![logits, labels],
+        f32s(&[B]),
+    );
+    let loss = g.add_node(
+        Op::Reduce {
+            op: ReduceOp::Mean,
+            axes: vec![0],
+            keep_dim: true,
+        },
+        vec![ce],
+        f32s(&[1]),
+    );
+    g.set_outputs(vec![loss]);
+    (g, vec![w1, b1, w2, b2])
+}
+
+/// The MLP loop of `mlp_sgd_loop_matches_cpu` (same data, init, steps and
+/// learning rate), its training graph built by rlx-opt's autodiff
+/// (`grad_with_loss`: outputs `[loss, dw1, db1, dw2, db2]`, the loss's
+/// cotangent fed as the input `d_output = [1.0]`) rather than written out
+/// by hand. The CPU's step-0 loss and gradients from the autodiff graph
+/// against the hand-written graph's on the CPU (1e-6 abs + 1e-5 rel: the
+/// same closed-form ops, only the 1/B scaling placed differently) and the
+/// step-0 loss against the f64 forward; then the plugin in every mode
+/// against the CPU, with `check_loop`'s checks.
+#[test]
+fn mlp_autodiff_loop_matches_cpu() {
+    register_plugin_backend(mlx(), Device::Mlx, Mode::Lazy);
+    let (forward, wrt) = mlp_forward_graph();
+    let graph = rlx_opt::grad_with_loss(&forward, &wrt);
+    assert_eq!(graph.outputs.len(), 1 + wrt.len(), "[loss, grads...]");
+    let (x, labels) = mlp_data(11);
+    let init = mlp_init(12);
+    let inputs = vec![
+        ("x", x.clone()),
+        ("labels", labels.clone()),
+        ("d_output", vec![1.0]),
+    ];
+    let (steps, lr) = (50, 0.5);
+    let cpu = train(Device::Cpu, &graph, &inputs, &init, steps, lr);
+
+    // Against the hand-written graph on the CPU, at step 0.
+    let hand_inputs = vec![
+        ("x", x.clone()),
+        ("labels", labels.clone()),
+        ("dce", vec![1.0 / B as f32; B]),
+    ];
+    let hand = train(Device::Cpu, &mlp_train_graph(), &hand_inputs, &init, 1, 0.0);
+    assert!(
+        (cpu.0[0] - hand.0[0]).abs() <= 1e-6 * hand.0[0],
+        "autodiff loss {} vs hand-written {}",
+        cpu.0[0],
+        hand.0[0]
+    );
+    assert_grads_close(
+        "[cpu autodiff vs hand-written]",
+        &cpu.1,
+        &hand.1,
+        1e-6,
+        1e-5,
+    );
+    let p64: Vec<(&str, Vec<f64>)> = init
+        .iter()
+        .map(|(n, v)| (*n, v.iter().map(|&a| a as f64).collect()))
+        .collect();
+    let l0 = mlp_loss_f64(&p64, &x, &labels);
+    assert!(
+        ((cpu.0[0] as f64) - l0).abs() <= 1e-5 * l0,
+        "cpu autodiff loss {} vs f64 {l0}",
+        cpu.0[0]
+    );
+    check_directional_derivative(&graph, &inputs, &init, &cpu.1);
+    assert!(
+        cpu.0[steps - 1] < 0.5 * cpu.0[0],
+        "cpu loss did not halve: {:?}",
+        cpu.0
+    );
+
     for mode in MODES {
         check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
     }
