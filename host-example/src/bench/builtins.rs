@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -21,6 +21,7 @@ pub const NAMES: [&str; 9] = [
     "transformer",
     "lstm",
     "scan1000",
+    "mlp-train",
 ];
 
 /// Rows of the MLP's input.
@@ -79,6 +80,10 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
         "scan1000" => (
             scan1000(),
             "Scan of 1,000 steps: c = tanh(c * w + x_t), c [64], f32".to_string(),
+        ),
+        "mlp-train" => (
+            mlp_train(),
+            "one training step (forward + rlx-opt autodiff backward) of an MLP 784 -> 256 -> 10, ReLU, softmax cross-entropy, batch 256, f32".to_string(),
         ),
         _ => return None,
     };
@@ -180,6 +185,43 @@ fn add_broadcast() -> Graph {
     let y = g.add(x, b);
     g.set_named_outputs([("y", y)]);
     g
+}
+
+/// `[loss, dw1, db1, dw2, db2]` of a classifier MLP, as
+/// `rlx_opt::grad_with_loss` builds it (inputs x, labels and the seed
+/// `d_output`): what one SGD step of a training loop runs.
+fn mlp_train() -> Graph {
+    use rlx_ir::op::{Activation, BinaryOp, ReduceOp};
+    use rlx_ir::Op;
+    let (b, d, h, c) = (256, 784, 256, 10);
+    let mut g = Graph::new("mlp_train");
+    let x = g.input("x", f32s(&[b, d]));
+    let labels = g.input("labels", f32s(&[b]));
+    let w1 = g.param("w1", f32s(&[d, h]));
+    let b1 = g.param("b1", f32s(&[h]));
+    let w2 = g.param("w2", f32s(&[h, c]));
+    let b2 = g.param("b2", f32s(&[c]));
+    let xw = g.add_node(Op::MatMul, vec![x, w1], f32s(&[b, h]));
+    let hb = g.add_node(Op::Binary(BinaryOp::Add), vec![xw, b1], f32s(&[b, h]));
+    let r = g.add_node(Op::Activation(Activation::Relu), vec![hb], f32s(&[b, h]));
+    let rw = g.add_node(Op::MatMul, vec![r, w2], f32s(&[b, c]));
+    let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![rw, b2], f32s(&[b, c]));
+    let ce = g.add_node(
+        Op::SoftmaxCrossEntropyWithLogits,
+        vec![logits, labels],
+        f32s(&[b]),
+    );
+    let loss = g.add_node(
+        Op::Reduce {
+            op: ReduceOp::Mean,
+            axes: vec![0],
+            keep_dim: true,
+        },
+        vec![ce],
+        f32s(&[1]),
+    );
+    g.set_outputs(vec![loss]);
+    rlx_opt::grad_with_loss(&g, &[w1, b1, w2, b2])
 }
 
 /// One LSTM layer as a model holds it: packed weights as params.
