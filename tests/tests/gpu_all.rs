@@ -46,6 +46,8 @@ mod mlx_ssm;
 mod mlx_train_act;
 #[path = "mlx_train_conv.rs"]
 mod mlx_train_conv;
+#[path = "mlx_train_digits.rs"]
+mod mlx_train_digits;
 #[path = "mlx_train_loops.rs"]
 mod mlx_train_loops;
 #[path = "mlx_train_norm.rs"]
