@@ -305,7 +305,9 @@ impl MlxExecutable {
         let _on = on_device(&device)?;
         let mode = options.mode;
         let rng = rng_options(options)?;
-        let graph = Arc::new(parse_and_check(text)?);
+        let mut graph = parse_and_check(text)?;
+        crate::lower::train_act::link_forward_scales(&mut graph)?;
+        let graph = Arc::new(graph);
         let (inputs, params) = leaves(&graph);
         for list in [&inputs, &params] {
             let mut names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();

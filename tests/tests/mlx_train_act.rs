@@ -20,11 +20,13 @@
 //! - FakeQuantize EMA over two runs (the second starts from the written-back
 //!   state): rlx-cpu's own f32 algorithm written out here (the quantiser is
 //!   discontinuous, so the reference rounds as the op does), exact to 1e-6;
-//! - FakeQuantizeBackward: its per-batch scale is what rlx-cpu computes
-//!   too, so it is checked against rlx-cpu and, separately, against a plain
-//!   f64 reference of the STE formulas (1e-5 abs + 1e-5 rel). The op has no
-//!   scale input (rlx-ir's verifier rejects a third input), so no backend
-//!   can use an EMA / Fixed forward's scale there: that gap is rlx-ir's.
+//! - FakeQuantizeBackward: with no forward (or a PerBatch one) its
+//!   per-batch scale is what rlx-cpu computes too, so it is checked against
+//!   rlx-cpu and, separately, against a plain f64 reference of the STE
+//!   formulas (1e-5 abs + 1e-5 rel). After an EMA / Fixed forward on the
+//!   same x the plugin uses that forward's scale (rlx-cpu does not: it
+//!   recomputes the per-batch one), checked against the f64 reference
+//!   with the forward's scale.
 
 use rlx_ir::op::{Activation, ScaleMode, SteKind};
 use rlx_ir::{DType, Graph, Op, Shape};
@@ -826,6 +828,146 @@ fn fake_quantize_backward_matches_an_independent_reference() {
             }
         }
     }
+}
+
+/// FakeQuantizeBackward after an EMA or Fixed forward on the same x: the
+/// plugin uses the scale that forward used (the forward's state, linked to
+/// the backward at compile), against a reference written here from the
+/// op's definition (EMA `decay·state + (1 − decay)·cur`, per channel a cold
+/// channel 0 seeded with `cur`; Fixed `max(state, 1e-12)`; then the STE formulas of
+/// `ste64`), F64_TOL. The plugin does better than the CPU here: rlx-cpu
+/// recomputes the per-batch scale whatever the forward did, and the test
+/// checks that its answer is off (so the case tells the two apart).
+#[test]
+fn fake_quantize_backward_uses_its_forwards_scale() {
+    let dims = [4usize, 3];
+    let (bits, q) = (4u8, 7.0f32);
+    let decay = 0.75f32;
+    for axis in [None, Some(1)] {
+        let c = axis.map_or(1, |a| dims[a]);
+        for scale_mode in [ScaleMode::EMA { decay }, ScaleMode::Fixed] {
+            for ste in [SteKind::ClippedIdentity, SteKind::Tanh, SteKind::HardTanh] {
+                let mut g = Graph::new("fq_fwd_bwd");
+                let x = g.input("x", sh(&dims, DType::F32));
+                let dy = g.input("dy", sh(&dims, DType::F32));
+                let state = g.param("state", sh(&[c], DType::F32));
+                let y = g.add_node(
+                    Op::FakeQuantize {
+                        bits,
+                        axis,
+                        ste,
+                        scale_mode,
+                    },
+                    vec![x, state],
+                    sh(&dims, DType::F32),
+                );
+                let dx = g.add_node(
+                    Op::FakeQuantizeBackward { bits, axis, ste },
+                    vec![x, dy],
+                    sh(&dims, DType::F32),
+                );
+                g.set_outputs(vec![y, dx]);
+                let xs = random_values(12, DType::F32, -2.0, 2.0, 111);
+                let dys = random_values(12, DType::F32, -1.0, 1.0, 112);
+                // q·s between 0.35 and 2.1 against |x| up to 2: some
+                // elements clip, and every channel's scale is far from the
+                // per-batch one (max|x| / 7, ~0.28).
+                let mut st = random_values(c, DType::F32, 0.05, 0.3, 113);
+                let cur = per_batch_scale(&xs, &dims, axis, q);
+                let scale: Vec<f32> = match scale_mode {
+                    ScaleMode::EMA { decay } => {
+                        if c > 1 {
+                            st[0] = 0.0; // cold: seeded with the batch scale
+                        }
+                        st.iter()
+                            .zip(&cur)
+                            .map(|(&s, &k)| {
+                                if s <= 0.0 {
+                                    k
+                                } else {
+                                    decay * s + (1.0 - decay) * k
+                                }
+                            })
+                            .collect()
+                    }
+                    _ => st.iter().map(|s| s.max(1e-12)).collect(),
+                };
+                let want_y = quantize(&xs, &dims, axis, q, &scale);
+                let want_dx: Vec<f32> = (0..12)
+                    .map(|i| {
+                        let s = scale[chan_of(i, &dims, axis)];
+                        let att = if ste == SteKind::ClippedIdentity {
+                            // the bound q·s in f32, as the op computes it
+                            if xs[i].abs() <= q * s {
+                                1.0
+                            } else {
+                                0.0
+                            }
+                        } else {
+                            ste64(ste, xs[i] as f64, s as f64, q as f64)
+                        };
+                        (dys[i] as f64 * att) as f32
+                    })
+                    .collect();
+                let feeds = [feed("x", xs), feed("dy", dys), feed("state", st)];
+                let what =
+                    format!("FakeQuantizeBackward after {scale_mode:?} {ste:?} axis {axis:?}");
+                check_against_every_mode(&what, &g, &feeds, &[want_y, want_dx.clone()], F64_TOL);
+                let cpu = run_cpu(&g, &feeds);
+                let off = cpu[1]
+                    .iter()
+                    .zip(&want_dx)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(
+                    off > 1e-3,
+                    "{what}: the CPU's per-batch scale gives the same answer"
+                );
+            }
+        }
+    }
+}
+
+/// A FakeQuantizeBackward whose two forwards on its x disagree on the scale
+/// (an EMA and a Fixed one) has no defined answer: refused, naming it.
+#[test]
+fn fake_quantize_backward_with_disagreeing_forwards_is_refused() {
+    let dims = [4usize, 3];
+    let mut g = Graph::new("fq_two_forwards");
+    let x = g.input("x", sh(&dims, DType::F32));
+    let dy = g.input("dy", sh(&dims, DType::F32));
+    let st = g.param("state", sh(&[1], DType::F32));
+    let mut outs = Vec::new();
+    for scale_mode in [ScaleMode::EMA { decay: 0.5 }, ScaleMode::Fixed] {
+        outs.push(g.add_node(
+            Op::FakeQuantize {
+                bits: 8,
+                axis: None,
+                ste: SteKind::Tanh,
+                scale_mode,
+            },
+            vec![x, st],
+            sh(&dims, DType::F32),
+        ));
+    }
+    let dx = g.add_node(
+        Op::FakeQuantizeBackward {
+            bits: 8,
+            axis: None,
+            ste: SteKind::Tanh,
+        },
+        vec![x, dy],
+        sh(&dims, DType::F32),
+    );
+    outs.push(dx);
+    g.set_outputs(outs);
+    let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
+    let e = mlx().compile(&text, Mode::Lazy).err().expect("refused");
+    assert_eq!(e.code, rlx_plugin_api::StatusCode::Unsupported, "{e}");
+    assert!(
+        e.message.contains("FakeQuantizeBackward") && e.message.contains("disagree"),
+        "{e}"
+    );
 }
 
 // ── GatedResidualBackward ──────────────────────────────────────────────

@@ -36,10 +36,16 @@
 //!   Fixed `s = max(state, 1e-12)`. NaNs in `x` are skipped by the max, as
 //!   rlx-cpu's `a > max` loop skips them. `ste` only affects the backward.
 //! - `FakeQuantizeBackward { bits, axis, ste }`: inputs `[x, dy]` (exactly:
-//!   rlx-ir's verifier rejects any other count); the per-batch scale
-//!   recomputed from `x`, the only scale the op can know (it has no scale
-//!   input, so after an EMA / Fixed forward it still uses the per-batch
-//!   scale, as rlx-cpu does). Identity `dy`; ClippedIdentity
+//!   rlx-ir's verifier rejects any other count). The scale is the one its
+//!   forward used: the op has no scale input, so at compile
+//!   [`link_forward_scales`] finds the `FakeQuantize` on the same `x` with
+//!   the same bits and axis and, when that forward is EMA or Fixed, hands
+//!   its state to the backward as a third input (plugin-internal, never
+//!   seen by the host); the backward then computes the forward's scale
+//!   from it (the state as it was before this run's write-back). With no
+//!   such forward, or a PerBatch one, the per-batch scale recomputed from
+//!   `x`. rlx-cpu always recomputes the per-batch scale, which is wrong
+//!   after an EMA / Fixed forward. Identity `dy`; ClippedIdentity
 //!   `dy·(|x| ≤ q·s)`; Tanh `dy·(1 − tanh²(x/s))`; HardTanh
 //!   `dy·max(0, 1 − |x/(q·s)|)`.
 //! - `GatedResidualBackward`: inputs `[x, y, gate, dy]`; 1-D output
@@ -51,7 +57,9 @@ use super::{arity, axis as norm_axis, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_ir::op::{Activation, ScaleMode, SteKind};
+use rlx_ir::{Graph, Node, NodeId, Op};
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
+use rlx_plugin_api::{PluginError, PluginResult};
 
 pub fn entries() -> Vec<Lowering> {
     vec![
@@ -102,8 +110,8 @@ pub fn entries() -> Vec<Lowering> {
             FakeQuantizeBackward,
             FLOATS,
             Composite,
-            "STE attenuation of dy with the per-batch scale recomputed from x; bits 8/4/2 \
-             (in f32)",
+            "STE attenuation of dy with the scale of the forward FakeQuantize on the same x \
+             (EMA / Fixed state linked at compile), else per batch; bits 8/4/2 (in f32)",
             fake_quantize_backward
         ),
         row!(
@@ -463,15 +471,7 @@ fn fake_quantize(cx: &Ctx, a: &[&Array]) -> LResult {
         ScaleMode::EMA { decay } => {
             arity(a, 2, "FakeQuantize (EMA)")?;
             let st = state_as_scale(op, a[1], &bshape, nch)?;
-            let cur = per_batch_scale(&x, chan, q)?;
-            let d = *decay as f64;
-            // decay·state + (1 − decay)·cur, in f32 as rlx-cpu.
-            let blend = ops::add(
-                &*ops::multiply(&*s(d)?, &st)?,
-                &*ops::multiply(&*s((1.0 - *decay) as f64)?, &cur)?,
-            )?;
-            let cold = ops::less_equal(&st, &*s(0.0)?)?;
-            let new = ops::where_(&cold, &cur, &blend)?;
+            let new = ema_scale(&st, &*per_batch_scale(&x, chan, q)?, *decay)?;
             let sd = cx.in_dims(1);
             let mut w = ops::reshape(&new, &sd)?;
             let sdt = crate::dtype::ir_to_mx(cx.in_dtype(1))
@@ -492,17 +492,115 @@ fn fake_quantize(cx: &Ctx, a: &[&Array]) -> LResult {
     Ok(ops::multiply(&qv, &scale)?)
 }
 
+/// The EMA scale: `state ≤ 0 ? cur : decay·state + (1 − decay)·cur`, in
+/// f32 as rlx-cpu.
+fn ema_scale(st: &Array, cur: &Array, decay: f32) -> LResult {
+    let blend = ops::add(
+        &*ops::multiply(&*s(decay as f64)?, st)?,
+        &*ops::multiply(&*s((1.0 - decay) as f64)?, cur)?,
+    )?;
+    let cold = ops::less_equal(st, &*s(0.0)?)?;
+    Ok(ops::where_(&cold, cur, &blend)?)
+}
+
+/// The forward `FakeQuantize` nodes a `FakeQuantizeBackward` node
+/// differentiates: those on the same `x` with the same bits and axis.
+fn forwards_of<'g>(g: &'g Graph, bwd: &Node) -> impl Iterator<Item = &'g Node> + 'g {
+    let (x, key) = match &bwd.op {
+        Op::FakeQuantizeBackward { bits, axis, .. } => (bwd.inputs[0], (*bits, *axis)),
+        _ => unreachable!(),
+    };
+    g.nodes().iter().filter(move |n| {
+        matches!(&n.op, Op::FakeQuantize { bits, axis, .. }
+            if (*bits, *axis) == key && n.inputs.first() == Some(&x))
+    })
+}
+
+/// Give every `FakeQuantizeBackward` whose forward (same x, bits and axis)
+/// is EMA or Fixed that forward's state as a third input, so that it
+/// computes the scale the forward used (the op itself has no scale input).
+/// Run once on a graph as read, before anything is built; nested bodies
+/// are left alone (their backward keeps the per-batch scale). A node that
+/// does not have exactly `[x, dy]`, or whose forwards disagree on the scale
+/// (different modes or states), is refused naming it, as is one whose
+/// forward's state is defined after it (it could not be read in order).
+pub fn link_forward_scales(g: &mut Graph) -> PluginResult<()> {
+    let mut links = Vec::new();
+    for n in g.nodes() {
+        if !matches!(n.op, Op::FakeQuantizeBackward { .. }) {
+            continue;
+        }
+        let what = crate::graph_check::describe(g, n);
+        if n.inputs.len() != 2 {
+            return Err(PluginError::invalid_argument(format!(
+                "{what}: takes exactly [x, dy], got {} inputs",
+                n.inputs.len()
+            )));
+        }
+        let mut chosen: Option<(Option<NodeId>, String)> = None;
+        for f in forwards_of(g, n) {
+            let Op::FakeQuantize { scale_mode, .. } = &f.op else {
+                unreachable!()
+            };
+            let state = match scale_mode {
+                ScaleMode::PerBatch => None,
+                _ => f.inputs.get(1).copied(),
+            };
+            let this = (state, format!("{scale_mode:?}"));
+            match &chosen {
+                Some(c) if *c != this => {
+                    return Err(PluginError::unsupported(format!(
+                        "{what}: the forward FakeQuantize nodes on its x disagree on the scale \
+                         ({} vs {}): not lowered",
+                        c.1, this.1
+                    )))
+                }
+                _ => chosen = Some(this),
+            }
+        }
+        if let Some((Some(state), _)) = chosen {
+            if state.0 >= n.id.0 {
+                return Err(PluginError::unsupported(format!(
+                    "{what}: its forward's scale state (node {state}) is defined after it: \
+                     not lowered"
+                )));
+            }
+            links.push((n.id, state));
+        }
+    }
+    for (id, state) in links {
+        g.node_mut(id).inputs.push(state);
+    }
+    Ok(())
+}
+
 fn fake_quantize_backward(cx: &Ctx, a: &[&Array]) -> LResult {
     crate::op_fields!(cx, FakeQuantizeBackward { bits, axis, ste });
     let op = "FakeQuantizeBackward";
-    // rlx-ir's verifier requires exactly [x, dy]: the op has no scale input,
-    // so the scale is always the per-batch one recomputed from x.
-    arity(a, 2, op)?;
+    // [x, dy], or [x, dy, state] when link_forward_scales found an EMA /
+    // Fixed forward.
+    if a.len() != 2 && a.len() != 3 {
+        arity(a, 2, op)?;
+    }
     let q = q_max(op, *bits)?;
     let x = f32_of(a[0])?;
     let dy = f32_of(a[1])?;
-    let (chan, _, _) = chan_layout(op, &x, *axis)?;
-    let scale = per_batch_scale(&x, chan, q)?;
+    let (chan, bshape, nch) = chan_layout(op, &x, *axis)?;
+    let scale = match (
+        a.get(2),
+        forwards_of(cx.graph, cx.node).next().map(|f| &f.op),
+    ) {
+        (Some(st), Some(Op::FakeQuantize { scale_mode, .. })) => {
+            let st = state_as_scale(op, st, &bshape, nch)?;
+            match scale_mode {
+                ScaleMode::EMA { decay } => {
+                    ema_scale(&st, &*per_batch_scale(&x, chan, q)?, *decay)?
+                }
+                _ => max_nan_lo(&st, 1e-12)?,
+            }
+        }
+        _ => per_batch_scale(&x, chan, q)?,
+    };
     let one = s(1.0)?;
     let zero = s(0.0)?;
     Ok(match ste {
