@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The ABI minors the skew matrix covers (1.0 ..= 1.5).
-const MINORS: [u32; 6] = [0, 1, 2, 3, 4, 5];
+/// The ABI minors the skew matrix covers (1.0 ..= 1.6).
+const MINORS: [u32; 7] = [0, 1, 2, 3, 4, 5, 6];
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

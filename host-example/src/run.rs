@@ -124,25 +124,31 @@ pub fn random_data(graph: &Graph, seed: u64) -> Result<ModelData, String> {
         };
         let dims = dims_of(&n.shape).map_err(|e| format!("{name:?}: {e}"))?;
         let dt = n.shape.dtype();
-        let count = dims.iter().product::<usize>() * values_per_element(dt);
-        let values: Vec<f32> = if let (false, Some(&bound)) = (is_param, index.get(name)) {
-            (0..count)
-                .map(|_| rng.gen_range(0..bound.max(1)) as f32)
-                .collect()
+        let count = random_count(name, &dims, values_per_element(dt))?;
+        // Reserved fallibly: within physical memory is not always free.
+        let mut values: Vec<f32> = Vec::new();
+        values.try_reserve_exact(count).map_err(|_| {
+            format!(
+                "{name:?} {dims:?}: cannot allocate {} bytes for its random data (resource \
+                 exhausted)",
+                count as u128 * 4
+            )
+        })?;
+        let rng = &mut rng;
+        if let (false, Some(&bound)) = (is_param, index.get(name)) {
+            values.extend((0..count).map(|_| rng.gen_range(0..bound.max(1)) as f32));
         } else if dt == rlx_ir::DType::Bool {
-            (0..count).map(|_| rng.gen_range(0..2) as f32).collect()
+            values.extend((0..count).map(|_| rng.gen_range(0..2) as f32));
         } else if !dt.is_float() && !dt.is_complex() {
-            (0..count).map(|_| rng.gen_range(0..10) as f32).collect()
+            values.extend((0..count).map(|_| rng.gen_range(0..10) as f32));
         } else {
             let scale = if is_param && dims.len() >= 2 {
                 1.0 / (dims[dims.len() - 2].max(1) as f32).sqrt()
             } else {
                 1.0
             };
-            (0..count)
-                .map(|_| rng.gen_range(-1.0f32..1.0) * scale)
-                .collect()
-        };
+            values.extend((0..count).map(|_| rng.gen_range(-1.0f32..1.0) * scale));
+        }
         if is_param {
             data.params.push((name.clone(), values));
         } else {
@@ -150,6 +156,69 @@ pub fn random_data(graph: &Graph, seed: u64) -> Result<ModelData, String> {
         }
     }
     Ok(data)
+}
+
+/// How many f32 values random data for a leaf of `dims` takes, refused
+/// (naming the leaf, its shape and the bytes) when they would not fit in
+/// this machine's physical memory: a failed allocation aborts the process.
+fn random_count(name: &str, dims: &[usize], per_element: usize) -> Result<usize, String> {
+    let count = dims
+        .iter()
+        .try_fold(per_element, |n, d| n.checked_mul(*d))
+        .filter(|c| c.checked_mul(4).is_some());
+    let memory = physical_memory();
+    match count {
+        Some(c) if (c as u64).saturating_mul(4) <= memory => Ok(c),
+        _ => Err(format!(
+            "{name:?} {dims:?}: its random data needs {}, more than this machine's {memory} bytes \
+             of physical memory (resource exhausted)",
+            count.map_or_else(
+                || "more than 2^64 bytes".into(),
+                |c| format!("{} bytes", c as u128 * 4)
+            )
+        )),
+    }
+}
+
+/// rlx-runtime's CPU backend allocates every node's output infallibly (a
+/// failure aborts the process): refuse, naming the node, a graph with a
+/// tensor beyond this machine's physical memory before it runs there.
+pub fn check_cpu_sizes(graph: &Graph) -> Result<(), String> {
+    let memory = physical_memory();
+    for n in graph.nodes() {
+        let bytes = n
+            .shape
+            .num_elements()
+            .and_then(|e| (e as u64).checked_mul(n.shape.dtype().size_bytes() as u64));
+        if bytes.is_none_or(|b| b > memory) {
+            return Err(format!(
+                "node {} ({:?} {:?}) needs {}, more than this machine's {memory} bytes of \
+                 physical memory: not run on rlx-runtime's CPU backend, which aborts on a failed \
+                 allocation (resource exhausted)",
+                n.id,
+                n.op.kind(),
+                dims_of(&n.shape).unwrap_or_default(),
+                bytes.map_or_else(|| "more than 2^64 bytes".into(), |b| format!("{b} bytes"))
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The machine's physical memory in bytes (u64::MAX when the OS does not
+/// say).
+pub fn physical_memory() -> u64 {
+    // SAFETY: sysconf takes no pointers and is thread-safe.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || size <= 0 {
+        return u64::MAX;
+    }
+    (pages as u64).saturating_mul(size as u64)
 }
 
 /// Replace params with the tensors of a safetensors file. A tensor whose
@@ -349,6 +418,9 @@ pub fn execute(
     data: &ModelData,
     runs: usize,
 ) -> Result<Execution, String> {
+    if device == Device::Cpu {
+        check_cpu_sizes(graph)?;
+    }
     let dtypes = leaf_dtypes(graph);
     let dtype_of = |name: &str| dtypes.get(name).copied().unwrap_or(rlx_ir::DType::F32);
     let typed_run = data.inputs.iter().any(|(n, _)| dtype_of(n).is_complex())

@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.5.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.6.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 5
+#define RLX_ABI_VERSION_MINOR 6
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -98,6 +98,10 @@ typedef struct RlxStatus RlxStatus;
 #define RLX_STATUS_PANIC 5u
 #define RLX_STATUS_NOT_FOUND 6u
 #define RLX_STATUS_ALREADY_EXISTS 7u
+/* (1.6) A tensor too large for the memory available (the machine's, the
+ * device's, or a limit the user set); the message names the tensor, its
+ * shape and its bytes, and nothing was allocated. */
+#define RLX_STATUS_RESOURCE_EXHAUSTED 8u
 
 /* ======================================================================
  * 3. Tensors                                      ABI.md §7 (tensor.rs)

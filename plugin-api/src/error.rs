@@ -37,10 +37,14 @@ pub enum StatusCode {
     NotFound = 6,
     /// A registration under a name that is already taken.
     AlreadyExists = 7,
+    /// (1.6) A tensor too large for the memory available (the machine's,
+    /// the device's, or a limit the user set); the message names the
+    /// tensor, its shape and its bytes. Nothing was allocated.
+    ResourceExhausted = 8,
 }
 
 impl StatusCode {
-    pub const ALL: [StatusCode; 7] = [
+    pub const ALL: [StatusCode; 8] = [
         StatusCode::InvalidArgument,
         StatusCode::Unsupported,
         StatusCode::VersionMismatch,
@@ -48,6 +52,7 @@ impl StatusCode {
         StatusCode::Panic,
         StatusCode::NotFound,
         StatusCode::AlreadyExists,
+        StatusCode::ResourceExhausted,
     ];
 
     /// The code for a raw number; an unknown number (from a newer peer) is
@@ -68,6 +73,7 @@ impl StatusCode {
             StatusCode::Panic => "panic",
             StatusCode::NotFound => "not found",
             StatusCode::AlreadyExists => "already exists",
+            StatusCode::ResourceExhausted => "resource exhausted",
         }
     }
 }
@@ -103,6 +109,9 @@ impl PluginError {
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NotFound, message)
+    }
+    pub fn resource_exhausted(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::ResourceExhausted, message)
     }
 
     /// Prefix the message with where the error happened.

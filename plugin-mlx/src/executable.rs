@@ -307,6 +307,9 @@ impl MlxExecutable {
         let rng = rng_options(options)?;
         let mut graph = parse_and_check(text)?;
         crate::lower::train_act::link_forward_scales(&mut graph)?;
+        // Before any MLX array exists: a tensor that cannot fit is an
+        // error here, not an abort later.
+        crate::memory::check_graph(&graph, &crate::memory::limit_for(&device)?)?;
         let graph = Arc::new(graph);
         let (inputs, params) = leaves(&graph);
         for list in [&inputs, &params] {

@@ -14,6 +14,7 @@ pub mod eager;
 pub mod executable;
 pub mod graph_check;
 pub mod lower;
+pub mod memory;
 pub mod plugin;
 
 rlx_plugin_api::export_plugin!(plugin::MlxPlugin::new());

@@ -354,7 +354,16 @@ pub unsafe fn array_from_borrowed(
 /// Evaluates `a` and returns its contents row-major (contiguous copy of a
 /// strided/broadcast array).
 pub fn array_to_bytes(a: &Array) -> Result<Vec<u8>, ShimError> {
-    let mut out = vec![0u8; a.nbytes()];
+    // Fallible: a failed `vec!` would abort the process.
+    let n = a.nbytes();
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| {
+        ShimError::new(
+            "array_to_bytes",
+            format!("cannot allocate {n} bytes for the result"),
+        )
+    })?;
+    out.resize(n, 0u8);
     ffi::array_copy_into(a, &mut out).map_err(|e| ShimError::new("array_to_bytes", e))?;
     Ok(out)
 }

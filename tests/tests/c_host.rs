@@ -1,7 +1,7 @@
 //! The host half of the version-skew matrix: `rlx-c-host`, a host written
 //! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
 //! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
-//! 1.0 ..= 1.5 and drives a real plugin through the whole table: handshake,
+//! 1.0 ..= 1.6 and drives a real plugin through the whole table: handshake,
 //! descriptor, init, op list, lowering table (one eager op), compile in
 //! every mode, signature, bind, run (compact and strided inputs), error
 //! paths, and from 1.1 the custom-op registry with a kernel written in C.
@@ -131,9 +131,23 @@ fn mlx_cell(claim: &str, mode: &str) {
         claim.as_ref(),
         "--mode".as_ref(),
         mode.as_ref(),
+        "--huge".as_ref(),
         lib.as_os_str(),
     ]);
     assert_ok(&run, claim);
+    // The plugin's RESOURCE_EXHAUSTED (1.6) as each host reads it: a host
+    // before 1.6 does not know the code and reads INTERNAL.
+    let code = if claim == "1.6" {
+        "RESOURCE_EXHAUSTED (8)"
+    } else {
+        "INTERNAL (4)"
+    };
+    assert!(
+        run.stdout
+            .contains(&format!("error path: compile of a 16 TB graph -> {code}")),
+        "{}",
+        run.transcript()
+    );
     assert!(
         run.stdout.contains("descriptor: mlx "),
         "{}",
@@ -177,6 +191,9 @@ mlx_cells! {
     mlx_host_1_5_lazy: "1.5", "lazy";
     mlx_host_1_5_eager: "1.5", "eager";
     mlx_host_1_5_compiled: "1.5", "compiled";
+    mlx_host_1_6_lazy: "1.6", "lazy";
+    mlx_host_1_6_eager: "1.6", "eager";
+    mlx_host_1_6_compiled: "1.6", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -268,17 +285,18 @@ fn fixture_cell(claim: &str) {
                 run.transcript()
             );
         }
-        // A 1.5 host reads the 1.5 fields of the fixture's (1.5) records,
-        // an older host does not know them.
+        // A 1.5 (or later) host reads the 1.5 fields of the fixture's
+        // records, an older host does not know them.
+        let knows_1_5 = matches!(claim, "1.5" | "1.6");
         let with_rule = "custom op fixture.scale2 (plugin, 1 in, 1 out) kind kernel, \
                          shape same as input 0\n";
         assert_eq!(
             run.stdout.contains(with_rule),
-            claim == "1.5",
+            knows_1_5,
             "{}",
             run.transcript()
         );
-        if claim == "1.5" {
+        if knows_1_5 {
             assert!(
                 run.stdout.contains(
                     "custom op c_host.add1 (host, 1 in, 1 out) kind kernel, shape not declared"
@@ -318,6 +336,11 @@ fn fixture_host_1_4() {
 #[test]
 fn fixture_host_1_5() {
     fixture_cell("1.5");
+}
+
+#[test]
+fn fixture_host_1_6() {
+    fixture_cell("1.6");
 }
 
 /// A host of an older major than the plugin is refused too; the message

@@ -15,6 +15,8 @@ extern "C" {
     // tests/c/layout.c: the header's 1.5 custom-op constants.
     static rlx_c_custom_op_sizes: [usize; 4];
     static rlx_c_custom_op_enums: [u32; 8];
+    // The header's RLX_STATUS_* in number order.
+    static rlx_c_status_codes: [u32; 8];
 }
 
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
@@ -155,6 +157,13 @@ fn header_constants_match_the_rust_build() {
         ],
         "RLX_CUSTOM_KIND_* and RLX_SHAPE_RULE_*"
     );
+    // SAFETY: constant data of layout.c.
+    let codes = unsafe { rlx_c_status_codes };
+    let rust: Vec<u32> = rlx_plugin_api::StatusCode::ALL
+        .iter()
+        .map(|c| *c as u32)
+        .collect();
+    assert_eq!(codes.to_vec(), rust, "RLX_STATUS_* against StatusCode::ALL");
 }
 
 #[test]

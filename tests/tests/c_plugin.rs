@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.5).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.6).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -33,6 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
+
+/// The newest ABI minor: tests/build.rs builds the C plugin for 1.0 ..= it.
+const NEWEST_MINOR: u32 = rlx_plugin_api::ABI_VERSION.minor;
 
 /// The C build claiming ABI 1.`minor`.
 fn c_build(minor: u32) -> PathBuf {
@@ -462,7 +465,7 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.5, this host.
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.6, this host.
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -472,7 +475,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
     let y = g.relu(a);
     g.set_named_outputs([("y", y)]);
     let model = text(&g);
-    for minor in 0..=5u32 {
+    for minor in 0..=NEWEST_MINOR {
         let (_dir, p) = load_build(minor);
         assert_eq!(
             p.abi_version(),
@@ -1021,7 +1024,7 @@ fn deletions(tag: usize) -> usize {
 
 #[test]
 fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
-    for minor in 0..=5u32 {
+    for minor in 0..=NEWEST_MINOR {
         let r = raw(minor);
         let sink = new_sink();
         let root = unsafe { (r.entry)(host_table(1, std::mem::size_of::<RlxHostApi>(), sink)) };
@@ -1531,7 +1534,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.5 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.6 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
@@ -1563,8 +1566,8 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
         );
         out
     };
-    for claim in 0..=5 {
-        for minor in 0..=5 {
+    for claim in 0..=NEWEST_MINOR {
+        for minor in 0..=NEWEST_MINOR {
             let out = run(claim, minor, "lazy");
             let registry = out.contains("custom op c_demo.scale2 (plugin, 1 in, 1 out)");
             assert_eq!(
@@ -1588,5 +1591,6 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
     for mode in ["eager", "compiled"] {
         run(4, 4, mode);
         run(5, 5, mode);
+        run(6, 6, mode);
     }
 }

@@ -269,6 +269,7 @@ pub(crate) fn code_name(code: u32) -> String {
         5 => "PANIC",
         6 => "NOT_FOUND",
         7 => "ALREADY_EXISTS",
+        8 => "RESOURCE_EXHAUSTED",
         _ => return format!("unknown code {code}"),
     };
     format!("{name} ({code})")

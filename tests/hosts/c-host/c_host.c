@@ -8,7 +8,7 @@
  *
  *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
  *
- *   --claim 1.N        the ABI the host claims (1.0 ..= 1.5; another major
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.6; another major
  *                      is sent as is, to be refused)
  *   --mode M           lazy (default), eager or compiled
  *   --activation A     exp (default) or relu: the graph's activation
@@ -16,6 +16,9 @@
  *                      graph; it must compute the same function,
  *                      y = act(x[2,3] . w[3,2] + b[2,2])
  *   --print-graph      print the built-in graph text and exit
+ *   --huge             also compile a graph with a 16 TB tensor, which the
+ *                      plugin must refuse: RESOURCE_EXHAUSTED at a 1.6
+ *                      claim, INTERNAL (the unknown code) before
  *
  * Exit codes: 0 ok; 1 a check failed; 2 usage or load error; 3 the plugin
  * refused the handshake; 4 the host refused the plugin (another major, a
@@ -136,8 +139,11 @@ static struct {
     const char* library;
     /* 1.4: the device to compile for (--device cpu|gpu[:N]). */
     uint32_t device_kind, device_ordinal;
+    /* --huge: the plugin refuses a graph with a 16 TB tensor, which a 1.6
+     * host reads as RESOURCE_EXHAUSTED and an older one as INTERNAL. */
+    int huge;
 } g_opt = {1, RLX_ABI_VERSION_MINOR, RLX_MODE_LAZY, "lazy", 0, NULL, NULL,
-           RLX_DEVICE_DEFAULT, 0};
+           RLX_DEVICE_DEFAULT, 0, 0};
 
 /* The plugin's root table, set once the handshake and table checks pass. */
 static const RlxPluginApi* g_api;
@@ -215,13 +221,16 @@ static const char* code_name(uint32_t code) {
     case RLX_STATUS_PANIC: return "PANIC";
     case RLX_STATUS_NOT_FOUND: return "NOT_FOUND";
     case RLX_STATUS_ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case RLX_STATUS_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
     default: return "INTERNAL (unknown code)";
     }
 }
 
-/* A code this host does not know (from a newer peer) reads as INTERNAL. */
+/* A code this host does not know (from a newer peer) reads as INTERNAL:
+ * RESOURCE_EXHAUSTED is known from 1.6. */
 static uint32_t known_code(uint32_t code) {
-    return code <= RLX_STATUS_ALREADY_EXISTS ? code : RLX_STATUS_INTERNAL;
+    uint32_t newest = g_opt.minor >= 6 ? RLX_STATUS_RESOURCE_EXHAUSTED : RLX_STATUS_ALREADY_EXISTS;
+    return code <= newest ? code : RLX_STATUS_INTERNAL;
 }
 
 /* Success or fail: a non-null status is printed, freed, and ends the run. */
@@ -872,6 +881,21 @@ static void compile_error_paths(void) {
     expect_error(g_api->compile(str_of(builtin_graph()), opts, NULL),
                  RLX_STATUS_INVALID_ARGUMENT, NULL, "compile with out NULL");
     free(opts);
+    if (g_opt.huge) {
+        /* exp(expand(x)) of 200000 x 200000 x 100 f32: 16 TB. */
+        compile_text("rlxmodel 1\n"
+                     "opset 1\n"
+                     "\n"
+                     "graph @huge {\n"
+                     "  %x = input : f32[1, 1, 100]\n"
+                     "  %1 = Expand{target_shape: [200000, 200000, 100]} %x : f32[200000, 200000, 100]\n"
+                     "  %2 = Activation(Exp) %1 : f32[200000, 200000, 100]\n"
+                     "  return %2\n"
+                     "}\n",
+                     g_opt.mode, &s);
+        expect_error(s, g_opt.minor >= 6 ? RLX_STATUS_RESOURCE_EXHAUSTED : RLX_STATUS_INTERNAL,
+                     "16000000000000 bytes", "compile of a 16 TB graph");
+    }
 }
 
 static void check_statuses(void) {
@@ -1226,7 +1250,7 @@ static void custom_ops(void) {
 static void usage(void) {
     fprintf(stderr,
             "usage: rlx-c-host --claim MAJOR.MINOR [--mode lazy|eager|compiled] "
-            "[--activation exp|relu] [--device cpu|gpu[:N]] [--graph FILE] [--print-graph] "
+            "[--activation exp|relu] [--device cpu|gpu[:N]] [--graph FILE] [--huge] [--print-graph] "
             "PLUGIN_LIBRARY\n");
     exit(EXIT_USAGE);
 }
@@ -1268,6 +1292,8 @@ static void parse_args(int argc, char** argv, int* print_graph) {
         } else if (strcmp(a, "--graph") == 0 && v) {
             g_opt.graph_file = v;
             i++;
+        } else if (strcmp(a, "--huge") == 0) {
+            g_opt.huge = 1;
         } else if (strcmp(a, "--print-graph") == 0) {
             *print_graph = 1;
         } else if (a[0] != '-' && !g_opt.library) {

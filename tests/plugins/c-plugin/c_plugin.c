@@ -19,7 +19,7 @@
  * of 1.5's optional functions).
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..=5): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=6): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
