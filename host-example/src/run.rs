@@ -695,6 +695,8 @@ pub const PLUGIN_DEVICE: Device = Device::Mlx;
 pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, String> {
     let text = std::fs::read_to_string(model)
         .map_err(|e| format!("cannot read model {}: {e}", model.display()))?;
+    rlx_plugin_api::graph_text::check_nesting(&text)
+        .map_err(|e| format!("{}: not a valid .rlxmodel: {e}", model.display()))?;
     let graph = rlx_ir::rlxmodel::from_text(&text).map_err(|e| {
         format!(
             "{}: not a valid .rlxmodel: {}",

@@ -20,6 +20,7 @@ pub mod convert;
 pub mod custom_ops;
 pub mod error;
 pub mod export;
+pub mod graph_text;
 pub mod log;
 pub mod plugin;
 pub mod sized;

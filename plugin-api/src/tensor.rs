@@ -309,7 +309,7 @@ impl HostTensor {
         Ok(HostTensor {
             dtype: view.dtype,
             shape: view.shape.clone(),
-            data: view.to_compact_bytes(),
+            data: view.to_compact_bytes()?,
         })
     }
 
@@ -484,17 +484,37 @@ impl<'a> TensorRef<'a> {
         } else {
             std::slice::from_raw_parts(dl.strides, ndim).to_vec()
         };
-        let numel: usize = shape.iter().product();
-        let esize = dtype.size_bytes() as isize;
-        let mut lo = 0isize;
-        let mut hi = 0isize;
+        // Checked: a shape or strides from a peer may be anything, and a
+        // wrapped product would describe memory that is not there.
+        let too_big = || {
+            PluginError::invalid_argument(format!(
+                "tensor {dtype}{dims:?} is larger than the address space"
+            ))
+        };
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |n, d| n.checked_mul(*d))
+            .filter(|n| {
+                n.checked_mul(dtype.size_bytes())
+                    .is_some_and(|b| b <= isize::MAX as usize)
+            })
+            .ok_or_else(too_big)?;
+        let esize = dtype.size_bytes() as i128;
+        let mut lo = 0i128;
+        let mut hi = 0i128;
         if numel > 0 {
             for (d, s) in shape.iter().zip(&strides) {
-                let ext = (*d as isize - 1) * (*s as isize) * esize;
+                let ext = (*d as i128 - 1) * (*s as i128) * esize;
                 if ext < 0 {
                     lo += ext;
                 } else {
                     hi += ext;
+                }
+                if lo < isize::MIN as i128 || hi > isize::MAX as i128 {
+                    return Err(PluginError::invalid_argument(format!(
+                        "tensor {dtype}{dims:?} with strides {strides:?} addresses more than \
+                         the address space"
+                    )));
                 }
             }
             hi += esize;
@@ -509,7 +529,7 @@ impl<'a> TensorRef<'a> {
             shape,
             strides,
             base: (dl.data as *const u8).wrapping_add(dl.byte_offset as usize),
-            span: (lo, hi),
+            span: (lo as isize, hi as isize),
             _life: std::marker::PhantomData,
         })
     }
@@ -535,14 +555,25 @@ impl<'a> TensorRef<'a> {
         Some(unsafe { std::slice::from_raw_parts(self.base, n) })
     }
 
-    /// The elements in row-major order, gathered through the strides.
-    pub fn to_compact_bytes(&self) -> Vec<u8> {
-        if let Some(b) = self.compact_bytes() {
-            return b.to_vec();
-        }
+    /// The elements in row-major order, gathered through the strides. A
+    /// broadcast view (zero strides) may describe far more elements than
+    /// its memory holds: the copy is reserved fallibly, and a copy that
+    /// cannot be made is RESOURCE_EXHAUSTED, not an abort.
+    pub fn to_compact_bytes(&self) -> PluginResult<Vec<u8>> {
         let es = self.dtype.size_bytes();
         let numel = self.numel();
-        let mut out = Vec::with_capacity(numel * es);
+        let n = numel * es; // checked in from_raw
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| {
+            PluginError::resource_exhausted(format!(
+                "cannot allocate {n} bytes for a compact copy of a {}{:?} tensor",
+                self.dtype, self.shape
+            ))
+        })?;
+        if let Some(b) = self.compact_bytes() {
+            out.extend_from_slice(b);
+            return Ok(out);
+        }
         let mut idx = vec![0usize; self.shape.len()];
         for _ in 0..numel {
             let off: isize = idx
@@ -564,15 +595,17 @@ impl<'a> TensorRef<'a> {
                 idx[ax] = 0;
             }
         }
-        out
+        Ok(out)
     }
 }
 
 /// Row-major strides, in elements.
 pub fn compact_strides(shape: &[usize]) -> Vec<i64> {
+    // Saturating: only an empty tensor's strides can get that large
+    // (a non-empty one fits in memory), and they address nothing.
     let mut strides = vec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1] as i64;
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1].min(i64::MAX as usize) as i64);
     }
     strides
 }

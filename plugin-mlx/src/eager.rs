@@ -17,8 +17,7 @@ pub fn execute_single(
 ) -> PluginResult<Vec<HostTensor>> {
     // A single op runs on the plugin's default device.
     let _on = crate::executable::on_device(crate::devices::resolve(None)?)?;
-    let graph = rlx_ir::rlxmodel::from_text(node_text)
-        .map_err(|e| PluginError::invalid_argument(format!("cannot read the node: {e}")))?;
+    let graph = crate::graph_check::read_graph(node_text).map_err(|e| e.context("the node"))?;
     let ops: Vec<_> = graph
         .nodes()
         .iter()

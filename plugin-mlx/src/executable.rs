@@ -382,6 +382,28 @@ impl MlxExecutable {
         }
     }
 
+    /// A host tensor must have the leaf's dtype and shape: checked before
+    /// anything is copied (a broadcast view may claim any size).
+    fn check_leaf(
+        &self,
+        what: &str,
+        name: &str,
+        id: NodeId,
+        dtype: rlx_plugin_api::DType,
+        shape: &[usize],
+    ) -> PluginResult<()> {
+        let s = self.graph.shape(id);
+        let want_dt = ir_to_abi(s.dtype()).expect("checked");
+        let want: Vec<usize> = static_dims(s.dims()).iter().map(|d| *d as usize).collect();
+        if dtype != want_dt || shape != want.as_slice() {
+            return Err(PluginError::invalid_argument(format!(
+                "{what} {name:?} is {}, got {dtype}{shape:?}",
+                shape_str(&self.graph, id)
+            )));
+        }
+        Ok(())
+    }
+
     /// Check a host tensor against a leaf and make an MLX array of it.
     fn leaf_array(
         &self,
@@ -392,15 +414,8 @@ impl MlxExecutable {
         shape: &[usize],
         bytes: &[u8],
     ) -> PluginResult<A> {
+        self.check_leaf(what, name, id, dtype, shape)?;
         let s = self.graph.shape(id);
-        let want_dt = ir_to_abi(s.dtype()).expect("checked");
-        let want: Vec<usize> = static_dims(s.dims()).iter().map(|d| *d as usize).collect();
-        if dtype != want_dt || shape != want.as_slice() {
-            return Err(PluginError::invalid_argument(format!(
-                "{what} {name:?} is {}, got {dtype}{shape:?}",
-                shape_str(&self.graph, id)
-            )));
-        }
         let dims: Vec<i32> = shape.iter().map(|d| *d as i32).collect();
         array::array_from_bytes(bytes, &dims, ir_to_mx(s.dtype()).expect("checked"))
             .map_err(|e| PluginError::internal(format!("{what} {name:?}: {e}")))
@@ -527,13 +542,14 @@ impl Executable for MlxExecutable {
                     "input {name:?} is given twice"
                 )));
             }
+            self.check_leaf("input", name, id, t.dtype, &t.shape)?;
             // A compact input is read in place (MLX copies it into its own
             // buffer once); only a strided one is gathered first.
             let gathered;
             let bytes = match t.compact_bytes() {
                 Some(b) => b,
                 None => {
-                    gathered = t.to_compact_bytes();
+                    gathered = t.to_compact_bytes()?;
                     &gathered
                 }
             };

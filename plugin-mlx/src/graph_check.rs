@@ -57,10 +57,18 @@ pub fn read_error(e: rlx_ir::rlxmodel::RlxModelError) -> PluginError {
     }
 }
 
+/// rlx-ir's reader behind the nesting check (deep nesting would overflow
+/// its stack and abort the host).
+pub fn read_graph(text: &str) -> PluginResult<Graph> {
+    rlx_plugin_api::graph_text::check_nesting(text)
+        .map_err(|e| PluginError::invalid_argument(format!("cannot read the graph: {e}")))?;
+    rlx_ir::rlxmodel::from_text(text).map_err(read_error)
+}
+
 /// Parse text and check every node: a lowering exists, takes the node's
 /// dtype, shapes are static, and inputs come before their users.
 pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
-    let graph = rlx_ir::rlxmodel::from_text(text).map_err(read_error)?;
+    let graph = read_graph(text)?;
     for n in graph.nodes() {
         lowering_for(&graph, n)?;
         if !graph.shape(n.id).is_static() {

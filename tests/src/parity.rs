@@ -227,6 +227,22 @@ pub fn run_cpu(g: &Graph, feeds: &[Feed]) -> Vec<Vec<f32>> {
     compiled.run(&inputs)
 }
 
+/// With `RLX_DUMP_GRAPHS=DIR`, every graph the parity helpers compile is
+/// written to DIR (named by a hash of its text): how the fuzz seed corpus
+/// gets the suites' graphs (fuzz/README.md).
+fn dump_graph(text: &str) {
+    if let Some(dir) = std::env::var_os("RLX_DUMP_GRAPHS") {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(
+            std::path::Path::new(&dir).join(format!("suite-{:016x}", h.finish())),
+            text,
+        );
+    }
+}
+
 /// Run on the MLX plugin in `mode`.
 pub fn run_mlx(
     g: &Graph,
@@ -234,6 +250,7 @@ pub fn run_mlx(
     mode: Mode,
 ) -> Result<Vec<HostTensor>, rlx_plugin_api::PluginError> {
     let text = rlx_ir::rlxmodel::to_text(g).expect("graph to text");
+    dump_graph(&text);
     let ls = leaves(g);
     let mut exe = mlx().compile(&text, mode)?;
     let mut inputs: Vec<(String, HostTensor)> = Vec::new();

@@ -209,3 +209,86 @@ fn the_memory_limit_can_be_lowered() {
         &["RLX_MLX_MEMORY_LIMIT=\"lots\" is not a size"],
     );
 }
+
+/// A While whose condition never turns false (found by the `compile_run`
+/// fuzzer: a cond returning a non-zero constant) fails the run once it has
+/// iterated `RLX_MLX_WHILE_LIMIT` times, instead of hanging the host; with
+/// a `max_iterations` under the limit it ends as it should.
+#[test]
+fn a_while_that_never_ends_is_an_error_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = |max: Option<usize>| {
+        let field = max.map_or(String::new(), |m| format!(", max_iterations: {m}"));
+        let text = format!(
+            "rlxmodel 1\nopset 1\n\ngraph @forever {{\n  %x = input : f32[3]\n  \
+             %1 = While{{cond: graph @cond {{\n    %x = input : f32[3]\n    \
+             %1 = const [5.0] : f32[1]\n    return %1\n  }}, body: graph @body {{\n    \
+             %x = input : f32[3]\n    %1 = const [1.0] : f32[1]\n    \
+             %2 = Binary(Add) %x, %1 : f32[3]\n    return %2\n  }}{field}}} \
+             %x : f32[3]\n  return %1\n}}\n"
+        );
+        let p = dir
+            .path()
+            .join(format!("forever-{}.rlxmodel", max.unwrap_or(0)));
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let endless = model(None);
+    for mode in ["lazy", "eager", "compiled"] {
+        let o = rlx_host(
+            dir.path(),
+            &["run", &endless, "--backend", "mlx", "--mode", mode],
+            &[("RLX_MLX_WHILE_LIMIT", "100")],
+        );
+        assert_clean_failure(
+            &o,
+            &[
+                "While ran 100 iterations and its condition is still true",
+                "RLX_MLX_WHILE_LIMIT",
+            ],
+        );
+    }
+    // 50 iterations, under the limit: x + 50.
+    let bounded = model(Some(50));
+    let o = rlx_host(
+        dir.path(),
+        &["run", &bounded, "--backend", "mlx", "--json"],
+        &[("RLX_MLX_WHILE_LIMIT", "100")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A limit that is not a number is an error naming the variable.
+    let o = rlx_host(
+        dir.path(),
+        &["run", &endless, "--backend", "mlx"],
+        &[("RLX_MLX_WHILE_LIMIT", "many")],
+    );
+    assert_clean_failure(&o, &["RLX_MLX_WHILE_LIMIT=\"many\" is not a number"]);
+}
+
+/// Text nested thousands of brackets deep (found by the `compile_run`
+/// fuzzer) overflowed the stack of rlx-ir's recursive reader and aborted
+/// the host; the plugin and rlx-host now refuse it before reading.
+#[test]
+fn deeply_nested_text_is_refused_not_a_stack_overflow() {
+    let n = 20_000;
+    let text = format!(
+        "rlxmodel 1\nopset 1\n\ngraph @g {{\n  %x = input : f32[2]\n  \
+         %1 = Reshape{{new_shape: {}{}}} %x : f32[2]\n  return %1\n}}\n",
+        "[".repeat(n),
+        "]".repeat(n)
+    );
+    for mode in MODES {
+        let e = mlx().compile(&text, mode).err().expect("refused");
+        assert_eq!(e.code, StatusCode::InvalidArgument, "{e}");
+        assert!(e.message.contains("nested more than 256 deep"), "{e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("deep.rlxmodel");
+    std::fs::write(&p, &text).unwrap();
+    let o = rlx_host(
+        dir.path(),
+        &["run", p.to_str().unwrap(), "--backend", "mlx"],
+        &[],
+    );
+    assert_clean_failure(&o, &["brackets nested more than 256 deep"]);
+}

@@ -102,6 +102,7 @@ pub fn resolve(model: &str) -> Result<BenchModel, String> {
     if path.is_file() {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read model {}: {e}", path.display()))?;
+        rlx_plugin_api::graph_text::check_nesting(&text).map_err(|e| format!("{model}: {e}"))?;
         let graph = rlx_ir::rlxmodel::from_text(&text).map_err(|e| {
             format!(
                 "{}: not a valid .rlxmodel: {}",

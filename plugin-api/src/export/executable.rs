@@ -130,11 +130,20 @@ pub(super) unsafe extern "C" fn executable_bind_param(
     tensor: *const RlxTensor,
 ) -> *mut RlxStatus {
     // An OWNED tensor is ours from here on, even if we fail: wrap it first
-    // so every path releases it exactly once.
-    let owned = tensor
-        .as_ref()
-        .filter(|t| t.ownership == ownership::OWNED)
-        .copied();
+    // so every path releases it exactly once. Only a descriptor whose
+    // struct_size reaches `deleter` (the whole frozen struct) is read past
+    // its struct_size: a shorter one is refused below, and its deleter,
+    // which its writer did not write, is never called.
+    let whole = !tensor.is_null()
+        && std::ptr::read_unaligned(tensor as *const usize) >= std::mem::size_of::<RlxTensor>();
+    let owned = if whole {
+        tensor
+            .as_ref()
+            .filter(|t| t.ownership == ownership::OWNED)
+            .copied()
+    } else {
+        None
+    };
     let guard_owned = OwnedGuard(owned);
     guard(move || {
         let exe = exe_mut(exe)?;
@@ -146,13 +155,33 @@ pub(super) unsafe extern "C" fn executable_bind_param(
             .map_err(|e| PluginError::invalid_argument(format!("param name is not UTF-8: {e}")))?;
         let view = TensorRef::from_raw(t).map_err(|e| e.context(format!("param {name:?}")))?;
         let (dtype, shape) = (view.dtype, view.shape.clone());
+        if view.compact_bytes().is_none() {
+            // A strided view is gathered into a copy: check it against the
+            // param first, since a broadcast view (zero strides) may claim
+            // any number of elements.
+            let declared = exe
+                .0
+                .signature()
+                .into_iter()
+                .find(|v| v.role == crate::plugin::Role::Param && v.name == name);
+            if let Some(v) = declared {
+                let want: Option<Vec<usize>> = v.shape.iter().copied().collect();
+                if v.dtype != dtype || want.as_deref() != Some(shape.as_slice()) {
+                    return Err(PluginError::invalid_argument(format!(
+                        "param {name:?} is {}{:?}, got {dtype}{shape:?}",
+                        v.dtype,
+                        want.unwrap_or_default()
+                    )));
+                }
+            }
+        }
         let bytes = match (t.ownership, view.compact_bytes()) {
             (ownership::BORROWED_PERSISTENT, Some(b)) => ParamBytes::Persistent(b),
             (ownership::OWNED, Some(b)) => ParamBytes::Owned {
                 bytes: b,
                 raw: guard_owned.disarm().expect("owned tensor"),
             },
-            _ => ParamBytes::Copied(view.to_compact_bytes()),
+            _ => ParamBytes::Copied(view.to_compact_bytes()?),
         };
         // Anything not disarmed above (a copied owned tensor) is released
         // when `guard_owned` drops at the end of this closure.

@@ -322,7 +322,7 @@ unsafe fn views<'a>(
     for r in &refs {
         shapes.push(r.shape.clone());
         if r.compact_bytes().is_none() {
-            keep.push(r.to_compact_bytes());
+            keep.push(r.to_compact_bytes()?);
         }
     }
     let mut gathered = keep.iter();

@@ -8,7 +8,9 @@
 //! - **While** is a loop on the host: `cond` is evaluated each iteration
 //!   (one MLX evaluation per iteration) and `body` built on the carried
 //!   values, up to `max_iterations` when it has one; the trip count is the
-//!   data's, never a fixed unroll. `mx::compile` cannot trace a loop whose
+//!   data's, never a fixed unroll. A loop still running after
+//!   `RLX_MLX_WHILE_LIMIT` iterations (default 1,000,000) fails the run
+//!   instead of hanging the host. `mx::compile` cannot trace a loop whose
 //!   trip count depends on values, so in compiled mode a graph holding a
 //!   While runs lazily.
 //! - **Scan** is unrolled into the MLX graph: `length` steps of the body,
@@ -119,10 +121,19 @@ fn while_(cx: &Ctx, a: &[&Array]) -> LResult {
         }
         return Ok(carried.swap_remove(0));
     }
+    let limit = while_limit()?;
     let mut steps = 0usize;
     loop {
         if max_iterations.is_some_and(|m| steps >= m) {
             break;
+        }
+        if steps >= limit {
+            return Err(format!(
+                "While ran {limit} iterations and its condition is still true: a loop that \
+                 does not end is an error here, not a hang (set max_iterations, or raise the \
+                 limit with {WHILE_LIMIT_VAR})"
+            )
+            .into());
         }
         let args: Vec<&Array> = carried.iter().map(|x| &**x).collect();
         let c = call(cx, cond, &args, "While cond")?;
@@ -151,6 +162,22 @@ fn while_(cx: &Ctx, a: &[&Array]) -> LResult {
         steps += 1;
     }
     Ok(carried.swap_remove(0))
+}
+
+/// The environment variable that bounds a While's trip count.
+pub const WHILE_LIMIT_VAR: &str = "RLX_MLX_WHILE_LIMIT";
+
+/// The most iterations a While may run (`RLX_MLX_WHILE_LIMIT`, default one
+/// million), so that a condition that never turns false fails the run
+/// instead of hanging the host.
+fn while_limit() -> LResult<usize> {
+    match std::env::var(WHILE_LIMIT_VAR) {
+        Err(_) => Ok(1_000_000),
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{WHILE_LIMIT_VAR}={v:?} is not a number of iterations").into()),
+    }
 }
 
 /// Row `t` of `xs` along axis 0.

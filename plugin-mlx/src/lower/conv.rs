@@ -95,7 +95,13 @@ fn at(v: &[usize], i: usize, default: usize) -> i32 {
 /// take the default, as in rlx-cpu). `allow_pairs` also accepts ONNX-style
 /// `[begins.., ends..]` (2·nsp entries) for padding, whose ends rlx-cpu
 /// reads from the declared output extent.
-fn check_len(what: &str, v: &[usize], nsp: usize, allow_pairs: bool) -> LResult<()> {
+/// `v` has at most one value per spatial axis (or, with `allow_pairs`, a
+/// (begin, end) pair per axis), each at least `min` (1 for strides,
+/// dilations and kernel sizes: a 0 would divide by zero).
+fn check_len(what: &str, v: &[usize], nsp: usize, allow_pairs: bool, min: usize) -> LResult<()> {
+    if let Some(bad) = v.iter().find(|x| **x < min) {
+        return Err(format!("{what} {v:?} holds {bad}: each must be at least {min}").into());
+    }
     if v.len() <= nsp || (allow_pairs && v.len() == 2 * nsp) {
         Ok(())
     } else {
@@ -266,9 +272,9 @@ fn conv(cx: &Ctx, a: &[&Array]) -> LResult {
     let xd = cx.in_dims(0);
     let od = cx.out_dims();
     let nk = kernel_size.len();
-    check_len("stride", stride, nk, false)?;
-    check_len("dilation", dilation, nk, false)?;
-    check_len("padding", padding, nk, true)?;
+    check_len("stride", stride, nk, false, 1)?;
+    check_len("dilation", dilation, nk, false, 1)?;
+    check_len("padding", padding, nk, true, 0)?;
     let (x, w) = (to_f32(a[0])?, to_f32(a[1])?);
     match (nk, xd.len(), od.len()) {
         // 1-D on [N, C, L]; weight [C_out, C_in/g, K].
@@ -431,9 +437,9 @@ fn conv_transpose2d(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    check_len("stride", stride, 2, false)?;
-    check_len("dilation", dilation, 2, false)?;
-    check_len("padding", padding, 2, true)?;
+    check_len("stride", stride, 2, false, 1)?;
+    check_len("dilation", dilation, 2, false, 1)?;
+    check_len("padding", padding, 2, true, 0)?;
     // rlx-cpu reads [N, C, L] as [N, C, 1, L].
     let geom = if xd.len() == 3 {
         [xd[0], xd[1], 1, xd[2]]
@@ -516,9 +522,10 @@ fn im2col(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    check_len("stride", stride, 2, false)?;
-    check_len("dilation", dilation, 2, false)?;
-    check_len("padding", padding, 2, false)?;
+    check_len("kernel_size", kernel_size, 2, false, 1)?;
+    check_len("stride", stride, 2, false, 1)?;
+    check_len("dilation", dilation, 2, false, 1)?;
+    check_len("padding", padding, 2, false, 0)?;
     let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
     let k = [kernel_size[0] as i32, kernel_size[1] as i32];
     let s = [at(stride, 0, 1), at(stride, 1, 1)];
@@ -580,8 +587,8 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
     if !matches!(kind, ReduceOp::Max | ReduceOp::Mean | ReduceOp::Sum) {
         return Err(format!("Pool {kind:?} is not lowered").into());
     }
-    check_len("stride", stride, nsp, false)?;
-    check_len("padding", padding, nsp, true)?;
+    check_len("stride", stride, nsp, false, 1)?;
+    check_len("padding", padding, nsp, true, 0)?;
     let k: Vec<i32> = kernel_size.iter().map(|v| *v as i32).collect();
     let s: Vec<i32> = (0..nsp).map(|i| at(stride, i, 1)).collect();
     let p: Vec<i32> = (0..nsp).map(|i| at(padding, i, 0)).collect();

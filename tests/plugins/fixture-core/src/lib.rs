@@ -286,7 +286,7 @@ impl Executable for FixtureExecutable {
                             t.dtype, t.shape
                         )));
                     }
-                    rlx_plugin_api::convert::bytes_to_f32(t.dtype, &t.to_compact_bytes())?
+                    rlx_plugin_api::convert::bytes_to_f32(t.dtype, &t.to_compact_bytes()?)?
                 }
                 Op::Param { name } => self.params[name].1.clone().ok_or_else(|| {
                     PluginError::invalid_argument(format!("param {name:?} is not bound"))
