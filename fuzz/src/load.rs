@@ -11,10 +11,22 @@ pub fn plugin() -> &'static Arc<LoadedPlugin> {
     static P: OnceLock<Arc<LoadedPlugin>> = OnceLock::new();
     P.get_or_init(|| {
         // libfuzzer-sys's panic hook aborts on any panic, caught or not;
-        // the default hook lets a target's catch_unwind work, and a panic
-        // that escapes a target still aborts (it cannot unwind out of
-        // libFuzzer's C callback).
+        // the default hook (below, made quiet for on-purpose panics) lets
+        // a target's catch_unwind work, and a panic that escapes a target
+        // still aborts (it cannot unwind out of libFuzzer's C callback).
         let _ = std::panic::take_hook();
+        let default = std::panic::take_hook();
+        // The sequences target's kernels panic on purpose: keep quiet
+        // about those, and only those.
+        std::panic::set_hook(Box::new(move |info| {
+            let quiet = info
+                .payload()
+                .downcast_ref::<&str>()
+                .is_some_and(|m| m.ends_with("on purpose"));
+            if !quiet {
+                default(info);
+            }
+        }));
         // Set before the plugin reads them, on the fuzzer's one thread: a
         // 64 MiB cap on tensors, and While loops cut at 10,000 iterations
         // (the default million would take longer than the timeout).
