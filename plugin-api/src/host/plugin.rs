@@ -604,7 +604,41 @@ impl PluginExecutable {
                 slots.len(),
             )
         })?;
-        take_outputs(slots.into_iter())
+        let outs = take_outputs(slots.into_iter())?;
+        self.check_outputs(&outs)?;
+        Ok(outs)
+    }
+
+    /// Each output must have the dtype and shape the executable's
+    /// signature declares: a plugin that returns something else is reported
+    /// (naming the output, what came and what was declared) rather than
+    /// handed on to be misread. The outputs were released already.
+    fn check_outputs(&self, outs: &[HostTensor]) -> PluginResult<()> {
+        for (i, (o, v)) in outs.iter().zip(self.values(Role::Output)).enumerate() {
+            let shape_ok = o.shape.len() == v.shape.len()
+                && o.shape
+                    .iter()
+                    .zip(&v.shape)
+                    .all(|(g, w)| w.is_none_or(|w| w == *g));
+            if o.dtype != v.dtype || !shape_ok {
+                let declared: Vec<String> = v
+                    .shape
+                    .iter()
+                    .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                    .collect();
+                return Err(PluginError::internal(format!(
+                    "plugin {} returned output {i} {:?} as {}{:?}, but its signature declares \
+                     {}[{}]",
+                    self.plugin.descriptor.name,
+                    v.name,
+                    o.dtype,
+                    o.shape,
+                    v.dtype,
+                    declared.join(", ")
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub fn plugin(&self) -> &Arc<LoadedPlugin> {

@@ -20,6 +20,10 @@ pub struct FixtureConfig {
     pub version: &'static str,
     /// `init` (registration) fails with this message.
     pub fail_init: Option<&'static str>,
+    /// Fault injection: a graph named `fault_wrong_dtype`,
+    /// `fault_wrong_shape`, `fault_extra_output` or `fault_empty_output`
+    /// runs, then returns its outputs malformed that way.
+    pub faults: bool,
 }
 
 impl Default for FixtureConfig {
@@ -28,6 +32,7 @@ impl Default for FixtureConfig {
             name: "fixture",
             version: "0.1.0",
             fail_init: None,
+            faults: false,
         }
     }
 }
@@ -124,11 +129,14 @@ impl Plugin for FixturePlugin {
 
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>> {
         log::debug!("fixture compiling a graph in {} mode", options.mode.name());
-        Ok(Box::new(FixtureExecutable::parse(graph)?))
+        let mut exe = FixtureExecutable::parse(graph)?;
+        exe.faults = self.cfg.faults;
+        Ok(Box::new(exe))
     }
 }
 
 struct FixtureExecutable {
+    faults: bool,
     graph: Graph,
     inputs: Vec<(String, Vec<usize>)>,
     params: HashMap<String, (Vec<usize>, Option<Vec<f32>>)>,
@@ -188,6 +196,7 @@ impl FixtureExecutable {
             }
         }
         Ok(FixtureExecutable {
+            faults: false,
             graph,
             inputs,
             params,
@@ -315,9 +324,32 @@ impl Executable for FixtureExecutable {
             };
             vals.insert(n.id.0, v);
         }
-        g.outputs
+        let mut outs: Vec<HostTensor> = g
+            .outputs
             .iter()
             .map(|id| HostTensor::from_f32(static_dims(g, *id)?, &vals[&id.0]))
-            .collect()
+            .collect::<PluginResult<_>>()?;
+        if self.faults {
+            inject(&g.name, &mut outs)?;
+        }
+        Ok(outs)
     }
+}
+
+/// The fault a `fault_*` graph asks for, applied to its outputs.
+fn inject(graph: &str, outs: &mut Vec<HostTensor>) -> PluginResult<()> {
+    let first = outs[0].clone();
+    match graph {
+        "fault_wrong_dtype" => {
+            let halves = first.data[..first.data.len() / 2].to_vec();
+            outs[0] = HostTensor::new(DType::F16, first.shape.clone(), halves)?;
+        }
+        "fault_wrong_shape" => {
+            outs[0] = HostTensor::new(DType::F32, vec![first.numel()], first.data.clone())?;
+        }
+        "fault_extra_output" => outs.push(first),
+        "fault_empty_output" => outs[0] = HostTensor::new(DType::F32, vec![0], Vec::new())?,
+        _ => {}
+    }
+    Ok(())
 }
