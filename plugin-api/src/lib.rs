@@ -27,6 +27,7 @@ pub mod sized;
 pub mod strings;
 pub mod tables;
 pub mod tensor;
+pub mod trust;
 pub mod version;
 
 #[cfg(feature = "host")]

@@ -62,6 +62,9 @@ pub struct DiscoveryConfig {
     pub rlx_home: Option<PathBuf>,
     /// The user's home directory (for `~/.rlx/plugins`).
     pub home: Option<PathBuf>,
+    /// Whether a plugin another user could have written is loaded
+    /// (`RLX_ALLOW_INSECURE_PLUGINS=1`) or refused (the default).
+    pub trust: super::trusted::TrustPolicy,
 }
 
 impl DiscoveryConfig {
@@ -79,6 +82,7 @@ impl DiscoveryConfig {
             home: std::env::var_os("HOME")
                 .or_else(|| std::env::var_os("USERPROFILE"))
                 .map(PathBuf::from),
+            trust: super::trusted::TrustPolicy::from_env(),
         }
     }
 
@@ -261,6 +265,7 @@ mod tests {
             exe_dir: Some(exe.clone()),
             rlx_home: None,
             home: Some(home.clone()),
+            trust: Default::default(),
         };
         let found: Vec<(String, Source, bool)> = discover(&cfg)
             .into_iter()

@@ -10,6 +10,7 @@
 
 use super::log_sink;
 use super::plugin::LoadedPlugin;
+use super::trusted::{check_plugin_files, TrustPolicy};
 use crate::error::{PluginError, StatusCode};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
@@ -24,6 +25,9 @@ use std::path::Path;
 pub enum LoadError {
     /// The path named explicitly or in `RLX_BACKEND_PLUGINS` does not exist.
     NotFound,
+    /// The file, a directory above it or a library it bundles could have
+    /// been written by another user (see [`super::trusted`]).
+    Untrusted { detail: String },
     /// The file is not a shared library at all (no ELF / Mach-O / PE header).
     NotALibrary { detail: String },
     /// It looks like a library but the loader refused it (truncated,
@@ -55,6 +59,12 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoadError::NotFound => write!(f, "no such file"),
+            LoadError::Untrusted { detail } => write!(
+                f,
+                "not loaded, since loading a plugin runs its code and another user could have \
+                 written it: {detail}; fix the owner or mode, or set {}=1 to load it anyway",
+                super::trusted::ENV_ALLOW_INSECURE
+            ),
             LoadError::NotALibrary { detail } => write!(f, "not a shared library: {detail}"),
             LoadError::InvalidLibrary { detail } => {
                 write!(f, "the dynamic loader refused the library (corrupt or truncated?): {detail}")
@@ -85,10 +95,27 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
-/// Load one plugin file.
+/// Load one plugin file, under the trust policy the environment sets
+/// ([`TrustPolicy::from_env`]).
 pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
+    load_plugin_with(path, TrustPolicy::from_env())
+}
+
+/// Load one plugin file: refused, before anything of it runs, when it
+/// fails the ownership and mode check and `trust` is strict.
+pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin, LoadError> {
     if !path.exists() {
         return Err(LoadError::NotFound);
+    }
+    if let Err(detail) = check_plugin_files(path) {
+        match trust {
+            TrustPolicy::Strict => return Err(LoadError::Untrusted { detail }),
+            TrustPolicy::AllowInsecure => log::warn!(
+                "loading {} although another user could have written it ({}=1): {detail}",
+                path.display(),
+                super::trusted::ENV_ALLOW_INSECURE
+            ),
+        }
     }
     check_header(path)?;
     let image = std::fs::read(path).map_err(|e| LoadError::NotALibrary {

@@ -8,12 +8,14 @@ pub mod load;
 mod log_sink;
 pub mod plugin;
 pub mod set;
+pub mod trusted;
 
 pub use deps::{DepWalk, SearchEnv};
 pub use discover::{
     discover, library_file_name, plugin_library, Candidate, DiscoveryConfig, Source, ENV_HOME,
     ENV_PLUGINS,
 };
-pub use load::{load_plugin, LoadError};
+pub use load::{load_plugin, load_plugin_with, LoadError};
 pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport, PluginExecutable};
 pub use set::{CandidateReport, CandidateState, PluginSet};
+pub use trusted::{TrustPolicy, ENV_ALLOW_INSECURE};

@@ -2,8 +2,9 @@
 //! rejected with its reason. The first plugin of a name wins.
 
 use super::discover::{discover, Candidate, DiscoveryConfig, Source};
-use super::load::{load_plugin, LoadError};
+use super::load::{load_plugin_with, LoadError};
 use super::plugin::LoadedPlugin;
+use super::trusted::TrustPolicy;
 use crate::DeviceKind;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,20 +67,27 @@ pub struct PluginSet {
 
 /// A library is loaded at most once per process (it is never unloaded):
 /// loading the same canonical path again returns the first outcome.
-fn load_cached(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+/// A refusal for trust is not kept: nothing of the library ran, and the
+/// file may be fixed, or allowed, by the next call.
+fn load_cached(path: &Path, trust: TrustPolicy) -> Result<Arc<LoadedPlugin>, LoadError> {
     type Cache = HashMap<PathBuf, Result<Arc<LoadedPlugin>, LoadError>>;
     static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(path.to_path_buf())
-        .or_insert_with(|| load_plugin(path).map(Arc::new))
-        .clone()
+    if let Some(r) = map.get(path) {
+        return r.clone();
+    }
+    let r = load_plugin_with(path, trust).map(Arc::new);
+    if !matches!(r, Err(LoadError::Untrusted { .. })) {
+        map.insert(path.to_path_buf(), r.clone());
+    }
+    r
 }
 
 impl PluginSet {
     /// Discover with `cfg` and load every candidate.
     pub fn load(cfg: &DiscoveryConfig) -> PluginSet {
-        Self::load_candidates(discover(cfg))
+        Self::load_candidates_with(discover(cfg), cfg.trust)
     }
 
     /// Discover from the process environment plus `explicit` paths.
@@ -87,14 +95,19 @@ impl PluginSet {
         Self::load(&DiscoveryConfig::from_env(explicit))
     }
 
+    /// Load `candidates` under the trust policy the environment sets.
     pub fn load_candidates(candidates: Vec<Candidate>) -> PluginSet {
+        Self::load_candidates_with(candidates, TrustPolicy::from_env())
+    }
+
+    pub fn load_candidates_with(candidates: Vec<Candidate>, trust: TrustPolicy) -> PluginSet {
         let mut winners: HashMap<String, PathBuf> = HashMap::new();
         let mut out = Vec::new();
         for c in candidates {
             let state = if !c.exists {
                 CandidateState::Rejected(LoadError::NotFound)
             } else {
-                match load_cached(&c.path) {
+                match load_cached(&c.path, trust) {
                     Err(e) => CandidateState::Rejected(e),
                     Ok(p) => match winners.get(&p.descriptor().name) {
                         Some(by) => CandidateState::Shadowed {
