@@ -333,10 +333,24 @@ impl MlxExecutable {
             writes: &StateWrites::default(),
         };
         evaluate(&graph, &check, &|id| zeros_like(&graph, id))?;
+        // MLX would load kernels from a cache another user can write.
+        let unsafe_cache = match mode {
+            Mode::Compiled => crate::kernel_cache::check().err(),
+            _ => None,
+        };
         let compiled = match mode {
             // mx::compile traces without data, so a loop whose trip count
             // depends on values cannot be traced: such a graph runs lazily.
             Mode::Compiled if crate::lower::control::has_host_loop(&graph) => None,
+            Mode::Compiled if unsafe_cache.is_some() => {
+                log::warn!(
+                    "compiled mode runs graph {:?} lazily: MLX's kernel cache is not safe to \
+                     load code from: {}",
+                    graph.name,
+                    unsafe_cache.as_deref().unwrap_or_default()
+                );
+                None
+            }
             Mode::Compiled => Some(compile_graph(
                 graph.clone(),
                 rng,

@@ -1,0 +1,115 @@
+//! Compiled mode's kernel cache must be ours alone.
+//!
+//! MLX's CPU backend compiles each fused kernel of an `mx::compile`d
+//! function into a shared library under
+//! `std::filesystem::temp_directory_path() / "mlx" / version() / "cpu"`
+//! and `dlopen`s it, reusing any library of the kernel's name already
+//! there. `/tmp/mlx` is a name any user may create first: whoever owns
+//! that directory can plant code that then runs inside our host. So before
+//! a graph is compiled, the cache directory is made (mode 0700) where it
+//! is missing and checked: every directory above it is the user's or
+//! root's and writable by no one else (sticky `/tmp` is fine), `mlx/` and
+//! `mlx/<version>/` are the user's own and writable by no one else, and
+//! `cpu/` is the user's with mode 0700 (an own directory that only lacks
+//! the tightening, as MLX itself makes it, is tightened to 0700). When any
+//! of this fails, compiled mode runs the graph lazily instead, with a
+//! warning that says why.
+
+use rlx_plugin_api::trust::{check_ancestors, check_path, Need};
+use std::path::{Path, PathBuf};
+
+/// The temporary directory as libstdc++'s `temp_directory_path` finds it:
+/// the first of `TMPDIR`, `TMP`, `TEMP`, `TEMPDIR` that is set, else `/tmp`.
+fn temp_dir() -> PathBuf {
+    ["TMPDIR", "TMP", "TEMP", "TEMPDIR"]
+        .iter()
+        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// MLX's CPU kernel cache directory for this process.
+pub fn cpu_cache_dir() -> PathBuf {
+    temp_dir()
+        .join("mlx")
+        .join(rlx_mlx_shim::MLX_VERSION)
+        .join("cpu")
+}
+
+/// Make and check the cache directory; `Err` says why compiled kernels
+/// must not be loaded from it.
+pub fn check() -> Result<PathBuf, String> {
+    let cpu = cpu_cache_dir();
+    if cfg!(not(unix)) {
+        return Ok(cpu);
+    }
+    let ver = cpu.parent().expect("has parents").to_path_buf();
+    let mlx = ver.parent().expect("has parents").to_path_buf();
+    for dir in [&mlx, &ver, &cpu] {
+        make_private(dir)?;
+    }
+    // The temporary directory and everything above it, then ours.
+    check_ancestors(&mlx)?;
+    owned_by_me(&mlx)?;
+    owned_by_me(&ver)?;
+    if let Err(e) = check_path(&cpu, Need::OwnedAndPrivate) {
+        // An own directory nobody else can write (MLX makes it 0755) is
+        // only tightened; anything else is refused.
+        owned_by_me(&cpu)?;
+        check_path(&cpu, Need::NotWritableByOthers).map_err(|_| e.clone())?;
+        tighten(&cpu).map_err(|t| format!("{e}, and it cannot be made 0700: {t}"))?;
+        check_path(&cpu, Need::OwnedAndPrivate)?;
+    }
+    Ok(cpu)
+}
+
+/// Create `dir` with mode 0700 when missing (its parent exists by now).
+fn make_private(dir: &Path) -> Result<(), String> {
+    if std::fs::symlink_metadata(dir).is_ok() {
+        return Ok(());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => Ok(()),
+            // Made by another thread or process meanwhile: checked next.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(format!("cannot make {}: {e}", dir.display())),
+        }
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))
+}
+
+/// The user's own (root's will not do: root is not the user here unless
+/// the process is root), writable by no other user.
+fn owned_by_me(dir: &Path) -> Result<(), String> {
+    check_path(dir, Need::NotWritableByOthers)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if m.uid() != me {
+            return Err(format!(
+                "directory {} is owned by uid {}, not by uid {me} (this process)",
+                dir.display(),
+                m.uid()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn tighten(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+#[cfg(not(unix))]
+fn tighten(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
+}
