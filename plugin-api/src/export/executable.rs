@@ -11,14 +11,63 @@ use crate::tables::*;
 use crate::tensor::{ownership, RlxNamedTensor, RlxTensor, TensorRef};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// An executable and the device it said it runs on (asked once, at
-/// compile: `executable_device` hands out its name until destroy).
-struct ExeBox(Box<dyn crate::plugin::Executable>, Option<DeviceInfo>);
+/// An executable, the device it said it runs on (asked once, at compile:
+/// `executable_device` hands out its name until destroy), and whether a
+/// call is using it now.
+///
+/// The ABI lets one thread at a time use an executable (§14). A host that
+/// breaks that rule gets `INVALID_ARGUMENT` from the call that overlaps,
+/// not a data race: every entry takes the executable through [`enter`],
+/// which claims it atomically, and only then touches its state.
+struct ExeBox {
+    exe: std::cell::UnsafeCell<Box<dyn crate::plugin::Executable>>,
+    device: Option<DeviceInfo>,
+    busy: std::sync::atomic::AtomicBool,
+}
 
-unsafe fn exe_mut<'a>(exe: *mut RlxExecutable) -> PluginResult<&'a mut ExeBox> {
-    (exe as *mut ExeBox)
-        .as_mut()
-        .ok_or_else(|| PluginError::invalid_argument("executable is null"))
+/// The executable claimed for one call; released when dropped.
+struct InUse<'a> {
+    owner: &'a ExeBox,
+}
+
+impl InUse<'_> {
+    fn exe(&mut self) -> &mut dyn crate::plugin::Executable {
+        // SAFETY: `enter` set `busy`, so this call is the only one using
+        // the executable until this guard drops; `&mut self` keeps the
+        // borrow unique within the call.
+        unsafe { &mut **self.owner.exe.get() }
+    }
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.owner
+            .busy
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Claim `exe` for this call, or refuse a call that overlaps another.
+unsafe fn enter<'a>(exe: *const RlxExecutable, call: &str) -> PluginResult<InUse<'a>> {
+    let owner = (exe as *const ExeBox)
+        .as_ref()
+        .ok_or_else(|| PluginError::invalid_argument("executable is null"))?;
+    owner
+        .busy
+        .compare_exchange(
+            false,
+            true,
+            std::sync::atomic::Ordering::Acquire,
+            std::sync::atomic::Ordering::Relaxed,
+        )
+        .map_err(|_| {
+            PluginError::invalid_argument(format!(
+                "{call}: the executable is in use by another call; calls on one executable \
+                 must not overlap (docs/ABI.md §14): serialise them, or compile one executable \
+                 per thread"
+            ))
+        })?;
+    Ok(InUse { owner })
 }
 
 pub(super) unsafe extern "C" fn compile(
@@ -79,16 +128,33 @@ pub(super) unsafe extern "C" fn compile(
             Some((k, o)) => listed(k, o).cloned(),
             None => st.devices.first().cloned(),
         });
-        *out = Box::into_raw(Box::new(ExeBox(exe, device))) as *mut RlxExecutable;
+        *out = Box::into_raw(Box::new(ExeBox {
+            exe: std::cell::UnsafeCell::new(exe),
+            device,
+            busy: std::sync::atomic::AtomicBool::new(false),
+        })) as *mut RlxExecutable;
         Ok(())
     })
 }
 
 pub(super) unsafe extern "C" fn executable_destroy(exe: *mut RlxExecutable) {
-    if !exe.is_null() {
-        // Dropping runs the plugin's own code: keep a panic inside.
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(exe as *mut ExeBox))));
+    if exe.is_null() {
+        return;
     }
+    // Freed under a running call, the executable would be used after free:
+    // a destroy that overlaps a call leaks it instead, and says so.
+    if (*(exe as *const ExeBox))
+        .busy
+        .swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        log::error!(
+            "executable_destroy overlapped another call on the same executable (docs/ABI.md \
+             §14); it is leaked, not freed"
+        );
+        return;
+    }
+    // Dropping runs the plugin's own code: keep a panic inside.
+    let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(exe as *mut ExeBox))));
 }
 
 pub(super) unsafe extern "C" fn executable_signature(
@@ -96,7 +162,7 @@ pub(super) unsafe extern "C" fn executable_signature(
     visitor: *const RlxValueVisitor,
 ) -> *mut RlxStatus {
     guard(|| {
-        let exe = exe_mut(exe as *mut RlxExecutable)?;
+        let mut exe = enter(exe, "executable_signature")?;
         let visitor = read_arg(visitor, "visitor")?;
         let (visit, ctx) = (
             visitor
@@ -104,7 +170,7 @@ pub(super) unsafe extern "C" fn executable_signature(
                 .ok_or_else(|| PluginError::invalid_argument("`visitor.visit` is null"))?,
             visitor.ctx,
         );
-        for v in exe.0.signature() {
+        for v in exe.exe().signature() {
             let shape: Vec<i64> = v.shape.iter().map(|d| d.map_or(-1, |d| d as i64)).collect();
             let info = RlxValueInfo {
                 struct_size: RlxValueInfo::STRUCT_SIZE,
@@ -146,7 +212,7 @@ pub(super) unsafe extern "C" fn executable_bind_param(
     };
     let guard_owned = OwnedGuard(owned);
     guard(move || {
-        let exe = exe_mut(exe)?;
+        let mut exe = enter(exe, "executable_bind_param")?;
         let t = tensor
             .as_ref()
             .ok_or_else(|| PluginError::invalid_argument("`tensor` is null"))?;
@@ -160,7 +226,7 @@ pub(super) unsafe extern "C" fn executable_bind_param(
             // param first, since a broadcast view (zero strides) may claim
             // any number of elements.
             let declared = exe
-                .0
+                .exe()
                 .signature()
                 .into_iter()
                 .find(|v| v.role == crate::plugin::Role::Param && v.name == name);
@@ -185,7 +251,7 @@ pub(super) unsafe extern "C" fn executable_bind_param(
         };
         // Anything not disarmed above (a copied owned tensor) is released
         // when `guard_owned` drops at the end of this closure.
-        exe.0.bind_param(
+        exe.exe().bind_param(
             name,
             BoundParam {
                 dtype,
@@ -221,7 +287,7 @@ pub(super) unsafe extern "C" fn executable_run(
     n_outputs: usize,
 ) -> *mut RlxStatus {
     guard(|| {
-        let exe = exe_mut(exe)?;
+        let mut exe = enter(exe, "executable_run")?;
         let named = slice_or_empty(inputs, n_inputs, "inputs")?;
         let mut views = Vec::with_capacity(named.len());
         for nt in named {
@@ -239,7 +305,7 @@ pub(super) unsafe extern "C" fn executable_run(
                 .map_err(|e| e.context(format!("input {name:?}")))?;
             views.push((name, view));
         }
-        let outs = exe.0.run(&views)?;
+        let outs = exe.exe().run(&views)?;
         if outs.len() != n_outputs {
             return Err(PluginError::invalid_argument(format!(
                 "the executable has {} outputs but the caller passed {n_outputs} slots",
@@ -256,9 +322,9 @@ pub(super) unsafe extern "C" fn executable_device(
     out: *mut RlxDeviceInfo,
 ) -> *mut RlxStatus {
     guard(|| {
-        let exe = exe_mut(exe as *mut RlxExecutable)?;
+        let exe = enter(exe, "executable_device")?;
         let out = non_null_mut(out, "out")?;
-        let d = exe.1.as_ref().ok_or_else(|| {
+        let d = exe.owner.device.as_ref().ok_or_else(|| {
             PluginError::unsupported("this plugin does not say which device an executable uses")
         })?;
         write_out(out, raw_device_info(d));

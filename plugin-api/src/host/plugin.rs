@@ -322,6 +322,15 @@ impl LoadedPlugin {
         Ok(out)
     }
 
+    /// Turn a status this plugin returned into a result, releasing it: for
+    /// a caller that drives the raw table itself.
+    ///
+    /// # Safety
+    /// `s` is null or a status this plugin returned and nobody released.
+    pub unsafe fn take_status(&self, s: *mut RlxStatus) -> PluginResult<()> {
+        self.check(s)
+    }
+
     /// Turn a status into a result, releasing it.
     pub(crate) fn check(&self, s: *mut RlxStatus) -> PluginResult<()> {
         if s.is_null() {
@@ -484,7 +493,7 @@ pub struct PluginExecutable {
 // SAFETY: one call at a time per executable is the ABI's contract and `&mut self` enforces it, so moving the handle between threads is fine.
 unsafe impl Send for PluginExecutable {}
 
-/// The most dimensions a value in a signature may have.
+/// The most dimensions a value in a signature may have (`RLX_MAX_NDIM`).
 const MAX_NDIM: i32 = 64;
 
 unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) {
@@ -585,6 +594,13 @@ impl PluginExecutable {
         self.bind_raw(name, &view.raw)?;
         self.keep_alive.push(t);
         Ok(())
+    }
+
+    /// The plugin's handle, for a caller that drives the raw table itself
+    /// (tests of the ABI). Calls through it obey the ABI's rules: one
+    /// call at a time (docs/ABI.md §14), and no use after this drops.
+    pub fn raw_handle(&self) -> *mut RlxExecutable {
+        self.exe
     }
 
     /// Run with named inputs.
