@@ -507,12 +507,16 @@ struct RlxCompileOptions {
 #define RLX_ROLE_OUTPUT 2u
 
 /* One input, param or output. Borrowed for the visit call. */
+/* The most dimensions a value in a signature has. */
+#define RLX_MAX_NDIM 64
+
 typedef struct RlxValueInfo {
     size_t struct_size;
     /* One of RLX_ROLE_*. */
     uint32_t role;
     RlxStr name;
     RlxDataType dtype;
+    /* 0 ..= RLX_MAX_NDIM: a host refuses a signature with more. */
     int32_t ndim;
     /* ndim sizes; -1 = known only at run time. */
     const int64_t* shape;

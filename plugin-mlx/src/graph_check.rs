@@ -65,11 +65,23 @@ pub fn read_graph(text: &str) -> PluginResult<Graph> {
     rlx_ir::rlxmodel::from_text(text).map_err(read_error)
 }
 
+/// The most dimensions a tensor may have: what an executable's signature
+/// can carry to a host (`RLX_MAX_NDIM`, docs/ABI.md §7).
+pub const MAX_RANK: usize = 64;
+
 /// Parse text and check every node: a lowering exists, takes the node's
-/// dtype, shapes are static, and inputs come before their users.
+/// dtype, shapes are static with at most [`MAX_RANK`] dimensions, and
+/// inputs come before their users.
 pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
     let graph = read_graph(text)?;
     for n in graph.nodes() {
+        let rank = graph.shape(n.id).dims().len();
+        if rank > MAX_RANK {
+            return Err(PluginError::invalid_argument(format!(
+                "{}: rank {rank} is more than the {MAX_RANK} dimensions a tensor may have",
+                describe(&graph, n)
+            )));
+        }
         lowering_for(&graph, n)?;
         if !graph.shape(n.id).is_static() {
             return Err(PluginError::unsupported(format!(
