@@ -1,9 +1,12 @@
-//! Fault injection (issue #14, in part): the `faulty` test plugin (the
-//! fixture with faults on) returns malformed outputs for graphs named
-//! `fault_*`: a dtype, a shape or an output count its signature does not
-//! declare, an empty tensor in place of the output. The host reports each
-//! precisely and keeps running; the same plugin then runs a sound graph,
-//! and the ordinary fixture plugin, loaded beside it, is unaffected.
+//! Fault injection (issue #14): the `faulty` test plugin (the fixture with
+//! faults on) returns malformed outputs for graphs named `fault_*` (a
+//! dtype, a shape or an output count its signature does not declare, an
+//! empty tensor in place of the output), faults at one ABI entry for a
+//! graph named `fault_<entry>_<kind>` (a panic, an error, a C++ exception
+//! through a cxx bridge), and has custom-op kernels that fault in the
+//! registry's execute. The host reports each precisely and keeps running;
+//! the same plugin then runs a sound graph, the ordinary fixture plugin
+//! loaded beside it is unaffected, and no executable is left alive.
 
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, Shape};
@@ -24,6 +27,13 @@ fn graph(name: &str) -> String {
     let r = g.activation(Activation::Relu, a, f32s(&[2, 2]));
     g.set_outputs(vec![r]);
     rlx_ir::rlxmodel::to_text(&g).unwrap()
+}
+
+/// The tests share the faulty plugin's count of live executables: one at a
+/// time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn load(names: &[&str]) -> Vec<Arc<LoadedPlugin>> {
@@ -70,6 +80,7 @@ fn want() -> Vec<f32> {
 
 #[test]
 fn malformed_outputs_are_reported_and_the_host_keeps_going() {
+    let _one = serial();
     let plugins = load(&["faulty", "fixture"]);
     let (faulty, fixture) = (&plugins[0], &plugins[1]);
     let cases = [
@@ -112,5 +123,126 @@ fn malformed_outputs_are_reported_and_the_host_keeps_going() {
                 p.descriptor().name
             );
         }
+    }
+}
+
+/// The faulty plugin's count of its live executables.
+fn live(faulty: &Arc<LoadedPlugin>) -> f32 {
+    let one = HostTensor::from_f32(vec![1], &[0.0]).unwrap();
+    faulty
+        .execute_custom_op("faulty.live_executables", &[one], 1)
+        .unwrap()[0]
+        .to_f32_vec()
+        .unwrap()[0]
+}
+
+/// Each ABI entry in turn panics, returns an error, or has a C++
+/// exception thrown through a cxx bridge (as the MLX shim's calls can):
+/// the host gets the precise error from the call that faulted, the same
+/// plugin and the fixture beside it keep working, and no executable is
+/// left alive. A panic in `drop` has no status to carry it: the host goes
+/// on, and the plugin logs it.
+#[test]
+fn a_fault_at_each_entry_is_reported_and_nothing_leaks() {
+    let _one = serial();
+    let logs = rlx_plugin_tests::capture_logs(log::LevelFilter::Error);
+    let plugins = load(&["faulty", "fixture"]);
+    let (faulty, fixture) = (&plugins[0], &plugins[1]);
+    let base = live(faulty);
+    let mut tried = 0;
+    for entry in ["compile", "signature", "device", "bind", "run", "drop"] {
+        for kind in ["panic", "error", "cxx"] {
+            // signature, device and drop cannot return an error.
+            if kind != "panic" && matches!(entry, "signature" | "device" | "drop") {
+                continue;
+            }
+            tried += 1;
+            let name = format!("fault_{entry}_{kind}");
+            let got = run(faulty, &name);
+            if entry == "drop" {
+                assert_eq!(
+                    got.expect("a drop fault leaves the run alone")[0]
+                        .to_f32_vec()
+                        .unwrap(),
+                    want()
+                );
+                assert!(
+                    logs().iter().any(|r| r.message.contains(
+                        "the executable panicked while it was dropped: injected panic in drop"
+                    )),
+                    "{:?}",
+                    logs()
+                );
+            } else {
+                let e = got.expect_err(&name);
+                let (code, says) = match kind {
+                    "panic" => (
+                        StatusCode::Panic,
+                        format!("plugin panicked: injected panic in {entry}"),
+                    ),
+                    "error" => (StatusCode::Internal, format!("injected error in {entry}")),
+                    _ => (
+                        StatusCode::Internal,
+                        format!("C++ exception: injected C++ exception in {entry}"),
+                    ),
+                };
+                assert_eq!(e.code, code, "{name}: {e}");
+                assert!(e.message.contains(&says), "{name}: {says:?} not in {e}");
+            }
+            assert_eq!(live(faulty), base, "{name} left an executable alive");
+            for p in [faulty, fixture] {
+                let out = run(p, "sound").unwrap();
+                assert_eq!(
+                    out[0].to_f32_vec().unwrap(),
+                    want(),
+                    "{}",
+                    p.descriptor().name
+                );
+            }
+        }
+    }
+    assert_eq!(tried, 12);
+}
+
+/// The registry's execute entry: a kernel that panics, fails, throws a
+/// C++ exception or returns two outputs for one.
+#[test]
+fn a_faulting_custom_op_kernel_is_reported_and_the_registry_keeps_working() {
+    let _one = serial();
+    let plugins = load(&["faulty"]);
+    let faulty = &plugins[0];
+    let x = HostTensor::from_f32(vec![2], &[1.0, 2.0]).unwrap();
+    let cases = [
+        (
+            "faulty.kernel_panics",
+            StatusCode::Panic,
+            "injected panic in a custom-op kernel",
+        ),
+        (
+            "faulty.kernel_errors",
+            StatusCode::Internal,
+            "injected error in a custom-op kernel",
+        ),
+        (
+            "faulty.kernel_throws",
+            StatusCode::Internal,
+            "C++ exception: injected C++ exception in a custom-op kernel",
+        ),
+        (
+            "faulty.kernel_two_outputs",
+            StatusCode::Internal,
+            "custom op \"faulty.kernel_two_outputs\" declares 1 outputs but its kernel returned 2",
+        ),
+    ];
+    for (op, code, says) in cases {
+        let e = faulty
+            .execute_custom_op(op, std::slice::from_ref(&x), 1)
+            .expect_err(op);
+        assert_eq!(e.code, code, "{op}: {e}");
+        assert!(e.message.contains(says), "{op}: {says:?} not in {e}");
+        let out = faulty
+            .execute_custom_op("fixture.scale2", std::slice::from_ref(&x), 1)
+            .unwrap();
+        assert_eq!(out[0].to_f32_vec().unwrap(), vec![2.0, 4.0]);
     }
 }

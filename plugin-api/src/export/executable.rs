@@ -153,8 +153,14 @@ pub(super) unsafe extern "C" fn executable_destroy(exe: *mut RlxExecutable) {
         );
         return;
     }
-    // Dropping runs the plugin's own code: keep a panic inside.
-    let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(exe as *mut ExeBox))));
+    // Dropping runs the plugin's own code: keep a panic inside (and say
+    // so: destroy has no status to carry it).
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(exe as *mut ExeBox)))) {
+        log::error!(
+            "executable_destroy: the executable panicked while it was dropped: {}",
+            crate::error::panic_message(&*p)
+        );
+    }
 }
 
 pub(super) unsafe extern "C" fn executable_signature(

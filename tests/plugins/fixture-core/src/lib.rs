@@ -22,8 +22,68 @@ pub struct FixtureConfig {
     pub fail_init: Option<&'static str>,
     /// Fault injection: a graph named `fault_wrong_dtype`,
     /// `fault_wrong_shape`, `fault_extra_output` or `fault_empty_output`
-    /// runs, then returns its outputs malformed that way.
+    /// runs, then returns its outputs malformed that way; a graph named
+    /// `fault_<entry>_<kind>` faults at that entry (see [`EntryFault`]).
     pub faults: bool,
+    /// How a `cxx` fault fails: a call into C++ that throws, caught at the
+    /// language boundary the way the MLX shim's are (cxx turns the
+    /// exception into an `Err`). Set by a plugin that links such code.
+    pub throw_cxx: Option<ThrowCxx>,
+}
+
+/// Calls C++ code that throws `what`; the caught exception's message.
+pub type ThrowCxx = fn(&str) -> Result<(), String>;
+
+/// Executables of any fixture plugin alive now: compile makes one, drop
+/// ends one (the faulty plugin's `faulty.live_executables` op reads it,
+/// so tests can see that no failing path leaks one).
+pub static LIVE_EXECUTABLES: std::sync::atomic::AtomicIsize =
+    std::sync::atomic::AtomicIsize::new(0);
+
+/// The ABI entries a `fault_<entry>_<kind>` graph can fault at, and how.
+///
+/// Entries: `compile`, `signature` (panics only: it cannot fail),
+/// `device` (asked at compile; panics only), `bind`, `run`, `drop`
+/// (panics only). Kinds: `panic`, `error` (an `INTERNAL` error naming the
+/// entry), `cxx` (a C++ exception through the boundary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryFault {
+    pub entry: &'static str,
+    pub kind: &'static str,
+}
+
+impl EntryFault {
+    pub const ENTRIES: [&'static str; 6] =
+        ["compile", "signature", "device", "bind", "run", "drop"];
+    pub const KINDS: [&'static str; 3] = ["panic", "error", "cxx"];
+
+    fn of(graph: &str) -> Option<EntryFault> {
+        let rest = graph.strip_prefix("fault_")?;
+        let (entry, kind) = rest.split_once('_')?;
+        let entry = *Self::ENTRIES.iter().find(|e| **e == entry)?;
+        let kind = *Self::KINDS.iter().find(|k| **k == kind)?;
+        Some(EntryFault { entry, kind })
+    }
+
+    /// Fail now if this fault is for `entry`.
+    fn fire(
+        this: Option<EntryFault>,
+        entry: &str,
+        cfg_throw: Option<ThrowCxx>,
+    ) -> PluginResult<()> {
+        let Some(f) = this.filter(|f| f.entry == entry) else {
+            return Ok(());
+        };
+        match f.kind {
+            "panic" => panic!("injected panic in {entry}"),
+            "error" => Err(PluginError::internal(format!("injected error in {entry}"))),
+            _ => match cfg_throw {
+                Some(t) => t(&format!("injected C++ exception in {entry}"))
+                    .map_err(|e| PluginError::internal(format!("C++ exception: {e}"))),
+                None => Err(PluginError::unsupported("this plugin links no C++")),
+            },
+        }
+    }
 }
 
 impl Default for FixtureConfig {
@@ -33,6 +93,7 @@ impl Default for FixtureConfig {
             version: "0.1.0",
             fail_init: None,
             faults: false,
+            throw_cxx: None,
         }
     }
 }
@@ -105,6 +166,9 @@ impl Plugin for FixturePlugin {
             )
             .with_shape(ShapeRule::SameAsInput(0)),
         )?;
+        if self.cfg.faults {
+            register_faulty_ops(custom_ops, self.cfg.throw_cxx)?;
+        }
         let exec: rlx_plugin_api::ExecuteOp = Arc::new(eager);
         let row = |op: &str, strategy, note: &str, eager: bool| LoweringEntry {
             op_kind: op.into(),
@@ -131,12 +195,71 @@ impl Plugin for FixturePlugin {
         log::debug!("fixture compiling a graph in {} mode", options.mode.name());
         let mut exe = FixtureExecutable::parse(graph)?;
         exe.faults = self.cfg.faults;
+        if exe.faults {
+            exe.entry_fault = EntryFault::of(&exe.graph.name);
+            exe.throw_cxx = self.cfg.throw_cxx;
+            EntryFault::fire(exe.entry_fault, "compile", exe.throw_cxx)?;
+        }
         Ok(Box::new(exe))
     }
 }
 
+/// The faulty plugin's own custom ops: kernels that panic, fail, throw a
+/// C++ exception or return the wrong number of outputs when the registry
+/// executes them, and `faulty.live_executables` (takes any f32[1], returns
+/// the count of live executables as f32[1]).
+fn register_faulty_ops(
+    custom_ops: &'static CustomOpRegistry,
+    throw_cxx: Option<ThrowCxx>,
+) -> PluginResult<()> {
+    type K = fn(&[TensorView], &[u8], Option<ThrowCxx>) -> PluginResult<Vec<HostTensor>>;
+    let ops: [(&str, K); 5] = [
+        ("faulty.kernel_panics", |_, _, _| {
+            panic!("injected panic in a custom-op kernel")
+        }),
+        ("faulty.kernel_errors", |_, _, _| {
+            Err(PluginError::internal(
+                "injected error in a custom-op kernel",
+            ))
+        }),
+        ("faulty.kernel_throws", |_, _, t| {
+            t.ok_or_else(|| PluginError::unsupported("no C++"))?(
+                "injected C++ exception in a custom-op kernel",
+            )
+            .map_err(|e| PluginError::internal(format!("C++ exception: {e}")))?;
+            Ok(vec![])
+        }),
+        ("faulty.kernel_two_outputs", |ins, _, _| {
+            let x = ins[0].to_host()?;
+            Ok(vec![x.clone(), x])
+        }),
+        ("faulty.live_executables", |_, _, _| {
+            let n = LIVE_EXECUTABLES.load(std::sync::atomic::Ordering::SeqCst);
+            Ok(vec![HostTensor::from_f32(vec![1], &[n as f32])?])
+        }),
+    ];
+    for (name, k) in ops {
+        let kernel: OwnedKernel =
+            Arc::new(move |ins: &[TensorView], attrs: &[u8]| k(ins, attrs, throw_cxx));
+        let shape = ShapeRule::SameAsInput(0);
+        custom_ops.register(
+            CustomOp::new(
+                name,
+                "fault injection",
+                1,
+                Origin::Plugin,
+                CustomImpl::Owned(kernel),
+            )
+            .with_shape(shape),
+        )?;
+    }
+    Ok(())
+}
+
 struct FixtureExecutable {
     faults: bool,
+    entry_fault: Option<EntryFault>,
+    throw_cxx: Option<ThrowCxx>,
     graph: Graph,
     inputs: Vec<(String, Vec<usize>)>,
     params: HashMap<String, (Vec<usize>, Option<Vec<f32>>)>,
@@ -195,8 +318,11 @@ impl FixtureExecutable {
                 )));
             }
         }
+        LIVE_EXECUTABLES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(FixtureExecutable {
             faults: false,
+            entry_fault: None,
+            throw_cxx: None,
             graph,
             inputs,
             params,
@@ -224,8 +350,27 @@ fn binary(op: BinaryOp, a: &[f32], b: &[f32]) -> PluginResult<Vec<f32>> {
     })
 }
 
+impl Drop for FixtureExecutable {
+    fn drop(&mut self) {
+        LIVE_EXECUTABLES.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        if self.entry_fault.is_some_and(|f| f.entry == "drop") {
+            panic!("injected panic in drop");
+        }
+    }
+}
+
 impl Executable for FixtureExecutable {
+    fn device(&self) -> Option<rlx_plugin_api::DeviceInfo> {
+        if self.entry_fault.is_some_and(|f| f.entry == "device") {
+            panic!("injected panic in device");
+        }
+        None
+    }
+
     fn signature(&self) -> Vec<ValueInfo> {
+        if self.entry_fault.is_some_and(|f| f.entry == "signature") {
+            panic!("injected panic in signature");
+        }
         let dims = |d: &[usize]| d.iter().map(|x| Some(*x)).collect();
         let mut v: Vec<ValueInfo> = self
             .inputs
@@ -265,6 +410,7 @@ impl Executable for FixtureExecutable {
     }
 
     fn bind_param(&mut self, name: &str, p: BoundParam) -> PluginResult<()> {
+        EntryFault::fire(self.entry_fault, "bind", self.throw_cxx)?;
         let (dims, slot) = self.params.get_mut(name).ok_or_else(|| {
             PluginError::not_found(format!("the graph has no param named {name:?}"))
         })?;
@@ -279,6 +425,7 @@ impl Executable for FixtureExecutable {
     }
 
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
+        EntryFault::fire(self.entry_fault, "run", self.throw_cxx)?;
         let g = &self.graph;
         let mut vals: HashMap<u32, Vec<f32>> = HashMap::new();
         for n in g.nodes() {
