@@ -4,7 +4,9 @@
 //!   (`tests/c_layout.rs` compares them with the Rust definitions);
 //! - `plugins/c-plugin/c_plugin.c`: a plugin in plain C, built once per ABI
 //!   minor it claims (`-DRLX_C_PLUGIN_MINOR=N`), as
-//!   `$OUT_DIR/c-plugins/1.N/librlx_c_plugin.so`;
+//!   `$OUT_DIR/c-plugins/1.N/librlx_c_plugin.so`, and once more with
+//!   `-DRLX_C_PLUGIN_FAULTS` as "c-faulty",
+//!   `$OUT_DIR/c-plugins/faulty/librlx_c_faulty.so`;
 //! - `hosts/c-host/c_host.c`: a host in plain C, `$OUT_DIR/rlx-c-host`.
 //!
 //! The tests find the artefacts through `env!("RLX_C_ARTIFACTS")`.
@@ -56,6 +58,23 @@ fn main() {
                 .arg("-lm");
             run(cmd, &lib);
         }
+        // "c-faulty": the newest minor with RLX_C_PLUGIN_FAULTS.
+        let dir = out.join("c-plugins").join("faulty");
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join(library_file_name("rlx_c_faulty"));
+        let mut cmd = compiler.to_command();
+        cmd.args(["-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Werror"])
+            .arg(format!("-DRLX_C_PLUGIN_MINOR={}", MINORS[MINORS.len() - 1]))
+            .arg("-DRLX_C_PLUGIN_FAULTS")
+            .arg("-DRLX_BUILDING_PLUGIN")
+            .arg("-fvisibility=hidden")
+            .arg("-I")
+            .arg(&include)
+            .arg(&plugin_src)
+            .arg("-o")
+            .arg(&lib)
+            .arg("-lm");
+        run(cmd, &lib);
     }
     let host_src = root.join("hosts/c-host/c_host.c");
     if host_src.exists() {

@@ -270,6 +270,12 @@ impl LoadedPlugin {
             let op = unsafe { read_sized(p) }.ok_or(format!("op list entry {i} is null"))?;
             // SAFETY: strings and arrays of the plugin's static tables.
             let op_kind = unsafe { op.op_kind.to_string_lossy() };
+            if op_kind.is_empty() {
+                return Err(format!(
+                    "op list entry {i} has no op kind ({})",
+                    str_shape(op.op_kind)
+                ));
+            }
             // SAFETY: strings and arrays of the plugin's static tables.
             let dtypes = unsafe { dtypes(op.dtypes, op.n_dtypes, &op_kind, &self.path)? };
             out.push(OpSupport { op_kind, dtypes });
@@ -297,6 +303,12 @@ impl LoadedPlugin {
             let e = unsafe { read_sized(p) }.ok_or(format!("lowering entry {i} is null"))?;
             // SAFETY: a string of the plugin's static tables.
             let op_kind = unsafe { e.op_kind.to_string_lossy() };
+            if op_kind.is_empty() {
+                return Err(format!(
+                    "lowering entry {i} has no op kind ({})",
+                    str_shape(e.op_kind)
+                ));
+            }
             let Some(strategy) = Strategy::from_raw(e.strategy) else {
                 log::warn!(
                     "{}: lowering entry {op_kind} has strategy {}, which this host does not \
@@ -338,9 +350,15 @@ impl LoadedPlugin {
         }
         // SAFETY: `s` is a non-null status of this plugin, freed once, after its message is copied.
         unsafe {
-            let code = StatusCode::from_raw((self.api.status_code.unwrap())(s));
-            let message = (self.api.status_message.unwrap())(s).to_string_lossy();
+            let raw = (self.api.status_code.unwrap())(s);
+            let code = StatusCode::from_raw(raw);
+            let mut message = (self.api.status_message.unwrap())(s).to_string_lossy();
             (self.api.status_free.unwrap())(s);
+            // A code this host does not know (a newer minor's, or a plugin's
+            // mistake) reads as INTERNAL; the message keeps the number.
+            if code as u32 != raw {
+                message = format!("{message} (status code {raw}, unknown to this host)");
+            }
             Err(PluginError::new(code, message))
         }
     }
@@ -462,6 +480,15 @@ impl LoadedPlugin {
     }
 }
 
+/// How an empty or broken string looked: `{null, 5}` names the mistake.
+fn str_shape(s: RlxStr) -> String {
+    if s.ptr.is_null() {
+        format!("a null pointer with length {}", s.len)
+    } else {
+        "an empty string".into()
+    }
+}
+
 pub(super) fn take_outputs(
     slots: impl Iterator<Item = RlxTensor>,
 ) -> PluginResult<Vec<HostTensor>> {
@@ -469,7 +496,11 @@ pub(super) fn take_outputs(
     let taken: Vec<PluginResult<HostTensor>> =
         // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in each slot.
         slots.map(|s| unsafe { HostTensor::take_raw(s) }).collect();
-    taken.into_iter().collect()
+    taken
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.map_err(|e| e.context(format!("output {i}"))))
+        .collect()
 }
 
 /// The `opset N` line of `.rlxmodel` text, if present.
@@ -620,7 +651,14 @@ impl PluginExecutable {
                 slots.len(),
             )
         })?;
-        let outs = take_outputs(slots.into_iter())?;
+        // The call succeeded: an output that cannot be read is the plugin's
+        // fault, not the caller's.
+        let outs = take_outputs(slots.into_iter()).map_err(|e| {
+            PluginError::internal(format!(
+                "plugin {} reported success but returned a malformed {}",
+                self.plugin.descriptor.name, e.message
+            ))
+        })?;
         self.check_outputs(&outs)?;
         Ok(outs)
     }
@@ -673,10 +711,30 @@ impl PluginExecutable {
             memory_bytes: 0,
         };
         // SAFETY: `exe` is live; `out` is a writable out-struct sized here.
-        self.plugin.check(unsafe { f(self.exe, &mut out) }).ok()?;
+        if let Err(e) = self.plugin.check(unsafe { f(self.exe, &mut out) }) {
+            log::warn!(
+                "plugin {}: executable_device failed: {e}",
+                self.plugin.descriptor.name
+            );
+            return None;
+        }
         let out = read_written(&out);
+        let Some(kind) = DeviceKind::from_raw(out.kind) else {
+            // Kind 0 is what this host wrote: the plugin wrote nothing.
+            log::warn!(
+                "plugin {}: executable_device succeeded but wrote device kind {}{}",
+                self.plugin.descriptor.name,
+                out.kind,
+                if out.kind == 0 {
+                    " (nothing written)"
+                } else {
+                    ", unknown to this host"
+                }
+            );
+            return None;
+        };
         Some(DeviceInfo {
-            kind: DeviceKind::from_raw(out.kind)?,
+            kind,
             ordinal: out.ordinal,
             // SAFETY: valid until the executable is destroyed; copied now.
             name: unsafe { out.name.to_string_lossy() },

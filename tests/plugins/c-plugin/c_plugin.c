@@ -61,7 +61,13 @@
 #error "RLX_C_PLUGIN_MINOR must be 0 ..= RLX_ABI_VERSION_MINOR"
 #endif
 
+/* -DRLX_C_PLUGIN_FAULTS builds "c-faulty": the same plugin, which breaks
+ * the ABI's rules on purpose where the test asks (see section 12). */
+#ifdef RLX_C_PLUGIN_FAULTS
+#define PLUGIN_NAME "c-faulty"
+#else
 #define PLUGIN_NAME "c-demo"
+#endif
 #define PLUGIN_VERSION "0.1.0"
 #define LOG_TARGET "c_demo"
 /* "1.N.0": the ABI version this build claims, as text. */
@@ -1820,8 +1826,38 @@ static RlxStatus* interpret(RlxExecutable* e, const float** vals,
  * 7. The executable functions of the root table
  * ====================================================================== */
 
+#ifdef RLX_C_PLUGIN_FAULTS
+/* Raw-ABI faults (tests/tests/c_faults.rs). At load, RLX_C_FAULT names a
+ * fault of the tables: "ops_huge_count", "ops_null_entry",
+ * "lowering_bad_string". After load, a graph asks for one by naming an
+ * input (or the text holding) "fault_<what>": compile_no_out (OK, no
+ * executable written), signature_bad_ndim, run_no_out (OK, no output
+ * slot written), run_null_data (an output without data), run_unknown_code
+ * (a status of code 99), device_no_write (OK, the out-struct untouched). */
+static bool fault_env(const char* what) {
+    const char* v = getenv("RLX_C_FAULT");
+    return v && strcmp(v, what) == 0;
+}
+
+static bool text_has(RlxStr t, const char* needle) {
+    size_t n = strlen(needle);
+    for (size_t i = 0; t.ptr && i + n <= t.len; i++)
+        if (memcmp(t.ptr + i, needle, n) == 0) return true;
+    return false;
+}
+
+static bool exe_fault(const RlxExecutable* e, const char* what) {
+    for (size_t i = 0; i < e->n_inputs; i++)
+        if (strcmp(e->nodes[e->inputs[i]].name, what) == 0) return true;
+    return false;
+}
+#endif
+
 static RlxStatus* c_compile(RlxStr graph, const RlxCompileOptions* options,
                             RlxExecutable** out) {
+#ifdef RLX_C_PLUGIN_FAULTS
+    if (text_has(graph, "fault_compile_no_out")) return NULL;
+#endif
     if (!out)
         return errorf(RLX_STATUS_INVALID_ARGUMENT, "compile: `out` is NULL");
     *out = NULL;
@@ -1901,6 +1937,20 @@ static RlxStatus* c_executable_signature(const RlxExecutable* e,
         return errorf(RLX_STATUS_INVALID_ARGUMENT,
                       "executable_signature: the visitor (or its visit "
                       "function) is NULL");
+#ifdef RLX_C_PLUGIN_FAULTS
+    if (exe_fault(e, "fault_signature_bad_ndim")) {
+        RlxValueInfo info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = RLX_VALUE_INFO_STRUCT_SIZE;
+        info.role = RLX_ROLE_INPUT;
+        info.name = str_of("fault_signature_bad_ndim");
+        info.dtype = F32;
+        info.ndim = 100;
+        info.shape = NULL;
+        visitor->visit(visitor->ctx, &info);
+        return NULL;
+    }
+#endif
     for (size_t i = 0; i < e->n_inputs; i++) {
         const Node* nd = &e->nodes[e->inputs[i]];
         visit_value(visitor, RLX_ROLE_INPUT, nd->name, nd);
@@ -2129,6 +2179,22 @@ done:
 static RlxStatus* c_executable_run(RlxExecutable* e, const RlxNamedTensor* in,
                                    size_t n_in, RlxTensor* outputs,
                                    size_t n_outputs) {
+#ifdef RLX_C_PLUGIN_FAULTS
+    if (e && exe_fault(e, "fault_run_no_out")) return NULL;
+    if (e && exe_fault(e, "fault_run_unknown_code"))
+        return errorf(99, "a status code no ABI version defines");
+    if (e && exe_fault(e, "fault_run_null_data")) {
+        for (size_t i = 0; i < n_outputs && i < e->n_outputs; i++) {
+            const Node* nd = &e->nodes[e->outputs[i].node];
+            outputs[i] = empty_tensor();
+            outputs[i].ownership = RLX_OWNERSHIP_OWNED;
+            outputs[i].dl.ndim = nd->ndim;
+            outputs[i].dl.shape = (int64_t*)nd->shape;
+            outputs[i].dl.dtype = F32;
+        }
+        return NULL;
+    }
+#endif
     RlxStatus* s =
         e ? run_checked(e, in, n_in, outputs, n_outputs)
           : errorf(RLX_STATUS_INVALID_ARGUMENT,
@@ -2704,6 +2770,16 @@ static RlxStatus* c_supported_ops(RlxOpList* out) {
     out->struct_size = RLX_OP_LIST_STRUCT_SIZE;
     out->ops = k_support_ptrs;
     out->n_ops = N_OPS;
+#ifdef RLX_C_PLUGIN_FAULTS
+    static const RlxOpSupport* k_with_null[2];
+    k_with_null[0] = k_support_ptrs[0];
+    k_with_null[1] = NULL;
+    if (fault_env("ops_huge_count")) out->n_ops = (size_t)1 << 40;
+    if (fault_env("ops_null_entry")) {
+        out->ops = k_with_null;
+        out->n_ops = 2;
+    }
+#endif
     return NULL;
 }
 
@@ -2712,6 +2788,18 @@ static RlxStatus* c_lowering_table(RlxLoweringTable* out) {
     out->struct_size = RLX_LOWERING_TABLE_STRUCT_SIZE;
     out->entries = k_lowering_ptrs;
     out->n_entries = N_OPS;
+#ifdef RLX_C_PLUGIN_FAULTS
+    static RlxLoweringEntry k_bad;
+    static const RlxLoweringEntry* k_bad_ptrs[1];
+    if (fault_env("lowering_bad_string")) {
+        k_bad = *k_lowering_ptrs[0];
+        k_bad.op_kind.ptr = NULL;
+        k_bad.op_kind.len = 5;
+        k_bad_ptrs[0] = &k_bad;
+        out->entries = k_bad_ptrs;
+        out->n_entries = 1;
+    }
+#endif
     return NULL;
 }
 
@@ -2726,6 +2814,9 @@ static RlxStatus* c_executable_device(const RlxExecutable* exe, RlxDeviceInfo* o
     if (!exe || !out)
         return errorf(RLX_STATUS_INVALID_ARGUMENT, "executable_device: a NULL %s",
                       exe ? "out" : "executable");
+#ifdef RLX_C_PLUGIN_FAULTS
+    if (exe_fault(exe, "fault_device_no_write")) return NULL;
+#endif
     RlxDeviceInfo d = k_cpu_device;
     size_t n = out->struct_size ? out->struct_size : sizeof d;
     if (n > sizeof d) n = sizeof d;
