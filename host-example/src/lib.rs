@@ -32,5 +32,6 @@ pub mod malloc_policy;
 pub mod models;
 pub mod rlx_backend;
 pub mod run;
+pub mod tensor_files;
 
 pub use rlx_backend::{register_plugin_backend, set_plugin_mode, with_mode};

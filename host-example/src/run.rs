@@ -1,5 +1,6 @@
 //! Running a model on a backend through `rlx_runtime::Session`, with
-//! seeded data, optional safetensors params, and parity against the CPU.
+//! seeded data or data from files (`tensor_files`), and parity against
+//! the CPU.
 //!
 //! Used by `rlx-host run` and `rlx-host demo`, and by tests.
 
@@ -221,108 +222,12 @@ pub fn physical_memory() -> u64 {
     (pages as u64).saturating_mul(size as u64)
 }
 
-/// Replace params with the tensors of a safetensors file. A tensor whose
-/// name the graph declares must have the declared shape; f32, f16, bf16
-/// and f64 tensors convert (rlx-runtime then converts to the graph's
-/// dtype). safetensors has no complex dtype: a complex (c64, c128) param
-/// of shape `[..]` is stored as a float tensor of shape `[.., 2]`, the real
-/// and imaginary parts last (PyTorch's `view_as_real` layout, which is
-/// [`ModelData`]'s interleaved one). Params the file lacks keep their
-/// values; tensors the graph does not declare are ignored with a warning.
+/// Replace params with the tensors of a safetensors file: a file may hold
+/// some of the params (the others keep their values), and tensors the
+/// graph does not declare are ignored with a warning. Shapes, dtypes and
+/// the complex layout follow [`crate::tensor_files`].
 pub fn load_params(graph: &Graph, path: &Path, data: &mut ModelData) -> Result<(), String> {
-    use safetensors::{Dtype, SafeTensors};
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("cannot read params file {}: {e}", path.display()))?;
-    let st = SafeTensors::deserialize(&bytes)
-        .map_err(|e| format!("{}: not a safetensors file: {e}", path.display()))?;
-    let declared: HashMap<&str, &rlx_ir::Node> = graph
-        .nodes()
-        .iter()
-        .filter_map(|n| match &n.op {
-            Op::Param { name } => Some((name.as_str(), n)),
-            _ => None,
-        })
-        .collect();
-    let mut names: Vec<&String> = st.names();
-    names.sort();
-    let mut loaded = 0;
-    for name in names {
-        let Some(node) = declared.get(name.as_str()) else {
-            log::warn!(
-                "{}: tensor {name:?} is not a param of the model; ignored",
-                path.display()
-            );
-            continue;
-        };
-        let t = st
-            .tensor(name)
-            .map_err(|e| format!("{}: tensor {name:?}: {e}", path.display()))?;
-        let declared_dims = dims_of(&node.shape).map_err(|e| format!("param {name:?}: {e}"))?;
-        let complex = node.shape.dtype().is_complex();
-        let mut want = declared_dims.clone();
-        if complex {
-            want.push(2);
-        }
-        if t.shape() != want.as_slice() {
-            return Err(if complex {
-                format!(
-                    "param {name:?}: the model declares {} shape {}, stored as a float tensor of shape {} (re, im last), but {} has shape {}",
-                    node.shape.dtype(),
-                    fmt_dims(&declared_dims),
-                    fmt_dims(&want),
-                    path.display(),
-                    fmt_dims(t.shape())
-                )
-            } else {
-                format!(
-                    "param {name:?}: the model declares shape {} but {} has shape {}",
-                    fmt_dims(&want),
-                    path.display(),
-                    fmt_dims(t.shape())
-                )
-            });
-        }
-        let raw = t.data();
-        let values: Vec<f32> = match t.dtype() {
-            Dtype::F32 => raw
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-            Dtype::F16 => raw
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes(c.try_into().unwrap()).to_f32())
-                .collect(),
-            Dtype::BF16 => raw
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f32())
-                .collect(),
-            Dtype::F64 => raw
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
-                .collect(),
-            other => {
-                return Err(format!(
-                    "param {name:?}: {} stores it as {other:?}; only f32, f16, bf16 and f64 tensors convert to the model's {}",
-                    path.display(),
-                    node.shape.dtype()
-                ))
-            }
-        };
-        let slot = data
-            .params
-            .iter_mut()
-            .find(|(n, _)| n == name)
-            .ok_or_else(|| format!("param {name:?} has no slot"))?;
-        slot.1 = values;
-        loaded += 1;
-    }
-    log::info!(
-        "{} of {} params from {}",
-        loaded,
-        declared.len(),
-        path.display()
-    );
-    Ok(())
+    crate::tensor_files::load_safetensors(graph, path, crate::tensor_files::Leaves::Params, data)
 }
 
 /// What one backend produced.
@@ -684,6 +589,11 @@ pub struct RunOptions {
     pub compare: Option<String>,
     pub seed: u64,
     pub params: Option<std::path::PathBuf>,
+    /// Every input from this file (safetensors, or `.npy` for a model with
+    /// one input) instead of seeded random data.
+    pub inputs: Option<std::path::PathBuf>,
+    /// Write the outputs to this safetensors file.
+    pub output: Option<std::path::PathBuf>,
     pub plugins: Vec<std::path::PathBuf>,
 }
 
@@ -715,6 +625,9 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
     if let Some(p) = &opts.params {
         load_params(&graph, p, &mut data)?;
     }
+    if let Some(p) = &opts.inputs {
+        crate::tensor_files::load_inputs(&graph, p, &mut data)?;
+    }
     let (device, mode, plugin_path) = if opts.backend == "cpu" {
         (Device::Cpu, None, None)
     } else {
@@ -729,6 +642,9 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
         None => execute(device, &graph, &data, 1),
     }
     .map_err(|e| format!("{}: {e}", opts.backend))?;
+    if let Some(p) = &opts.output {
+        crate::tensor_files::write_outputs(&graph, &exec.outputs, p)?;
+    }
     let reference = match &opts.compare {
         Some(_) => Some(
             execute(Device::Cpu, &graph, &data, 1)

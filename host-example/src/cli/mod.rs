@@ -61,6 +61,15 @@ pub enum Command {
         /// Params from a safetensors file (by name; shapes must match).
         #[arg(long, value_name = "FILE.safetensors")]
         params: Option<PathBuf>,
+        /// Every input from a safetensors file (by name; dtypes and shapes
+        /// must match), or from a `.npy` file for a model with one input;
+        /// without it, inputs are seeded random data.
+        #[arg(long, value_name = "FILE")]
+        inputs: Option<PathBuf>,
+        /// Write the outputs, by name in their declared dtypes, to this
+        /// safetensors file.
+        #[arg(long, value_name = "FILE.safetensors")]
+        output: Option<PathBuf>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -150,6 +159,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
             compare,
             seed,
             params,
+            inputs,
+            output,
             json,
         } => {
             let mode = Mode::from_name(&mode).ok_or_else(|| {
@@ -161,6 +172,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
                 compare,
                 seed,
                 params,
+                inputs,
+                output,
                 plugins: cli.plugins,
             };
             let report = crate::run::run_model_file(&model, &opts)?;
