@@ -1,8 +1,11 @@
-//! `rlx_host`: an RLX runtime host for backend plugins.
+//! `rlx_host`: the `rlx-host` program, a thin user of the host library
+//! `rlx_plugin_host` (discovery, the rlx-runtime adapter, custom ops),
+//! whose modules it re-exports under their earlier names:
 //!
-//! - [`rlx_backend`]: the adapter that registers a loaded plugin as an
-//!   rlx-runtime backend (`register_plugin_backend`), so
-//!   `rlx_runtime::Session::new(device)` compiles and runs through it;
+//! - [`rlx_backend`] (`rlx_plugin_host::backend`): the adapter that
+//!   registers a loaded plugin as an rlx-runtime backend
+//!   (`register_plugin_backend`), so `rlx_runtime::Session::new(device)`
+//!   compiles and runs through it;
 //! - [`models`]: deterministic graph builders (an MLP, a small decoder
 //!   transformer, a fixture-sized matmul graph);
 //! - [`run`]: seeded data, safetensors params, running on a device and
@@ -24,14 +27,11 @@ pub mod bench;
 pub mod build_tree;
 pub mod cli;
 pub mod conformance;
-pub mod custom_ops;
 pub mod demo;
-pub mod guard;
-pub mod kernel_cache;
-pub mod malloc_policy;
 pub mod models;
-pub mod rlx_backend;
 pub mod run;
 pub mod tensor_files;
 
-pub use rlx_backend::{register_plugin_backend, set_plugin_mode, with_mode};
+pub use rlx_plugin_host::backend as rlx_backend;
+pub use rlx_plugin_host::{custom_ops, guard, kernel_cache, malloc_policy};
+pub use rlx_plugin_host::{register_plugin_backend, set_plugin_mode, with_mode};

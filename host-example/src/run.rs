@@ -7,12 +7,10 @@
 use crate::guard;
 use crate::rlx_backend;
 use rlx_ir::{Dim, Graph, NodeId, Op};
-use rlx_plugin_api::host::{CandidateState, LoadedPlugin, PluginSet};
 use rlx_plugin_api::Mode;
 use rlx_runtime::{Device, Session};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Values for every input and param of a graph, as f32 (rlx-runtime
@@ -541,45 +539,7 @@ pub fn output_infos(graph: &Graph, outputs: &[Vec<f32>]) -> Vec<(String, Vec<usi
         .collect()
 }
 
-/// Why `name` is not among the loaded plugins, in one line.
-pub fn missing_plugin_message(set: &PluginSet, name: &str) -> String {
-    if set.candidates.is_empty() {
-        return format!(
-            "no plugin named {name:?}: no plugin candidates were found (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
-            rlx_plugin_api::host::ENV_PLUGINS
-        );
-    }
-    let found: Vec<String> = set
-        .candidates
-        .iter()
-        .map(|c| match &c.state {
-            CandidateState::Loaded(p) => format!(
-                "{} (plugin {:?}): loaded",
-                c.path.display(),
-                p.descriptor().name
-            ),
-            CandidateState::Shadowed { plugin, by } => format!(
-                "{} (plugin {:?}): shadowed by {}",
-                c.path.display(),
-                plugin.descriptor().name,
-                by.display()
-            ),
-            CandidateState::Rejected(e) => {
-                format!("{}: rejected: {e}", c.path.display())
-            }
-        })
-        .collect();
-    // Reasons may carry line breaks (a loader message); keep one line.
-    let found = found.join("; ").replace('\n', " ");
-    format!("no plugin named {name:?} is loaded; found: {found}")
-}
-
-/// The plugin serving `name` from `set` (a loaded GPU variant such as
-/// `mlx-cuda` for `mlx`, see [`PluginSet::select`]), or why there is none.
-pub fn find_plugin(set: &PluginSet, name: &str) -> Result<Arc<LoadedPlugin>, String> {
-    set.select(name)
-        .ok_or_else(|| missing_plugin_message(set, name))
-}
+pub use rlx_plugin_host::{find_plugin, missing_plugin_message};
 
 /// Options of `rlx-host run`.
 #[derive(Clone, Debug)]
@@ -631,10 +591,14 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
     let (device, mode, plugin_path) = if opts.backend == "cpu" {
         (Device::Cpu, None, None)
     } else {
-        let set = PluginSet::load_from_env(opts.plugins.clone());
-        let plugin = find_plugin(&set, &opts.backend)?;
-        let path = plugin.path().display().to_string();
-        rlx_backend::register_plugin_backend(plugin, PLUGIN_DEVICE, opts.mode);
+        let installed = rlx_plugin_host::install(&rlx_plugin_host::Options {
+            plugins: opts.plugins.clone(),
+            backend: opts.backend.clone(),
+            device: PLUGIN_DEVICE,
+            mode: opts.mode,
+            ..Default::default()
+        })?;
+        let path = installed.plugin.path().display().to_string();
         (PLUGIN_DEVICE, Some(opts.mode), Some(path))
     };
     let exec = match mode {

@@ -1,0 +1,133 @@
+//! [`install`]: discover, pick and register in one call.
+
+use rlx_plugin_api::host::{CandidateState, DiscoveryConfig, LoadedPlugin, PluginSet, TrustPolicy};
+use rlx_plugin_api::Mode;
+use rlx_runtime::Device;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What [`install`] does.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Plugin files or directories searched first (before
+    /// `RLX_BACKEND_PLUGINS` and the default directories).
+    pub plugins: Vec<PathBuf>,
+    /// The backend to install: a plugin name; a loaded GPU variant
+    /// (`mlx-cuda` for `mlx`) is preferred ([`PluginSet::select`]).
+    pub backend: String,
+    /// The rlx-runtime device it serves.
+    pub device: Device,
+    /// The execution mode its compiles use (see [`crate::set_plugin_mode`]).
+    pub mode: Mode,
+    /// Whether plugins another user could have written are loaded
+    /// (default: refused; `RLX_ALLOW_INSECURE_PLUGINS=1` also allows).
+    pub trust: TrustPolicy,
+    /// Install a logger printing warnings and errors (the plugins' too) to
+    /// stderr, when the program has none. Off by default: a program with
+    /// its own `log` logger gets the records there.
+    pub log_to_stderr: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            plugins: Vec::new(),
+            backend: "mlx".into(),
+            device: Device::Mlx,
+            mode: Mode::Lazy,
+            trust: TrustPolicy::from_env(),
+            log_to_stderr: false,
+        }
+    }
+}
+
+/// What [`install`] found and registered.
+#[derive(Clone)]
+pub struct Installed {
+    /// Every candidate and what became of it.
+    pub set: PluginSet,
+    /// The plugin now serving [`Installed::device`].
+    pub plugin: Arc<LoadedPlugin>,
+    pub device: Device,
+}
+
+/// Discover plugins, pick the one serving `opts.backend`, and register it
+/// as rlx-runtime's backend for `opts.device`. The error names every
+/// candidate found and why none serves (one line).
+pub fn install(opts: &Options) -> Result<Installed, String> {
+    if opts.log_to_stderr {
+        stderr_logger();
+    }
+    let cfg = DiscoveryConfig {
+        trust: opts.trust,
+        ..DiscoveryConfig::from_env(opts.plugins.clone())
+    };
+    let set = PluginSet::load(&cfg);
+    let plugin = find_plugin(&set, &opts.backend)?;
+    crate::register_plugin_backend(plugin.clone(), opts.device, opts.mode);
+    Ok(Installed {
+        set,
+        plugin,
+        device: opts.device,
+    })
+}
+
+/// The plugin serving `name` from `set` (a loaded GPU variant such as
+/// `mlx-cuda` for `mlx`, see [`PluginSet::select`]), or why there is none.
+pub fn find_plugin(set: &PluginSet, name: &str) -> Result<Arc<LoadedPlugin>, String> {
+    set.select(name)
+        .ok_or_else(|| missing_plugin_message(set, name))
+}
+
+/// Why `name` is not among the loaded plugins, in one line.
+pub fn missing_plugin_message(set: &PluginSet, name: &str) -> String {
+    if set.candidates.is_empty() {
+        return format!(
+            "no plugin named {name:?}: no plugin candidates were found (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
+            rlx_plugin_api::host::ENV_PLUGINS
+        );
+    }
+    let found: Vec<String> = set
+        .candidates
+        .iter()
+        .map(|c| match &c.state {
+            CandidateState::Loaded(p) => format!(
+                "{} (plugin {:?}): loaded",
+                c.path.display(),
+                p.descriptor().name
+            ),
+            CandidateState::Shadowed { plugin, by } => format!(
+                "{} (plugin {:?}): shadowed by {}",
+                c.path.display(),
+                plugin.descriptor().name,
+                by.display()
+            ),
+            CandidateState::Rejected(e) => {
+                format!("{}: rejected: {e}", c.path.display())
+            }
+        })
+        .collect();
+    // Reasons may carry line breaks (a loader message); keep one line.
+    let found = found.join("; ").replace('\n', " ");
+    format!("no plugin named {name:?} is loaded; found: {found}")
+}
+
+/// Warnings and errors to stderr, unless the program set a logger.
+fn stderr_logger() {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                eprintln!("[{} {}] {}", r.level(), r.target(), r.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stderr = Stderr;
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+}
