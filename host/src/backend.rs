@@ -465,6 +465,8 @@ impl PluginBackend {
             rng_seed: rng.seed,
             // The plugin's default device (ABI 1.4): its GPU when it has one.
             device: None,
+            // The plugin's own per-tensor limit (ABI 1.7): its device's memory.
+            memory_limit: None,
         };
         let exe = self
             .reg

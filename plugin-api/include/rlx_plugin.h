@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.6.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.7.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 6
+#define RLX_ABI_VERSION_MINOR 7
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -492,13 +492,19 @@ struct RlxCompileOptions {
     uint32_t device_kind;
     /* (1.4) The index among devices of that kind. */
     uint32_t device_ordinal;
+    /* (1.7) The most bytes any one tensor of the graph may take. 0 or
+     * absent = no limit from the host: the plugin's own (its device's
+     * memory). A graph with a larger tensor fails to compile with
+     * RLX_STATUS_RESOURCE_EXHAUSTED naming the node, its shape and bytes. */
+    uint64_t memory_limit_bytes;
 };
 #define RLX_COMPILE_OPTIONS_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxCompileOptions, device_ordinal)
+    RLX_STRUCT_SIZE(RlxCompileOptions, memory_limit_bytes)
 /* What each minor's hosts wrote in struct_size (sizeof, padding included). */
 #define RLX_COMPILE_OPTIONS_SIZE_1_0 16u
 #define RLX_COMPILE_OPTIONS_SIZE_1_2 24u
 #define RLX_COMPILE_OPTIONS_SIZE_1_4 32u
+#define RLX_COMPILE_OPTIONS_SIZE_1_7 40u
 
 /* RlxValueInfo.role. A reader skips (with a warning) a value whose role it
  * does not know. */

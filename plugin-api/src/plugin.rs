@@ -201,6 +201,9 @@ pub struct CompileOptions {
     /// (ABI 1.4) The device to compile for (kind, ordinal); None = the
     /// plugin's default device.
     pub device: Option<(DeviceKind, u32)>,
+    /// (ABI 1.7) The most bytes any one tensor may take, set by the host;
+    /// None = the plugin's own limit.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for CompileOptions {
@@ -210,6 +213,7 @@ impl Default for CompileOptions {
             rng_policy: crate::tables::rng_policy::PHILOX,
             rng_seed: crate::tables::DEFAULT_RNG_SEED,
             device: None,
+            memory_limit: None,
         }
     }
 }
@@ -231,6 +235,7 @@ impl CompileOptions {
                 .device
                 .map_or(crate::tables::device_kind::DEFAULT, |(k, _)| k.to_raw()),
             device_ordinal: self.device.map_or(0, |(_, o)| o),
+            memory_limit_bytes: self.memory_limit.unwrap_or(0),
             ..Default::default()
         }
     }

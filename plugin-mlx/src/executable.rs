@@ -309,7 +309,10 @@ impl MlxExecutable {
         crate::lower::train_act::link_forward_scales(&mut graph)?;
         // Before any MLX array exists: a tensor that cannot fit is an
         // error here, not an abort later.
-        crate::memory::check_graph(&graph, &crate::memory::limit_for(&device)?)?;
+        crate::memory::check_graph(
+            &graph,
+            &crate::memory::limit_with(&device, options.memory_limit)?,
+        )?;
         let graph = Arc::new(graph);
         let (inputs, params) = leaves(&graph);
         for list in [&inputs, &params] {

@@ -5,10 +5,12 @@
 //! aborts; MLX's compiled kernels index past a failed buffer) instead of
 //! failing one call.
 //!
-//! The limit is, in order: `RLX_MLX_MEMORY_LIMIT` (bytes, with an optional
-//! binary suffix `K`, `M`, `G` or `T`: `512M`, `64G`), else the memory of
-//! the device compiled for (a GPU's own memory; the machine's physical
-//! memory for the CPU). It bounds each tensor on its own, the graph's
+//! The plugin's own limit is `RLX_MLX_MEMORY_LIMIT` (bytes, with an
+//! optional binary suffix `K`, `M`, `G` or `T`: `512M`, `64G`), else the
+//! memory of the device compiled for (a GPU's own memory; the machine's
+//! physical memory for the CPU). A host may lower it for one compile with
+//! `memory_limit_bytes` in the compile options (ABI 1.7): the smaller of
+//! the two applies. It bounds each tensor on its own, the graph's
 //! leaves and every node's output; what several live tensors add up to is
 //! MLX's allocator's to refuse, which it reports as an error, not an abort.
 //! Nested bodies (If / While / Scan) are bounded by their outer node's
@@ -29,7 +31,22 @@ pub struct Limit {
     pub source: String,
 }
 
-/// The limit for tensors on `device`.
+/// The limit for tensors on `device` under the host's limit, if it set
+/// one: the smaller of the two (see the module docs).
+pub fn limit_with(device: &DeviceInfo, host: Option<u64>) -> PluginResult<Limit> {
+    let own = limit_for(device)?;
+    Ok(match host {
+        Some(bytes) if bytes < own.bytes => Limit {
+            bytes,
+            source: "the host's limit (compile options)".into(),
+        },
+        _ => own,
+    })
+}
+
+/// The limit for tensors on `device` without a host limit:
+/// `RLX_MLX_MEMORY_LIMIT` when set (it may raise the figure, for a machine
+/// with swap), else the device's memory.
 pub fn limit_for(device: &DeviceInfo) -> PluginResult<Limit> {
     if let Some(v) = std::env::var_os(LIMIT_VAR) {
         let text = v.to_string_lossy();
@@ -43,16 +60,21 @@ pub fn limit_for(device: &DeviceInfo) -> PluginResult<Limit> {
             source: format!("{LIMIT_VAR}={text}"),
         });
     }
+    Ok(device_memory(device))
+}
+
+/// The memory of the device: a GPU's own, the machine's for the CPU.
+fn device_memory(device: &DeviceInfo) -> Limit {
     if device.kind == DeviceKind::Gpu && device.memory_bytes > 0 {
-        return Ok(Limit {
+        return Limit {
             bytes: device.memory_bytes,
             source: format!("the memory of {}", device.name),
-        });
+        };
     }
-    Ok(Limit {
+    Limit {
         bytes: physical_memory(),
         source: "this machine's physical memory".into(),
-    })
+    }
 }
 
 /// The machine's physical memory in bytes (u64::MAX when the OS does not

@@ -64,6 +64,7 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
     S(RlxCompileOptions) F(RlxCompileOptions, struct_size) F(RlxCompileOptions, mode)
         F(RlxCompileOptions, rng_policy) F(RlxCompileOptions, rng_seed)
         F(RlxCompileOptions, device_kind) F(RlxCompileOptions, device_ordinal)
+        F(RlxCompileOptions, memory_limit_bytes)
     S(RlxValueInfo) F(RlxValueInfo, struct_size) F(RlxValueInfo, role)
         F(RlxValueInfo, name) F(RlxValueInfo, dtype) F(RlxValueInfo, ndim)
         F(RlxValueInfo, shape)

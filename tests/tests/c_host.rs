@@ -1,7 +1,7 @@
 //! The host half of the version-skew matrix: `rlx-c-host`, a host written
 //! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
 //! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
-//! 1.0 ..= 1.6 and drives a real plugin through the whole table: handshake,
+//! 1.0 ..= 1.7 and drives a real plugin through the whole table: handshake,
 //! descriptor, init, op list, lowering table (one eager op), compile in
 //! every mode, signature, bind, run (compact and strided inputs), error
 //! paths, and from 1.1 the custom-op registry with a kernel written in C.
@@ -98,7 +98,8 @@ fn assert_ok(run: &Run, claim: &str) {
     let size = match claim {
         "1.0" | "1.1" => 16,
         "1.2" | "1.3" => 24,
-        _ => 32,
+        "1.4" | "1.5" | "1.6" => 32,
+        _ => 40,
     };
     assert!(
         run.stdout.contains(&format!("options struct_size {size})")),
@@ -137,7 +138,7 @@ fn mlx_cell(claim: &str, mode: &str) {
     assert_ok(&run, claim);
     // The plugin's RESOURCE_EXHAUSTED (1.6) as each host reads it: a host
     // before 1.6 does not know the code and reads INTERNAL.
-    let code = if claim == "1.6" {
+    let code = if matches!(claim, "1.6" | "1.7") {
         "RESOURCE_EXHAUSTED (8)"
     } else {
         "INTERNAL (4)"
@@ -194,6 +195,9 @@ mlx_cells! {
     mlx_host_1_6_lazy: "1.6", "lazy";
     mlx_host_1_6_eager: "1.6", "eager";
     mlx_host_1_6_compiled: "1.6", "compiled";
+    mlx_host_1_7_lazy: "1.7", "lazy";
+    mlx_host_1_7_eager: "1.7", "eager";
+    mlx_host_1_7_compiled: "1.7", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -287,7 +291,7 @@ fn fixture_cell(claim: &str) {
         }
         // A 1.5 (or later) host reads the 1.5 fields of the fixture's
         // records, an older host does not know them.
-        let knows_1_5 = matches!(claim, "1.5" | "1.6");
+        let knows_1_5 = matches!(claim, "1.5" | "1.6" | "1.7");
         let with_rule = "custom op fixture.scale2 (plugin, 1 in, 1 out) kind kernel, \
                          shape same as input 0\n";
         assert_eq!(
@@ -341,6 +345,11 @@ fn fixture_host_1_5() {
 #[test]
 fn fixture_host_1_6() {
     fixture_cell("1.6");
+}
+
+#[test]
+fn fixture_host_1_7() {
+    fixture_cell("1.7");
 }
 
 /// A host of an older major than the plugin is refused too; the message

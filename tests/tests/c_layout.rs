@@ -86,7 +86,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             struct_size, op_kind, dtypes, n_dtypes, strategy, note, execute, execute_ctx,
         },
         RlxLoweringTable { struct_size, entries, n_entries },
-        RlxCompileOptions { struct_size, mode, rng_policy, rng_seed, device_kind, device_ordinal },
+        RlxCompileOptions { struct_size, mode, rng_policy, rng_seed, device_kind, device_ordinal, memory_limit_bytes },
         RlxValueInfo { struct_size, role, name, dtype, ndim, shape },
         RlxValueVisitor { struct_size, ctx, visit },
         RlxCustomOpDesc {
@@ -232,7 +232,11 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
         );
         assert_eq!(RlxShapeOut::STRUCT_SIZE, 144);
     }
-    assert_eq!(RlxCompileOptions::STRUCT_SIZE, COMPILE_OPTIONS_SIZE_1_4);
+    assert_eq!(RlxCompileOptions::STRUCT_SIZE, COMPILE_OPTIONS_SIZE_1_7);
+    assert_eq!(
+        COMPILE_OPTIONS_SIZE_1_4,
+        offset_of!(RlxCompileOptions, memory_limit_bytes)
+    );
     assert_eq!(
         COMPILE_OPTIONS_SIZE_1_2,
         offset_of!(RlxCompileOptions, device_kind)

@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.6).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.7).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -465,7 +465,7 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.6, this host.
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.7, this host.
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -497,6 +497,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
                 rng_policy: 3,
                 rng_seed: 7,
                 device: None,
+                memory_limit: None,
             };
             let mut exe = p.compile_with(&model, &opts).unwrap();
             exe.bind_param("w", &t(&[3, 2], &W)).unwrap();
@@ -1074,6 +1075,7 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
             rng_seed: 99,
             device_kind: 0xdead_beef,
             device_ordinal: 7,
+            memory_limit_bytes: 0xdead_beef,
         };
         let full = RlxCompileOptions {
             struct_size: 24,
@@ -1083,6 +1085,7 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
             // Beyond a 24-byte struct_size: never read.
             device_kind: 0xdead_beef,
             device_ordinal: 7,
+            memory_limit_bytes: 0xdead_beef,
         };
         let (s, exe) = compile(Some(&short));
         assert_eq!(s, None);
@@ -1534,7 +1537,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.6 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.7 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {

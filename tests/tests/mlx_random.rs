@@ -306,6 +306,7 @@ fn a_non_default_seed_reaches_the_plugin() {
                 rng_policy: rng_policy::PHILOX,
                 rng_seed: seed,
                 device: None,
+                memory_limit: None,
             };
             let mut exe = mlx().compile_with(&text, &opts).unwrap();
             let got = exe.run(&[]).unwrap()[0].to_f32_vec().unwrap();
@@ -334,6 +335,7 @@ fn a_non_default_seed_reaches_the_plugin() {
         rng_policy: rng_policy::ORT,
         rng_seed: 1,
         device: None,
+        memory_limit: None,
     };
     let e = mlx().compile_with(&text, &opts).err().unwrap();
     assert!(

@@ -292,3 +292,51 @@ fn deeply_nested_text_is_refused_not_a_stack_overflow() {
     );
     assert_clean_failure(&o, &["brackets nested more than 256 deep"]);
 }
+
+/// The host sets the limit through the ABI (1.7: `memory_limit_bytes` in
+/// the compile options): under 1 MiB the 4 MiB graph is refused in every
+/// mode, naming the host's limit; the plugin's own limit (the machine's
+/// memory) lets it compile, and a host limit above the plugin's own does
+/// not raise it.
+#[test]
+fn the_host_sets_a_limit_through_the_compile_options() {
+    let text = rlx_ir::rlxmodel::to_text(&four_mib()).unwrap();
+    for mode in MODES {
+        let opts = |limit| rlx_plugin_api::CompileOptions {
+            mode,
+            memory_limit: limit,
+            ..Default::default()
+        };
+        let e = mlx()
+            .compile_with(&text, &opts(Some(1 << 20)))
+            .err()
+            .expect("refused under the host's 1 MiB");
+        assert_eq!(e.code, StatusCode::ResourceExhausted, "{e}");
+        for part in [
+            "4194304 bytes (4.0 MiB)",
+            "more than 1048576 bytes (1.0 MiB) (the host's limit (compile options)) allows",
+        ] {
+            assert!(
+                e.message.contains(part),
+                "[{}] {part:?} not in {e}",
+                mode.name()
+            );
+        }
+        mlx().compile_with(&text, &opts(Some(8 << 20))).unwrap();
+        mlx().compile_with(&text, &opts(None)).unwrap();
+    }
+    // Above the machine's memory, the host's limit does not raise it.
+    let huge = rlx_ir::rlxmodel::to_text(&huge_expand()).unwrap();
+    let e = mlx()
+        .compile_with(
+            &huge,
+            &rlx_plugin_api::CompileOptions {
+                memory_limit: Some(u64::MAX),
+                ..Default::default()
+            },
+        )
+        .err()
+        .expect("16 TB stays refused");
+    assert_eq!(e.code, StatusCode::ResourceExhausted, "{e}");
+    assert!(e.message.contains("physical memory"), "{e}");
+}

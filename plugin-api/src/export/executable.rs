@@ -99,6 +99,7 @@ pub(super) unsafe extern "C" fn compile(
             rng_policy: raw.rng_policy,
             rng_seed: raw.rng_seed,
             device,
+            memory_limit: (raw.memory_limit_bytes > 0).then_some(raw.memory_limit_bytes),
         };
         let text = graph
             .to_str()

@@ -55,6 +55,9 @@ pub struct RlxCompileOptions {
     pub device_kind: u32,
     /// (1.4) The index among devices of that kind.
     pub device_ordinal: u32,
+    /// (1.7) The most bytes any one tensor of the graph may take; 0 (or
+    /// absent) = no limit from the host.
+    pub memory_limit_bytes: u64,
 }
 
 impl Default for RlxCompileOptions {
@@ -66,6 +69,7 @@ impl Default for RlxCompileOptions {
             rng_seed: DEFAULT_RNG_SEED,
             device_kind: super::device_kind::DEFAULT,
             device_ordinal: 0,
+            memory_limit_bytes: 0,
         }
     }
 }
@@ -77,6 +81,8 @@ pub const COMPILE_OPTIONS_SIZE_1_0: usize = 16;
 pub const COMPILE_OPTIONS_SIZE_1_2: usize = 24;
 /// What 1.4 hosts write: through `device_ordinal`.
 pub const COMPILE_OPTIONS_SIZE_1_4: usize = 32;
+/// What 1.7 hosts write: through `memory_limit_bytes`.
+pub const COMPILE_OPTIONS_SIZE_1_7: usize = 40;
 
 impl RlxCompileOptions {
     /// Read a peer's options (null = defaults) by the 1.3 rule:
@@ -138,7 +144,7 @@ pub struct RlxValueVisitor {
     pub visit: Option<unsafe extern "C" fn(ctx: *mut c_void, info: *const RlxValueInfo)>,
 }
 
-crate::abi_struct!(RlxCompileOptions, device_ordinal: u32);
+crate::abi_struct!(RlxCompileOptions, memory_limit_bytes: u64);
 crate::abi_struct!(RlxValueInfo, shape: *const i64);
 crate::abi_struct!(RlxValueVisitor, visit: usize); // an Option<fn> is pointer-sized
 

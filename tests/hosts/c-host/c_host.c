@@ -8,7 +8,7 @@
  *
  *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
  *
- *   --claim 1.N        the ABI the host claims (1.0 ..= 1.6; another major
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.7; another major
  *                      is sent as is, to be refused)
  *   --mode M           lazy (default), eager or compiled
  *   --activation A     exp (default) or relu: the graph's activation
@@ -636,7 +636,8 @@ _Static_assert(sizeof(RlxCompileOptions_1_0) == RLX_COMPILE_OPTIONS_SIZE_1_0,
 static size_t options_size(void) {
     if (g_opt.minor < 2) return RLX_COMPILE_OPTIONS_SIZE_1_0;
     if (g_opt.minor < 4) return RLX_COMPILE_OPTIONS_SIZE_1_2;
-    return RLX_COMPILE_OPTIONS_SIZE_1_4;
+    if (g_opt.minor < 7) return RLX_COMPILE_OPTIONS_SIZE_1_4;
+    return RLX_COMPILE_OPTIONS_SIZE_1_7;
 }
 
 /* A heap block of exactly the size the claimed minor's host wrote, filled
@@ -656,7 +657,8 @@ static RlxCompileOptions* new_compile_options(uint32_t mode) {
     if (!o) fail("out of memory");
     memset(o, GARBAGE, sizeof *o);
     /* 1.2 wrote 24 = sizeof; 1.3 wrote RLX_STRUCT_SIZE(.., rng_seed), the
-     * same 24; 1.4 writes through device_ordinal (32). The bytes a minor
+     * same 24; 1.4 wrote through device_ordinal (32), 1.7 writes through
+ * memory_limit_bytes (40). The bytes a minor
      * did not know stay garbage. */
     o->struct_size = options_size();
     o->mode = mode;
@@ -666,6 +668,8 @@ static RlxCompileOptions* new_compile_options(uint32_t mode) {
         o->device_kind = g_opt.device_kind;
         o->device_ordinal = g_opt.device_ordinal;
     }
+    /* 1.7: no limit of the host's own. */
+    if (g_opt.minor >= 7) o->memory_limit_bytes = 0;
     return o;
 }
 
