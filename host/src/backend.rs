@@ -54,6 +54,9 @@ struct Registration {
     /// The plugin's supported ops as rlx-ir kinds (leaked once per plugin).
     ops: &'static [OpKind],
     mode: Mode,
+    /// The per-tensor limit its compiles send (ABI 1.7); None = the
+    /// plugin's own.
+    memory_limit: Option<u64>,
 }
 
 fn registry() -> &'static RwLock<HashMap<Device, Registration>> {
@@ -121,6 +124,7 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
                 plugin: plugin.clone(),
                 ops,
                 mode,
+                memory_limit: None,
             },
         );
     rlx_runtime::register_backend(device, factory_for(device));
@@ -138,6 +142,24 @@ pub fn set_plugin_mode(device: Device, mode: Mode) -> bool {
     {
         Some(r) => {
             r.mode = mode;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Set the per-tensor memory limit later compiles on `device` send to the
+/// plugin (ABI 1.7 `memory_limit_bytes`; None = the plugin's own limit).
+/// A graph with a larger tensor then fails to compile, naming it. Returns
+/// false when no plugin is registered for the device.
+pub fn set_memory_limit(device: Device, limit: Option<u64>) -> bool {
+    match registry()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(&device)
+    {
+        Some(r) => {
+            r.memory_limit = limit;
             true
         }
         None => false,
@@ -465,8 +487,12 @@ impl PluginBackend {
             rng_seed: rng.seed,
             // The plugin's default device (ABI 1.4): its GPU when it has one.
             device: None,
-            // The plugin's own per-tensor limit (ABI 1.7): its device's memory.
-            memory_limit: None,
+            // The per-tensor limit (ABI 1.7) as set for the device now.
+            memory_limit: registry()
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&self.lowering.device)
+                .and_then(|r| r.memory_limit),
         };
         let exe = self
             .reg

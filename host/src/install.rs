@@ -19,6 +19,10 @@ pub struct Options {
     pub device: Device,
     /// The execution mode its compiles use (see [`crate::set_plugin_mode`]).
     pub mode: Mode,
+    /// The most bytes one tensor may take in its compiles (ABI 1.7); None
+    /// = the plugin's own limit (its device's memory). See
+    /// [`crate::backend::set_memory_limit`].
+    pub memory_limit: Option<u64>,
     /// Whether plugins another user could have written are loaded
     /// (default: refused; `RLX_ALLOW_INSECURE_PLUGINS=1` also allows).
     pub trust: TrustPolicy,
@@ -35,6 +39,7 @@ impl Default for Options {
             backend: "mlx".into(),
             device: Device::Mlx,
             mode: Mode::Lazy,
+            memory_limit: None,
             trust: TrustPolicy::from_env(),
             log_to_stderr: false,
         }
@@ -65,6 +70,7 @@ pub fn install(opts: &Options) -> Result<Installed, String> {
     let set = PluginSet::load(&cfg);
     let plugin = find_plugin(&set, &opts.backend)?;
     crate::register_plugin_backend(plugin.clone(), opts.device, opts.mode);
+    crate::backend::set_memory_limit(opts.device, opts.memory_limit);
     Ok(Installed {
         set,
         plugin,

@@ -59,3 +59,37 @@ fn a_backend_nobody_serves_is_an_error_naming_the_candidates() {
     );
     assert!(e.contains("(plugin \"mlx\"): loaded"), "{e}");
 }
+
+/// `Options::memory_limit` reaches the plugin through the compile options
+/// (ABI 1.7): a graph with a 4 MiB tensor fails to compile under a 1 MiB
+/// limit, naming the host's limit, and compiles once the limit is lifted.
+/// (Registered on a device slot of its own, so the other test's
+/// registration for `Device::Mlx` does not interfere.)
+#[test]
+fn the_memory_limit_option_reaches_the_plugin() {
+    let device = Device::Vulkan;
+    rlx_plugin_host::install(&rlx_plugin_host::Options {
+        plugins: vec![mlx_plugin_dir()],
+        device,
+        memory_limit: Some(1 << 20),
+        ..Default::default()
+    })
+    .unwrap();
+    let graph = || {
+        let s = Shape::new(&[1024, 1024], DType::F32);
+        let mut g = Graph::new("four_mib");
+        let x = g.input("x", s.clone());
+        let y = g.binary(BinaryOp::Add, x, x, s);
+        g.set_outputs(vec![y]);
+        g
+    };
+    let e = rlx_plugin_host::guard::catch("compile", || Session::new(device).compile(graph()))
+        .err()
+        .expect("refused under 1 MiB");
+    assert!(e.contains("resource exhausted"), "{e}");
+    assert!(e.contains("the host's limit (compile options)"), "{e}");
+    assert!(rlx_plugin_host::backend::set_memory_limit(device, None));
+    let mut exe = Session::new(device).compile(graph());
+    let x = vec![0.5f32; 1 << 20];
+    assert_eq!(exe.run(&[("x", &x[..])])[0][12345], 1.0);
+}
