@@ -5,7 +5,7 @@ use crate::custom::CustomScope;
 use crate::dtype::{ir_to_abi, ir_to_mx};
 use crate::graph_check::{describe, leaves, lowering_for, parse_and_check, shape_str};
 use crate::lower::{static_dims, Ctx, A};
-use rlx_ir::{Graph, NodeId, Op};
+use rlx_ir::{Graph, NodeId, Op, OpKind};
 use rlx_mlx_shim::array::{Device, DeviceGuard};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
 use rlx_plugin_api::{
@@ -128,7 +128,7 @@ pub fn evaluate(
         };
         if eager {
             v.eval().map_err(|e| {
-                PluginError::internal(format!("{}: {}", describe(graph, n), explain(e)))
+                PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e)))
             })?;
             custom.check()?;
         }
@@ -215,16 +215,43 @@ pub fn on_device(device: &DeviceInfo) -> PluginResult<OnDevice> {
 /// MLX's message, with what it means for an rlx graph where MLX's wording
 /// does not say: lowerings that must fail on data (a singular system, an
 /// out-of-range ScatterAdd index) surface as a failed matrix inversion.
-fn explain(e: impl std::fmt::Display) -> String {
+fn explain(graph: &Graph, e: impl std::fmt::Display) -> String {
     let msg = e.to_string();
-    if msg.contains("inversion failed") {
-        format!(
-            "{msg} (a singular matrix: a DenseSolve system with no unique solution, or an \
-             out-of-range ScatterAdd index, which the plugin checks this way)"
-        )
-    } else {
-        msg
+    if !msg.contains("inversion failed") {
+        return msg;
     }
+    // The plugin's two data-dependent failures both surface as MLX's
+    // triangular inversion (lower/index.rs, lower/solve.rs): name the
+    // nodes that can raise it.
+    let named = |kinds: &[OpKind]| -> Vec<String> {
+        graph
+            .nodes()
+            .iter()
+            .filter(|n| kinds.contains(&n.op.kind()))
+            .map(|n| n.id.to_string())
+            .collect()
+    };
+    let scatters = named(&[OpKind::ScatterAdd]);
+    let solves = named(&[OpKind::DenseSolve, OpKind::BatchedDenseSolve]);
+    let mut why = Vec::new();
+    if !scatters.is_empty() {
+        why.push(format!(
+            "an index of ScatterAdd {} is past its output's extent along the scatter axis \
+             (rlx-cpu asserts on it)",
+            scatters.join(", ")
+        ));
+    }
+    if !solves.is_empty() {
+        why.push(format!(
+            "the system of {} {} is singular (no unique solution)",
+            if solves.len() == 1 { "solve" } else { "solves" },
+            solves.join(", ")
+        ));
+    }
+    if why.is_empty() {
+        why.push("a singular matrix".into());
+    }
+    format!("{} (MLX reported: {msg})", why.join(", or "))
 }
 
 /// Hold a lowering to the node's declared shape and dtype.
@@ -607,7 +634,7 @@ impl Executable for MlxExecutable {
                 let mut all = c.call_arrays(&args).map_err(|e| {
                     PluginError::internal(format!(
                         "compiled graph: {} (run in eager mode to find the node)",
-                        explain(e)
+                        explain(&self.graph, e)
                     ))
                 })?;
                 let n = self.graph.outputs.len();
@@ -643,7 +670,7 @@ impl Executable for MlxExecutable {
             array::eval_list(&list).map_err(|e| {
                 PluginError::internal(format!(
                     "MLX evaluation failed: {} (run in eager mode to find the node)",
-                    explain(e)
+                    explain(&self.graph, e)
                 ))
             })?;
         }
