@@ -41,13 +41,13 @@ fn main() {
     let compiler = cc::Build::new().get_compiler();
     let plugin_src = root.join("plugins/c-plugin/c_plugin.c");
     if plugin_src.exists() {
-        for minor in MINORS {
-            let dir = out.join("c-plugins").join(format!("1.{minor}"));
+        let build = |dir: &str, stem: &str, defines: &[String]| {
+            let dir = out.join("c-plugins").join(dir);
             std::fs::create_dir_all(&dir).unwrap();
-            let lib = dir.join(library_file_name("rlx_c_plugin"));
+            let lib = dir.join(library_file_name(stem));
             let mut cmd = compiler.to_command();
             cmd.args(["-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Werror"])
-                .arg(format!("-DRLX_C_PLUGIN_MINOR={minor}"))
+                .args(defines)
                 .arg("-DRLX_BUILDING_PLUGIN")
                 .arg("-fvisibility=hidden")
                 .arg("-I")
@@ -57,24 +57,23 @@ fn main() {
                 .arg(&lib)
                 .arg("-lm");
             run(cmd, &lib);
+        };
+        for minor in MINORS {
+            build(
+                &format!("1.{minor}"),
+                "rlx_c_plugin",
+                &[format!("-DRLX_C_PLUGIN_MINOR={minor}")],
+            );
         }
         // "c-faulty": the newest minor with RLX_C_PLUGIN_FAULTS.
-        let dir = out.join("c-plugins").join("faulty");
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join(library_file_name("rlx_c_faulty"));
-        let mut cmd = compiler.to_command();
-        cmd.args(["-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Werror"])
-            .arg(format!("-DRLX_C_PLUGIN_MINOR={}", MINORS[MINORS.len() - 1]))
-            .arg("-DRLX_C_PLUGIN_FAULTS")
-            .arg("-DRLX_BUILDING_PLUGIN")
-            .arg("-fvisibility=hidden")
-            .arg("-I")
-            .arg(&include)
-            .arg(&plugin_src)
-            .arg("-o")
-            .arg(&lib)
-            .arg("-lm");
-        run(cmd, &lib);
+        build(
+            "faulty",
+            "rlx_c_faulty",
+            &[
+                format!("-DRLX_C_PLUGIN_MINOR={}", MINORS[MINORS.len() - 1]),
+                "-DRLX_C_PLUGIN_FAULTS".into(),
+            ],
+        );
     }
     let host_src = root.join("hosts/c-host/c_host.c");
     if host_src.exists() {

@@ -36,7 +36,8 @@ pub fn values_per_element(dt: rlx_ir::DType) -> usize {
     }
 }
 
-fn dims_of(shape: &rlx_ir::Shape) -> Result<Vec<usize>, String> {
+/// The static sizes of `shape`, or why it has none.
+pub(crate) fn dims_of(shape: &rlx_ir::Shape) -> Result<Vec<usize>, String> {
     shape
         .dims()
         .iter()
@@ -47,7 +48,8 @@ fn dims_of(shape: &rlx_ir::Shape) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-fn fmt_dims(d: &[usize]) -> String {
+/// `[2, 3]`.
+pub(crate) fn fmt_dims(d: &[usize]) -> String {
     format!(
         "[{}]",
         d.iter()

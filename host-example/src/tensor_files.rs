@@ -18,8 +18,8 @@
 //! Outputs are written in their declared dtype (f64 outputs from the f32
 //! values rlx-runtime returned; complex ones as `[.., 2]` float tensors).
 
-use crate::run::ModelData;
-use rlx_ir::{DType, Dim, Graph, Op};
+use crate::run::{dims_of as static_dims, fmt_dims, ModelData};
+use rlx_ir::{DType, Graph, Op};
 use safetensors::Dtype;
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,27 +45,6 @@ struct FileTensor {
     dtype: Dtype,
     shape: Vec<usize>,
     data: Vec<u8>,
-}
-
-fn fmt_dims(d: &[usize]) -> String {
-    format!(
-        "[{}]",
-        d.iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
-fn static_dims(shape: &rlx_ir::Shape) -> Result<Vec<usize>, String> {
-    shape
-        .dims()
-        .iter()
-        .map(|d| match d {
-            Dim::Static(n) => Ok(*n),
-            Dim::Dynamic(_) => Err(format!("{shape} has a size known only at run time")),
-        })
-        .collect()
 }
 
 /// The model's leaves of one kind: name -> declared shape.

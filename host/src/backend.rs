@@ -135,13 +135,18 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
 /// Change the mode later compiles on `device` use (no effect on graphs
 /// already compiled). Returns false when no plugin is registered for it.
 pub fn set_plugin_mode(device: Device, mode: Mode) -> bool {
+    update_registration(device, |r| r.mode = mode)
+}
+
+/// Change what is registered for `device`; false when nothing is.
+fn update_registration(device: Device, f: impl FnOnce(&mut Registration)) -> bool {
     match registry()
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .get_mut(&device)
     {
         Some(r) => {
-            r.mode = mode;
+            f(r);
             true
         }
         None => false,
@@ -153,17 +158,7 @@ pub fn set_plugin_mode(device: Device, mode: Mode) -> bool {
 /// A graph with a larger tensor then fails to compile, naming it. Returns
 /// false when no plugin is registered for the device.
 pub fn set_memory_limit(device: Device, limit: Option<u64>) -> bool {
-    match registry()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_mut(&device)
-    {
-        Some(r) => {
-            r.memory_limit = limit;
-            true
-        }
-        None => false,
-    }
+    update_registration(device, |r| r.memory_limit = limit)
 }
 
 /// The mode the next compile on `device` would use from this thread.

@@ -3,6 +3,7 @@
 //! harness.
 
 pub mod parity;
+pub mod relu_affine;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};

@@ -14,13 +14,10 @@ use rlx_plugin_api::{
     CustomImpl, CustomKernel, CustomOp, HostTensor, Mode, Origin, RlxTensor, ShapeRule, StatusCode,
 };
 use rlx_plugin_tests::parity::{mlx, MODES};
+use rlx_plugin_tests::relu_affine::{reference, values, GRAPH};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
-
-const GRAPH: &str = "rlxmodel 1\nopset 1\n\ngraph @g {\n  %x = input : f32[4, 8]\n  \
-%w = param : f32[8, 3]\n  %2 = MatMul %x, %w : f32[4, 3]\n  %b = input : f32[4, 3]\n  \
-%4 = Binary(Add) %2, %b : f32[4, 3]\n  %5 = Activation(Relu) %4 : f32[4, 3]\n  return %5\n}\n";
 
 const RUNNERS: usize = 8;
 
@@ -32,28 +29,9 @@ fn runs() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000)
 }
+
 /// Inputs repeat with this period, so the single-threaded results are few.
 const PERIOD: usize = 17;
-
-fn values(n: usize, t: usize, i: usize) -> Vec<f32> {
-    (0..n)
-        .map(|k| (((k * 7 + t * 13 + i * 5) % 17) as f32 - 8.0) / 8.0)
-        .collect()
-}
-
-fn reference(x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
-    let mut out = vec![0f32; 12];
-    for r in 0..4 {
-        for c in 0..3 {
-            let mut s = b[r * 3 + c] as f64;
-            for k in 0..8 {
-                s += x[r * 8 + k] as f64 * w[k * 3 + c] as f64;
-            }
-            out[r * 3 + c] = s.max(0.0) as f32;
-        }
-    }
-    out
-}
 
 /// Runner `t`'s executable: its mode, its own `w`.
 fn runner_exe(t: usize) -> (rlx_plugin_api::host::PluginExecutable, Vec<f32>) {
