@@ -78,6 +78,31 @@ fn constant(g: &mut Graph, data: &[f32], dims: &[usize]) -> NodeId {
     g.add_node(Op::Constant { data: bytes }, vec![], f32s(dims))
 }
 
+/// The mean softmax cross-entropy of `logits [n, classes]` against the
+/// class indices `labels [n]` (f32), as a `[1]` loss: what the training
+/// graphs of the benchmark and the tests minimise.
+pub fn mean_softmax_cross_entropy(
+    g: &mut Graph,
+    logits: NodeId,
+    labels: NodeId,
+    n: usize,
+) -> NodeId {
+    let ce = g.add_node(
+        Op::SoftmaxCrossEntropyWithLogits,
+        vec![logits, labels],
+        f32s(&[n]),
+    );
+    g.add_node(
+        Op::Reduce {
+            op: rlx_ir::op::ReduceOp::Mean,
+            axes: vec![0],
+            keep_dim: true,
+        },
+        vec![ce],
+        f32s(&[1]),
+    )
+}
+
 // ---------------------------------------------------------------------
 // A small graph the fixture plugin can run.
 

@@ -206,21 +206,7 @@ pub fn check_cpu_sizes(graph: &Graph) -> Result<(), String> {
     Ok(())
 }
 
-/// The machine's physical memory in bytes (u64::MAX when the OS does not
-/// say).
-pub fn physical_memory() -> u64 {
-    // SAFETY: sysconf takes no pointers and is thread-safe.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages <= 0 || size <= 0 {
-        return u64::MAX;
-    }
-    (pages as u64).saturating_mul(size as u64)
-}
+pub use rlx_plugin_api::machine::physical_memory;
 
 /// Replace params with the tensors of a safetensors file: a file may hold
 /// some of the params (the others keep their values), and tensors the

@@ -496,6 +496,19 @@ impl PluginBackend {
             .unwrap_or_else(|e| self.lowering.fail(e));
         Box::new(PluginGraph::new(exe, name.clone()))
     }
+
+    /// `compile_hir` and `compile_module`: rlx-runtime's stages for the
+    /// input under the plugin's options, then the plugin's compile.
+    fn compile_staged(
+        &self,
+        options: &CompileOptions,
+        stages: impl FnOnce(&CompileOptions) -> Result<rlx_opt::CompileResult, rlx_ir::hir::LowerError>,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        let options = &self.lowering.options(options);
+        let result = self.lowering.stage(|| stages(options))?;
+        rlx_runtime::stages::maybe_log_fusion(&result.fusion);
+        Ok(self.compile_lir(result.lir, options))
+    }
 }
 
 impl Backend for PluginBackend {
@@ -510,12 +523,9 @@ impl Backend for PluginBackend {
         device: Device,
         options: &CompileOptions,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
-        let options = &self.lowering.options(options);
-        let result = self
-            .lowering
-            .stage(|| rlx_runtime::stages::compile_hir_stages(device, hir, options))?;
-        rlx_runtime::stages::maybe_log_fusion(&result.fusion);
-        Ok(self.compile_lir(result.lir, options))
+        self.compile_staged(options, |o| {
+            rlx_runtime::stages::compile_hir_stages(device, hir, o)
+        })
     }
 
     fn compile_module(
@@ -524,12 +534,9 @@ impl Backend for PluginBackend {
         device: Device,
         options: &CompileOptions,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
-        let options = &self.lowering.options(options);
-        let result = self
-            .lowering
-            .stage(|| rlx_runtime::stages::compile_module_stages(device, module, options))?;
-        rlx_runtime::stages::maybe_log_fusion(&result.fusion);
-        Ok(self.compile_lir(result.lir, options))
+        self.compile_staged(options, |o| {
+            rlx_runtime::stages::compile_module_stages(device, module, o)
+        })
     }
 
     fn compile_lir(&self, lir: LirModule, options: &CompileOptions) -> Box<dyn ExecutableGraph> {

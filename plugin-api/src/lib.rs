@@ -22,6 +22,7 @@ pub mod error;
 pub mod export;
 pub mod graph_text;
 pub mod log;
+pub mod machine;
 pub mod plugin;
 pub mod sized;
 pub mod strings;

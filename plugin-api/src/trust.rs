@@ -24,6 +24,9 @@ use std::path::Path;
 pub enum Need {
     /// Owned by the process's user or root; writable by no other user.
     NotWritableByOthers,
+    /// Owned by the process's user (root will not do unless it is the
+    /// process's user); writable by no other user.
+    Own,
     /// Owned by the process's user and only accessible to it (mode 0700
     /// or tighter): a directory whose contents are loaded as code.
     OwnedAndPrivate,
@@ -42,7 +45,9 @@ pub fn check_path(path: &Path, need: Need) -> Result<(), String> {
     check_owner(path, kind_of(&target), target.uid(), need)?;
     let mode = target.mode() & 0o7777;
     match need {
-        Need::NotWritableByOthers => check_not_writable(path, kind_of(&target), &target, false),
+        Need::NotWritableByOthers | Need::Own => {
+            check_not_writable(path, kind_of(&target), &target, false)
+        }
         Need::OwnedAndPrivate if mode & 0o077 != 0 => Err(format!(
             "{} {} has mode {:04o}; it must be accessible to its owner only (0700)",
             kind_of(&target),

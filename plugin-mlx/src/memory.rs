@@ -77,21 +77,7 @@ fn device_memory(device: &DeviceInfo) -> Limit {
     }
 }
 
-/// The machine's physical memory in bytes (u64::MAX when the OS does not
-/// say: no limit rather than a wrong one).
-pub fn physical_memory() -> u64 {
-    // SAFETY: sysconf takes no pointers and is thread-safe.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages <= 0 || size <= 0 {
-        return u64::MAX;
-    }
-    (pages as u64).saturating_mul(size as u64)
-}
+pub use rlx_plugin_api::machine::physical_memory;
 
 /// `1234`, `64K`, `512M`, `2G`, `1T` (binary multiples; a trailing `B` or
 /// `iB` is allowed: `512MiB`).

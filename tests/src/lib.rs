@@ -2,6 +2,7 @@
 //! libraries are, temp plugin directories, a log capture, and the parity
 //! harness.
 
+pub mod mlp_reference;
 pub mod parity;
 pub mod relu_affine;
 
@@ -35,6 +36,25 @@ pub fn plugins_dir(files: &[(&Path, &str)]) -> tempfile::TempDir {
         std::fs::copy(src, dir.path().join(name)).expect("copy plugin");
     }
     dir
+}
+
+/// `y = name(x)` over f32 `x [3]`: one `Op::Custom` node (its output the
+/// same shape), for the custom-op tests.
+pub fn one_custom_op(name: &str) -> rlx_ir::Graph {
+    let s = rlx_ir::Shape::new(&[3], rlx_ir::DType::F32);
+    let mut g = rlx_ir::Graph::new("custom");
+    let x = g.input("x", s.clone());
+    let y = g.add_node(
+        rlx_ir::Op::Custom {
+            name: name.into(),
+            num_inputs: 1,
+            attrs: vec![],
+        },
+        vec![x],
+        s,
+    );
+    g.set_outputs(vec![y]);
+    g
 }
 
 /// A discovery configuration that searches only `dir` (as if it were named

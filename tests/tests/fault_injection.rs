@@ -78,6 +78,19 @@ fn want() -> Vec<f32> {
     out
 }
 
+/// Both plugins run the sound graph and compute relu(x · w + b).
+fn both_still_run(faulty: &Arc<LoadedPlugin>, fixture: &Arc<LoadedPlugin>) {
+    for p in [faulty, fixture] {
+        let out = run(p, "sound").unwrap();
+        assert_eq!(
+            out[0].to_f32_vec().unwrap(),
+            want(),
+            "{}",
+            p.descriptor().name
+        );
+    }
+}
+
 #[test]
 fn malformed_outputs_are_reported_and_the_host_keeps_going() {
     let _one = serial();
@@ -114,15 +127,7 @@ fn malformed_outputs_are_reported_and_the_host_keeps_going() {
             assert!(e.message.contains("plugin faulty returned output 0"), "{e}");
         }
         // The same plugin still runs a sound graph, and so does the other.
-        for p in [faulty, fixture] {
-            let out = run(p, "sound").unwrap();
-            assert_eq!(
-                out[0].to_f32_vec().unwrap(),
-                want(),
-                "{}",
-                p.descriptor().name
-            );
-        }
+        both_still_run(faulty, fixture);
     }
 }
 
@@ -190,15 +195,7 @@ fn a_fault_at_each_entry_is_reported_and_nothing_leaks() {
                 assert!(e.message.contains(&says), "{name}: {says:?} not in {e}");
             }
             assert_eq!(live(faulty), base, "{name} left an executable alive");
-            for p in [faulty, fixture] {
-                let out = run(p, "sound").unwrap();
-                assert_eq!(
-                    out[0].to_f32_vec().unwrap(),
-                    want(),
-                    "{}",
-                    p.descriptor().name
-                );
-            }
+            both_still_run(faulty, fixture);
         }
     }
     assert_eq!(tried, 12);

@@ -435,26 +435,10 @@ fn a_composite_is_inlined_in_every_mode_f32_and_f16() {
     assert!(msg.contains("[4, 8]"), "{msg}");
 }
 
-fn unknown_op_graph(name: &str) -> Graph {
-    let mut g = Graph::new("unknown");
-    let x = g.input("x", Shape::new(&[3], IrDType::F32));
-    let y = g.add_node(
-        rlx_ir::Op::Custom {
-            name: name.into(),
-            num_inputs: 1,
-            attrs: vec![],
-        },
-        vec![x],
-        Shape::new(&[3], IrDType::F32),
-    );
-    g.set_outputs(vec![y]);
-    g
-}
-
 #[test]
 fn an_unknown_name_fails_at_compile_naming_it_and_the_registered_ones() {
     setup();
-    let g = unknown_op_graph("nobody.has_this");
+    let g = rlx_plugin_tests::one_custom_op("nobody.has_this");
     let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
     for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
         let e = mlx().compile(&text, mode).err().expect("compile fails");
@@ -547,7 +531,7 @@ fn an_unregistered_op_lives_on_in_the_executables_that_use_it() {
                 .with_shape(ShapeRule::SameAsInput(0)),
         )
         .unwrap();
-    let g = unknown_op_graph(name);
+    let g = rlx_plugin_tests::one_custom_op(name);
     let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
     let mut exe = mlx().compile(&text, Mode::Lazy).unwrap();
     let held_before = Arc::strong_count(&ctx);
@@ -591,7 +575,7 @@ fn eight_threads_register_look_up_and_run_at_once() {
                         )
                         .unwrap();
                     assert_eq!(mlx().lookup_custom_op(&name).unwrap().name, name);
-                    let g = unknown_op_graph(&name);
+                    let g = rlx_plugin_tests::one_custom_op(&name);
                     let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
                     let mode = [Mode::Lazy, Mode::Eager][i % 2];
                     let mut exe = mlx().compile(&text, mode).unwrap();

@@ -9,7 +9,6 @@
 //! The graph is `relu(x · w + b)`: f32 `x [4, 8]`, param `w [8, 3]`, input
 //! `b [4, 3]`; the reference is that formula in f64, at 1e-5 abs + 1e-5 rel.
 
-use rlx_ir::{DType as IrDType, Graph, Shape};
 use rlx_plugin_api::{
     CustomImpl, CustomKernel, CustomOp, HostTensor, Mode, Origin, RlxTensor, ShapeRule, StatusCode,
 };
@@ -71,19 +70,7 @@ fn adder(add: f32) -> CustomKernel {
 }
 
 fn custom_graph(name: &str) -> String {
-    let mut g = Graph::new("custom");
-    let x = g.input("x", Shape::new(&[3], IrDType::F32));
-    let y = g.add_node(
-        rlx_ir::Op::Custom {
-            name: name.into(),
-            num_inputs: 1,
-            attrs: vec![],
-        },
-        vec![x],
-        Shape::new(&[3], IrDType::F32),
-    );
-    g.set_outputs(vec![y]);
-    rlx_ir::rlxmodel::to_text(&g).unwrap()
+    rlx_ir::rlxmodel::to_text(&rlx_plugin_tests::one_custom_op(name)).unwrap()
 }
 
 #[test]

@@ -55,8 +55,9 @@
 use flate2::read::GzDecoder;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use rlx_host::models::mean_softmax_cross_entropy;
 use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
-use rlx_ir::op::{Activation, BinaryOp, ReduceOp};
+use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 use rlx_plugin_api::Mode;
 use rlx_plugin_tests::parity::{mlx, MODES};
@@ -171,20 +172,7 @@ fn mlp(name: &str, batch: usize) -> (Graph, NodeId, Vec<NodeId>) {
 fn loss_graph() -> (Graph, Vec<NodeId>) {
     let (mut g, logits, params) = mlp("digits_forward", TRAIN);
     let labels = g.input("labels", f32s(&[TRAIN]));
-    let ce = g.add_node(
-        Op::SoftmaxCrossEntropyWithLogits,
-        vec![logits, labels],
-        f32s(&[TRAIN]),
-    );
-    let loss = g.add_node(
-        Op::Reduce {
-            op: ReduceOp::Mean,
-            axes: vec![0],
-            keep_dim: true,
-        },
-        vec![ce],
-        f32s(&[1]),
-    );
+    let loss = mean_softmax_cross_entropy(&mut g, logits, labels, TRAIN);
     g.set_outputs(vec![loss]);
     (g, params)
 }
@@ -221,30 +209,7 @@ fn loss_f64(params: &[(&str, Vec<f32>)], part: &Part) -> f64 {
         v.iter().map(|&a| a as f64).collect()
     };
     let (w1, b1, w2, b2) = (p("w1"), p("b1"), p("w2"), p("b2"));
-    let mut total = 0.0;
-    for n in 0..part.len() {
-        let x = &part.x[n * D..(n + 1) * D];
-        let mut r = [0.0f64; H];
-        for (j, rj) in r.iter_mut().enumerate() {
-            let mut s = b1[j];
-            for (d, xd) in x.iter().enumerate() {
-                s += *xd as f64 * w1[d * H + j];
-            }
-            *rj = s.max(0.0);
-        }
-        let mut z = [0.0f64; C];
-        for (c, zc) in z.iter_mut().enumerate() {
-            let mut s = b2[c];
-            for (j, rj) in r.iter().enumerate() {
-                s += rj * w2[j * C + c];
-            }
-            *zc = s;
-        }
-        let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let lse = m + z.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
-        total += lse - z[part.labels[n] as usize];
-    }
-    total / part.len() as f64
+    rlx_plugin_tests::mlp_reference::mean_cross_entropy(&part.x, &part.labels, &w1, &b1, &w2, &b2)
 }
 
 /// Adam's moments, one pair per param.

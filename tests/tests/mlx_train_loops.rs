@@ -35,6 +35,7 @@
 //! 1.18 -> 0.013 for the transformer block).
 
 use rand::{Rng, SeedableRng};
+use rlx_host::models::mean_softmax_cross_entropy;
 use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::op::{Activation, BinaryOp, MaskKind, ReduceOp, ScaleMode, SteKind};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
@@ -183,12 +184,7 @@ fn mlp_forward(g: &mut Graph, qat: bool) -> MlpForward {
     let r = g.add_node(Op::Activation(Activation::Relu), vec![h], f32s(&[B, H]));
     let rw = matmul(g, r, w2q, B, C);
     let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![rw, b2], f32s(&[B, C]));
-    let ce = g.add_node(
-        Op::SoftmaxCrossEntropyWithLogits,
-        vec![logits, labels],
-        f32s(&[B]),
-    );
-    let loss = mean_loss(g, ce);
+    let loss = mean_softmax_cross_entropy(g, logits, labels, B);
     MlpForward {
         x,
         labels,
@@ -199,19 +195,6 @@ fn mlp_forward(g: &mut Graph, qat: bool) -> MlpForward {
         logits,
         loss,
     }
-}
-
-/// `mean(ce)` over its rows as a `[1]` loss.
-fn mean_loss(g: &mut Graph, ce: NodeId) -> NodeId {
-    g.add_node(
-        Op::Reduce {
-            op: ReduceOp::Mean,
-            axes: vec![0],
-            keep_dim: true,
-        },
-        vec![ce],
-        f32s(&[1]),
-    )
 }
 
 /// The MLP's training graph; `qat` fake-quantises w1 and w2 in the
@@ -296,29 +279,7 @@ fn mlp_init(seed: u64) -> Vec<(&'static str, Vec<f32>)> {
 fn mlp_loss_f64(params: &[(&str, Vec<f64>)], x: &[f32], labels: &[f32]) -> f64 {
     let p = |n: &str| &params.iter().find(|(k, _)| *k == n).unwrap().1;
     let (w1, b1, w2, b2) = (p("w1"), p("b1"), p("w2"), p("b2"));
-    let mut total = 0.0;
-    for n in 0..B {
-        let mut r = [0.0f64; H];
-        for (j, rj) in r.iter_mut().enumerate() {
-            let mut s = b1[j];
-            for d in 0..D {
-                s += x[n * D + d] as f64 * w1[d * H + j];
-            }
-            *rj = s.max(0.0);
-        }
-        let mut z = [0.0f64; C];
-        for (c, zc) in z.iter_mut().enumerate() {
-            let mut s = b2[c];
-            for (j, rj) in r.iter().enumerate() {
-                s += rj * w2[j * C + c];
-            }
-            *zc = s;
-        }
-        let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let lse = m + z.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
-        total += lse - z[labels[n] as usize];
-    }
-    total / B as f64
+    rlx_plugin_tests::mlp_reference::mean_cross_entropy(x, labels, w1, b1, w2, b2)
 }
 
 /// One training run: `steps` SGD steps at learning rate `lr` on `device`,
@@ -370,6 +331,29 @@ fn assert_grads_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], abs: f32,
                 "{what}: gradient {i}[{k}]: {a} vs {b}"
             );
         }
+    }
+}
+
+/// The CPU's own loop learns: its last loss is under half its first.
+fn assert_cpu_loss_halves(losses: &[f32]) {
+    assert!(
+        losses[losses.len() - 1] < 0.5 * losses[0],
+        "cpu loss did not halve: {:?}",
+        losses
+    );
+}
+
+/// [`check_loop`] in every mode.
+fn check_every_mode(
+    graph: &Graph,
+    inputs: &[(&str, Vec<f32>)],
+    init: &[(&'static str, Vec<f32>)],
+    steps: usize,
+    lr: f32,
+    cpu: &(Vec<f32>, Vec<Vec<f32>>),
+) {
+    for mode in MODES {
+        check_loop(mode, graph, inputs, init, steps, lr, cpu);
     }
 }
 
@@ -454,16 +438,10 @@ fn mlp_sgd_loop_matches_cpu() {
             );
         }
     }
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
+    assert_cpu_loss_halves(&cpu.0);
     check_directional_derivative(&graph, &inputs, &init, &cpu.1);
 
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }
 
 /// Central difference of the CPU's loss along the gradient direction:
@@ -595,12 +573,7 @@ fn conv_forward(g: &mut Graph) -> ConvForward {
     );
     let fw = matmul(g, flat, wf, N, NC);
     let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![fw, bf], f32s(&[N, NC]));
-    let ce = g.add_node(
-        Op::SoftmaxCrossEntropyWithLogits,
-        vec![logits, labels],
-        f32s(&[N]),
-    );
-    let loss = mean_loss(g, ce);
+    let loss = mean_softmax_cross_entropy(g, logits, labels, N);
     ConvForward {
         x,
         labels,
@@ -787,14 +760,8 @@ fn convnet_sgd_loop_matches_cpu() {
     let (steps, lr) = (20, 0.1);
     let cpu = train(Device::Cpu, &graph, &inputs, &init, steps, lr);
     check_directional_derivative(&graph, &inputs, &init, &cpu.1);
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    assert_cpu_loss_halves(&cpu.0);
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }
 
 #[test]
@@ -845,14 +812,8 @@ fn qat_mlp_sgd_loop_matches_cpu() {
         "quantisation changes nothing: {lp} vs {lq}"
     );
 
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    assert_cpu_loss_halves(&cpu.0);
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }
 
 // ── MLP through rlx-opt's autodiff ─────────────────────────────────────
@@ -907,15 +868,9 @@ fn mlp_autodiff_loop_matches_cpu() {
         cpu.0[0]
     );
     check_directional_derivative(&graph, &inputs, &init, &cpu.1);
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
+    assert_cpu_loss_halves(&cpu.0);
 
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }
 
 /// rlx-opt's training graph for `(forward, wrt)`: outputs `[loss, grads
@@ -979,14 +934,8 @@ fn convnet_autodiff_loop_matches_cpu() {
     ];
     assert_step0_matches_hand_written(&cpu, &conv_train_graph(), &hand_inputs, &init);
     check_directional_derivative(&graph, &inputs, &init, &cpu.1);
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    assert_cpu_loss_halves(&cpu.0);
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }
 
 /// The QAT MLP loop of `qat_mlp_sgd_loop_matches_cpu` on the training
@@ -1014,14 +963,8 @@ fn qat_mlp_autodiff_loop_matches_cpu() {
         ("dce", vec![1.0 / B as f32; B]),
     ];
     assert_step0_matches_hand_written(&cpu, &mlp_graph(true), &hand_inputs, &init);
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    assert_cpu_loss_halves(&cpu.0);
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }
 
 // ── Transformer block through rlx-opt's autodiff ───────────────────────
@@ -1131,12 +1074,7 @@ fn transformer_forward_graph() -> (Graph, Vec<NodeId>) {
     let h2 = g.add_node(Op::Binary(BinaryOp::Add), vec![h1, f], f32s(&[T, TD]));
     let z = matmul(&mut g, h2, wc, T, TC);
     let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![z, bc], f32s(&[T, TC]));
-    let ce = g.add_node(
-        Op::SoftmaxCrossEntropyWithLogits,
-        vec![logits, labels],
-        f32s(&[T]),
-    );
-    let loss = mean_loss(&mut g, ce);
+    let loss = mean_softmax_cross_entropy(&mut g, logits, labels, T);
     g.set_outputs(vec![loss]);
     (g, params)
 }
@@ -1234,12 +1172,6 @@ fn transformer_autodiff_loop_matches_cpu() {
     // Seen on the CPU: 1.18 -> 0.013.
     let cpu = train(Device::Cpu, &graph, &inputs, &init, steps, lr);
     check_directional_derivative_per_param(&graph, &inputs, &init, &cpu.1);
-    assert!(
-        cpu.0[steps - 1] < 0.5 * cpu.0[0],
-        "cpu loss did not halve: {:?}",
-        cpu.0
-    );
-    for mode in MODES {
-        check_loop(mode, &graph, &inputs, &init, steps, lr, &cpu);
-    }
+    assert_cpu_loss_halves(&cpu.0);
+    check_every_mode(&graph, &inputs, &init, steps, lr, &cpu);
 }

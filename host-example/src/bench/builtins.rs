@@ -192,7 +192,7 @@ fn add_broadcast() -> Graph {
 /// `rlx_opt::grad_with_loss` builds it (inputs x, labels and the seed
 /// `d_output`): what one SGD step of a training loop runs.
 fn mlp_train() -> Graph {
-    use rlx_ir::op::{Activation, BinaryOp, ReduceOp};
+    use rlx_ir::op::{Activation, BinaryOp};
     use rlx_ir::Op;
     let (b, d, h, c) = (256, 784, 256, 10);
     let mut g = Graph::new("mlp_train");
@@ -207,20 +207,7 @@ fn mlp_train() -> Graph {
     let r = g.add_node(Op::Activation(Activation::Relu), vec![hb], f32s(&[b, h]));
     let rw = g.add_node(Op::MatMul, vec![r, w2], f32s(&[b, c]));
     let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![rw, b2], f32s(&[b, c]));
-    let ce = g.add_node(
-        Op::SoftmaxCrossEntropyWithLogits,
-        vec![logits, labels],
-        f32s(&[b]),
-    );
-    let loss = g.add_node(
-        Op::Reduce {
-            op: ReduceOp::Mean,
-            axes: vec![0],
-            keep_dim: true,
-        },
-        vec![ce],
-        f32s(&[1]),
-    );
+    let loss = models::mean_softmax_cross_entropy(&mut g, logits, labels, b);
     g.set_outputs(vec![loss]);
     rlx_opt::grad_with_loss(&g, &[w1, b1, w2, b2])
 }
