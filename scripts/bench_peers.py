@@ -15,9 +15,13 @@ Each runs on the GPU when the framework sees one (`mx.default_device()`;
 Python process, as `rlx-host bench` runs each backend, so the first run and
 the peak RSS are that peer's alone. A run is timed up to the result being
 computed: `mx.eval` or `torch.cuda.synchronize()` inside the timed region.
-Inputs and params stay where the framework put them and the result is not
-copied back to the host, unlike `rlx-host bench`'s rows, whose every run
-passes host f32 buffers in and out through rlx-runtime.
+In the modes `eager` and `compiled`, inputs and params stay where the
+framework put them and the result is not copied back to the host, unlike
+`rlx-host bench`'s rows, whose every run passes host buffers in and out
+through rlx-runtime. The `+io` modes (`compiled+io` for MLX, `eager+io`
+for PyTorch) are those rows' like for like: every run makes its inputs from
+the host's NumPy arrays and copies its result back into a NumPy array
+(params stay resident, as the plugin keeps bound params).
 
 Data: seeded with NumPy like rlx-host's (inputs uniform in [-1, 1); a
 matrix param uniform in [-1, 1) / sqrt(its rows); a vector param uniform
@@ -60,7 +64,13 @@ MODELS = {
 MODELS["mlp-bf16"] = (MODELS["mlp"][0], MODELS["mlp"][1], "bf16")
 
 # (backend, mode, the package it needs)
-PEERS = [("python-mlx", "eager", "mlx"), ("python-mlx", "compiled", "mlx"), ("torch", "eager", "torch")]
+PEERS = [
+    ("python-mlx", "eager", "mlx"),
+    ("python-mlx", "compiled", "mlx"),
+    ("python-mlx", "compiled+io", "mlx"),
+    ("torch", "eager", "torch"),
+    ("torch", "eager+io", "torch"),
+]
 
 # Agreement with the float64 reference, as rlx-host bench's tolerance for
 # the same dtype: |got - ref| <= atol + rtol * |ref|.
@@ -202,18 +212,26 @@ def run_mlx(np, model, data, names, dtype, mode, runs, warmup):
     def f(*a):
         return forward(model, dict(zip(names, a)), gelu, mx.exp)
 
-    fn = mx.compile(f) if mode == "compiled" else f
+    fn = mx.compile(f) if mode.startswith("compiled") else f
+    n_inputs = len(MODELS[model][0])
+    host = [data[n] for n in names[:n_inputs]]
 
     def call():
+        if mode.endswith("+io"):
+            a = [mx.array(h) for h in host]
+            if dtype == "bf16":
+                a = [x.astype(mx.bfloat16) for x in a]
+            y = fn(*a, *arrays[n_inputs:])
+            return np.array(y.astype(mx.float32) if dtype == "bf16" else y)
         y = fn(*arrays)
         mx.eval(y)
         return y
 
     first, timed, y = time_runs(call, runs, warmup)
-    return device, first, timed, np.array(y.astype(mx.float32))
+    return device, first, timed, y if mode.endswith("+io") else np.array(y.astype(mx.float32))
 
 
-def run_torch(np, model, data, names, dtype, runs, warmup):
+def run_torch(np, model, data, names, dtype, mode, runs, warmup):
     import torch
 
     cuda = torch.cuda.is_available()
@@ -230,14 +248,21 @@ def run_torch(np, model, data, names, dtype, runs, warmup):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     gelu = torch.nn.functional.gelu  # approximate="none": the erf form
 
+    n_inputs = len(MODELS[model][0])
+    host = [data[n] for n in names[:n_inputs]]
+
     def call():
         with torch.inference_mode():
+            if mode.endswith("+io"):
+                a = [torch.from_numpy(h).to(device=dev, dtype=tdt) for h in host]
+                y = forward(model, dict(zip(names, a + tensors[n_inputs:])), gelu, torch.exp)
+                return y.float().cpu().numpy()
             y = forward(model, dict(zip(names, tensors)), gelu, torch.exp)
         sync()
         return y
 
     first, timed, y = time_runs(call, runs, warmup)
-    return device, first, timed, y.float().cpu().numpy()
+    return device, first, timed, y if mode.endswith("+io") else y.float().cpu().numpy()
 
 
 def measure(peer, model, runs, warmup, seed):
@@ -259,7 +284,7 @@ def measure(peer, model, runs, warmup, seed):
         return row(backend, mode, status="skipped", error="skipped: numpy not installed")
     data, names, dtype = make_data(np, model, seed)
     if backend == "torch":
-        device, first, timed, out = run_torch(np, model, data, names, dtype, runs, warmup)
+        device, first, timed, out = run_torch(np, model, data, names, dtype, mode, runs, warmup)
     else:
         device, first, timed, out = run_mlx(np, model, data, names, dtype, mode, runs, warmup)
     rss, rss_source = peak_rss()

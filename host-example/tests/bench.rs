@@ -189,7 +189,9 @@ fn peers_rows_join_the_table_and_missing_packages_are_skipped_rows() {
         [
             "peer:python-mlx:eager",
             "peer:python-mlx:compiled",
-            "peer:torch:eager"
+            "peer:python-mlx:compiled+io",
+            "peer:torch:eager",
+            "peer:torch:eager+io"
         ],
         "{v}"
     );
