@@ -40,7 +40,7 @@ use rlx_ir::lir::LirModule;
 use rlx_ir::{Graph, OpKind};
 use rlx_opt::pass::Pass as _;
 use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
-use rlx_plugin_api::{DType, HostTensor, Mode, Role, ValueInfo};
+use rlx_plugin_api::{DType, HostTensor, HostTensorRef, Mode, Role, ValueInfo};
 use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -637,18 +637,34 @@ impl PluginGraph {
         data: Cow<'_, [u8]>,
         have: rlx_ir::DType,
     ) -> HostTensor {
+        let (shape, bytes) = self.converted(kind, info, data, have);
+        HostTensor::new(info.dtype, shape, bytes.into_owned())
+            .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name)))
+    }
+
+    /// `info`'s concrete shape and the bytes in its dtype: `data` itself
+    /// (borrowed stays borrowed) when `have` is that dtype, else converted
+    /// through f32.
+    fn converted<'d>(
+        &self,
+        kind: &str,
+        info: &ValueInfo,
+        data: Cow<'d, [u8]>,
+        have: rlx_ir::DType,
+    ) -> (Vec<usize>, Cow<'d, [u8]>) {
         let n = data.len() / have.size_bytes().max(1);
         let shape = self.concrete_shape(kind, info, n);
         let bytes = match abi_dtype(have) {
-            Some(d) if d == info.dtype => data.into_owned(),
+            Some(d) if d == info.dtype => data,
             _ => {
                 let wide = rlx_runtime::backend::widen_bytes_to_f32(&data, have);
-                rlx_plugin_api::convert::f32_to_bytes(info.dtype, &wide)
-                    .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name)))
+                Cow::Owned(
+                    rlx_plugin_api::convert::f32_to_bytes(info.dtype, &wide)
+                        .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name))),
+                )
             }
         };
-        HostTensor::new(info.dtype, shape, bytes)
-            .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name)))
+        (shape, bytes)
     }
 
     /// `info`'s shape with at most one run-time size filled in from `n`.
@@ -693,10 +709,16 @@ impl PluginGraph {
     }
 
     fn run_bytes(&mut self, inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>) -> Vec<HostTensor> {
-        let mut tensors: Vec<(&str, HostTensor)> = Vec::with_capacity(inputs.len());
+        // Inputs in the dtype the plugin wants are lent to it as they are
+        // (it copies them into its own arrays); only converted ones are new.
+        type Input<'n, 'd> = (&'n str, DType, Vec<usize>, Cow<'d, [u8]>);
+        let mut given: Vec<Input<'_, '_>> = Vec::with_capacity(inputs.len());
         for (name, data, dt) in inputs {
             match self.inputs.get(name) {
-                Some(info) => tensors.push((name, self.tensor("input", info, data, dt))),
+                Some(info) => {
+                    let (shape, bytes) = self.converted("input", info, data, dt);
+                    given.push((name, info.dtype, shape, bytes));
+                }
                 None => log::debug!(
                     "{} plugin: the compiled graph has no input {name:?}; ignored",
                     self.plugin
@@ -706,12 +728,19 @@ impl PluginGraph {
         if let Some(missing) = self
             .inputs
             .keys()
-            .find(|k| !tensors.iter().any(|(n, _)| n == k))
+            .find(|k| !given.iter().any(|(n, ..)| n == k))
         {
             self.fail(format!("input {missing:?} was not given"));
         }
-        let named: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
-        let outs = self.exe.run(&named).unwrap_or_else(|e| self.fail(e));
+        let named: Vec<(&str, HostTensorRef<'_>)> = given
+            .iter()
+            .map(|(n, dtype, shape, bytes)| {
+                let t = HostTensorRef::new(*dtype, shape, bytes)
+                    .unwrap_or_else(|e| self.fail(format!("input {n:?}: {e}")));
+                (*n, t)
+            })
+            .collect();
+        let outs = self.exe.run_refs(&named).unwrap_or_else(|e| self.fail(e));
         if outs.len() != self.outputs.len() {
             self.fail(format!(
                 "run returned {} outputs, the signature declares {}",

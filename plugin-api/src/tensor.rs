@@ -401,12 +401,56 @@ pub struct BorrowedNamed<'a> {
     pub named: Vec<RlxNamedTensor>,
 }
 
+/// A borrowed host tensor: dtype, shape and compact row-major
+/// little-endian bytes that someone else owns (a run's input, passed to the
+/// plugin without a copy).
+#[derive(Clone, Copy, Debug)]
+pub struct HostTensorRef<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub data: &'a [u8],
+}
+
+impl<'a> HostTensorRef<'a> {
+    /// A view of `data`, which must hold exactly the bytes of `shape`.
+    pub fn new(dtype: DType, shape: &'a [usize], data: &'a [u8]) -> PluginResult<Self> {
+        let want = shape
+            .iter()
+            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+        if want != Some(data.len()) {
+            return Err(PluginError::invalid_argument(format!(
+                "tensor {dtype}{shape:?} needs {} bytes, got {}",
+                want.map_or("more than usize::MAX".to_string(), |w| w.to_string()),
+                data.len()
+            )));
+        }
+        Ok(HostTensorRef { dtype, shape, data })
+    }
+}
+
+impl<'a> From<&'a HostTensor> for HostTensorRef<'a> {
+    fn from(t: &'a HostTensor) -> Self {
+        HostTensorRef {
+            dtype: t.dtype,
+            shape: &t.shape,
+            data: &t.data,
+        }
+    }
+}
+
 /// `BORROWED` named descriptors of `inputs`, in order, for one run. The
 /// names are borrowed from `inputs`.
 pub fn borrow_named<'a>(inputs: &[(&'a str, &'a HostTensor)]) -> BorrowedNamed<'a> {
+    let views: Vec<(&'a str, HostTensorRef<'a>)> =
+        inputs.iter().map(|(n, t)| (*n, HostTensorRef::from(*t))).collect();
+    borrow_named_refs(&views)
+}
+
+/// As [`borrow_named`], for borrowed tensors.
+pub fn borrow_named_refs<'a>(inputs: &[(&'a str, HostTensorRef<'a>)]) -> BorrowedNamed<'a> {
     let views: Vec<RawView<'a>> = inputs
         .iter()
-        .map(|(_, t)| t.as_raw(ownership::BORROWED))
+        .map(|(_, t)| RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED))
         .collect();
     let named = inputs
         .iter()

@@ -9,7 +9,7 @@ use crate::plugin::{
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
-use crate::tensor::{ownership, DType, HostTensor, RlxDataType, RlxTensor};
+use crate::tensor::{ownership, DType, HostTensor, HostTensorRef, RlxDataType, RlxTensor};
 use crate::version::RlxAbiVersion;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -636,8 +636,16 @@ impl PluginExecutable {
 
     /// Run with named inputs.
     pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> PluginResult<Vec<HostTensor>> {
+        let refs: Vec<(&str, HostTensorRef<'_>)> =
+            inputs.iter().map(|(n, t)| (*n, HostTensorRef::from(*t))).collect();
+        self.run_refs(&refs)
+    }
+
+    /// Run with named inputs borrowed from the caller: the plugin reads them
+    /// in place (it copies what it keeps), so nothing is copied here.
+    pub fn run_refs(&mut self, inputs: &[(&str, HostTensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
         // Keep the views alive: the descriptors point into them.
-        let borrowed = crate::tensor::borrow_named(inputs);
+        let borrowed = crate::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
         let n_out = self.values(Role::Output).count();
         let mut slots = vec![RlxTensor::empty(); n_out];
