@@ -83,6 +83,7 @@ fn main() {
         .files([
             "src/array.cc",
             "src/compile.cc",
+            "src/cuda_copy.cc",
             "src/info.cc",
             "src/kernels.cc",
             "src/host_kernel.cc",

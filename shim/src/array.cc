@@ -1,5 +1,6 @@
 // Array handle: dtype mapping, construction, read-out.
 #include "rlx-mlx-shim/include/array.h"
+#include "rlx-mlx-shim/include/cuda_copy.h"
 
 #include <cstring>
 #include <mutex>
@@ -211,7 +212,10 @@ std::unique_ptr<Array> array_from_bytes(
         " bytes, shape and dtype need " + std::to_string(n));
   }
   mx::array x(mx::allocator::malloc(n), std::move(sh), dt);
-  if (n > 0) {
+  // For a GPU run the bytes go straight to the GPU; a CPU run (the CPU
+  // device of the CUDA build too) reads them where the host wrote them.
+  const bool to_gpu = thread_device_is_gpu();
+  if (n > 0 && !(to_gpu && cuda_copy::from_host(x, data.data(), n))) {
     std::memcpy(x.data<uint8_t>(), data.data(), n);
   }
   return wrap(std::move(x));
@@ -365,7 +369,9 @@ void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
       }
     }
   }
-  std::memcpy(out.data(), x.data<uint8_t>(), n);
+  if (!cuda_copy::to_host(x, out.data(), n)) {
+    std::memcpy(out.data(), x.data<uint8_t>(), n);
+  }
 }
 
 double array_item_f64(const Array& a) {
