@@ -731,3 +731,50 @@ fn the_cuda_plugin_directory_names_the_missing_driver_library() {
         "{out}"
     );
 }
+
+#[test]
+fn the_mlx_plugin_reports_its_build_and_judges_its_kernel_cache_as_compiled_mode_will() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::mlx_plugin_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = || {
+        let home = tempfile::tempdir().unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_rlx-host"))
+            .args(["plugins", "doctor", dir.to_str().unwrap()])
+            .env_remove("RLX_BACKEND_PLUGINS")
+            .env("RLX_HOME", home.path())
+            .env("TMPDIR", tmp.path())
+            .output()
+            .expect("spawn rlx-host");
+        assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+        stdout(&o)
+    };
+    let cache = tmp.path().join("mlx/0.32.4/cpu");
+    let out = run();
+    assert!(out.contains("  build    mlx.version = 0.32.4"), "{out}");
+    assert!(out.contains("  build    blas = "), "{out}");
+    let line = format!("  cache    CPU kernels {}: not made yet", cache.display());
+    assert!(out.contains(&line), "{out}");
+
+    // A cache another user could write into is refused, with what to do.
+    std::fs::create_dir_all(&cache).unwrap();
+    let mlx = tmp.path().join("mlx");
+    std::fs::set_permissions(&mlx, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run();
+    let line = format!("  cache    CPU kernels {}: refused: ", cache.display());
+    assert!(out.contains(&line), "{out}");
+    assert!(
+        out.contains("hint: compiled mode will not load kernels from it"),
+        "{out}"
+    );
+
+    // Our own 0755 directories (as MLX makes them) are fine.
+    for d in [&mlx, &tmp.path().join("mlx/0.32.4"), &cache] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = run();
+    assert!(
+        out.contains("ok (yours; compiled mode tightens it to mode 0700)"),
+        "{out}"
+    );
+}

@@ -22,3 +22,14 @@ pub fn physical_memory() -> u64 {
 pub fn physical_memory() -> u64 {
     u64::MAX
 }
+
+/// The temporary directory as libstdc++'s `temp_directory_path` finds it
+/// (where MLX puts its kernel caches): the first of `TMPDIR`, `TMP`,
+/// `TEMP`, `TEMPDIR` that is set, else `/tmp`.
+pub fn temp_dir() -> std::path::PathBuf {
+    ["TMPDIR", "TMP", "TEMP", "TEMPDIR"]
+        .iter()
+        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/tmp"))
+}

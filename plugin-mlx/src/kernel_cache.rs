@@ -18,19 +18,9 @@
 use rlx_plugin_api::trust::{check_ancestors, check_path, Need};
 use std::path::{Path, PathBuf};
 
-/// The temporary directory as libstdc++'s `temp_directory_path` finds it:
-/// the first of `TMPDIR`, `TMP`, `TEMP`, `TEMPDIR` that is set, else `/tmp`.
-fn temp_dir() -> PathBuf {
-    ["TMPDIR", "TMP", "TEMP", "TEMPDIR"]
-        .iter()
-        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
-}
-
 /// MLX's CPU kernel cache directory for this process.
 pub fn cpu_cache_dir() -> PathBuf {
-    temp_dir()
+    rlx_plugin_api::machine::temp_dir()
         .join("mlx")
         .join(rlx_mlx_shim::MLX_VERSION)
         .join("cpu")

@@ -3,12 +3,15 @@
 //! For each candidate discovery finds (or the one plugin PATH names) it
 //! lists every shared library the dynamic loader would need, where each is
 //! found and, for a missing one, every directory searched in the loader's
-//! order (`rlx_plugin_api::host::deps`); then what loading it gave and the
-//! devices a loaded plugin lists. Exit status: 0 when every candidate's
+//! order (`rlx_plugin_api::host::deps`); then what loading it gave, the
+//! devices a loaded plugin lists, its build info (MLX version, backend,
+//! BLAS) and the state of its kernel caches, with a hint where one costs
+//! speed or safety. Exit status: 0 when every candidate's
 //! libraries resolve, 1 when one is missing or unusable, 2 when PATH names
 //! no plugin.
 
 mod json;
+mod runtime;
 mod text;
 
 use rlx_plugin_api::host::deps::{self, DepWalk, SearchEnv, SonameClash};

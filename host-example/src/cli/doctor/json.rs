@@ -97,6 +97,11 @@ fn finding_json(f: &Finding) -> Value {
             "version": p.map(|p| p.descriptor().version.clone()),
             "abi_version": p.map(|p| p.abi_version().to_string()),
             "devices": devices(&f.report),
+            "runtime": super::runtime::notes(&f.report).into_iter().map(|n| json!({
+                "kind": n.kind,
+                "text": n.text,
+                "hint": n.hint,
+            })).collect::<Vec<_>>(),
         },
         "walked": f.walk.is_some(),
         "problem": f.walk.as_ref().and_then(|w| w.root_problem.clone()),

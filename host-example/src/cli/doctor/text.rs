@@ -80,6 +80,12 @@ pub(super) fn print(env: Option<&SearchEnv>, findings: &[Finding], ok: bool) {
         if !devs.is_empty() {
             println!("  devices  {}", devs.join(", "));
         }
+        for n in super::runtime::notes(&f.report) {
+            println!("  {:<8} {}", n.kind, n.text);
+            if let Some(h) = n.hint {
+                println!("           hint: {h}");
+            }
+        }
         if let Some(w) = &f.walk {
             print_walk(w);
         }

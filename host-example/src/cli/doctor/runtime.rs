@@ -1,0 +1,117 @@
+//! What a loaded plugin says about how it will run (its build info: MLX
+//! version, backend, BLAS, ...) and the state of the kernel caches an MLX
+//! plugin's compiled mode uses, each with a hint when it will cost the user
+//! speed or safety.
+
+use rlx_plugin_api::host::CandidateReport;
+use rlx_plugin_api::trust::{check_ancestors, check_path, Need};
+use std::path::{Path, PathBuf};
+
+/// One line of the doctor's runtime section.
+pub(super) struct Note {
+    /// `build` (a build-info entry) or `cache`.
+    pub kind: &'static str,
+    pub text: String,
+    pub hint: Option<String>,
+}
+
+/// The notes for a loaded plugin; none for one that did not load.
+pub(super) fn notes(report: &CandidateReport) -> Vec<Note> {
+    let Some(p) = report.plugin() else {
+        return Vec::new();
+    };
+    let info = &p.descriptor().build_info;
+    let mut out: Vec<Note> = info
+        .iter()
+        .map(|(k, v)| Note {
+            kind: "build",
+            text: format!("{k} = {v}"),
+            hint: build_hint(k, v),
+        })
+        .collect();
+    let get = |key: &str| info.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    // Only MLX plugins have these caches.
+    if let Some(version) = get("mlx.version") {
+        let base = rlx_plugin_api::machine::temp_dir()
+            .join("mlx")
+            .join(version);
+        out.push(cpu_cache(&base.join("cpu")));
+        if get("mlx.backend") == Some("cuda") {
+            let ptx = std::env::var_os("MLX_PTX_CACHE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| base.join("ptx"));
+            out.push(gpu_cache(&ptx));
+        }
+    }
+    out
+}
+
+fn build_hint(key: &str, value: &str) -> Option<String> {
+    (key == "blas" && !value.contains("(optimized)")).then(|| {
+        "the bundled reference BLAS makes f32 matmul about 60x slower: install OpenBLAS \
+         (Debian/Ubuntu: apt install libopenblas0-pthread) and the plugin uses it when it \
+         next loads"
+            .to_string()
+    })
+}
+
+/// MLX's CPU kernel cache, judged as compiled mode will judge it
+/// (plugin-mlx's kernel_cache.rs): a cache it refuses makes compiled mode
+/// run lazily.
+fn cpu_cache(dir: &Path) -> Note {
+    let text = |state: &str| format!("CPU kernels {}: {state}", dir.display());
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Note {
+            kind: "cache",
+            text: text("not made yet (compiled mode makes it, mode 0700, on its first compile)"),
+            hint: None,
+        };
+    }
+    let mlx = dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(dir)
+        .to_path_buf();
+    let verdict = check_ancestors(&mlx)
+        .and_then(|()| check_path(&mlx, Need::Own))
+        .and_then(|()| check_path(dir, Need::Own));
+    match verdict {
+        Err(e) => Note {
+            kind: "cache",
+            text: text(&format!("refused: {e}")),
+            hint: Some(format!(
+                "compiled mode will not load kernels from it and runs lazily instead: remove \
+                 {} or set TMPDIR to a directory of your own",
+                mlx.display()
+            )),
+        },
+        Ok(()) => Note {
+            kind: "cache",
+            text: text(match check_path(dir, Need::OwnedAndPrivate) {
+                Ok(()) => "ok (yours, mode 0700)",
+                Err(_) => "ok (yours; compiled mode tightens it to mode 0700)",
+            }),
+            hint: None,
+        },
+    }
+}
+
+/// MLX's CUDA kernel cache (NVRTC output): a missing one only costs the
+/// first compiled run its kernel compilation.
+fn gpu_cache(dir: &Path) -> Note {
+    let exists = dir.is_dir();
+    Note {
+        kind: "cache",
+        text: format!(
+            "GPU kernels {}: {}",
+            dir.display(),
+            if exists { "present" } else { "not made yet" }
+        ),
+        hint: (!exists).then(|| {
+            "the first compiled run of each graph compiles its kernels with NVRTC (seconds); \
+             set MLX_PTX_CACHE_DIR to a lasting directory to keep them across reboots"
+                .to_string()
+        }),
+    }
+}
