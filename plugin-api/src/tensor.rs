@@ -441,8 +441,10 @@ impl<'a> From<&'a HostTensor> for HostTensorRef<'a> {
 /// `BORROWED` named descriptors of `inputs`, in order, for one run. The
 /// names are borrowed from `inputs`.
 pub fn borrow_named<'a>(inputs: &[(&'a str, &'a HostTensor)]) -> BorrowedNamed<'a> {
-    let views: Vec<(&'a str, HostTensorRef<'a>)> =
-        inputs.iter().map(|(n, t)| (*n, HostTensorRef::from(*t))).collect();
+    let views: Vec<(&'a str, HostTensorRef<'a>)> = inputs
+        .iter()
+        .map(|(n, t)| (*n, HostTensorRef::from(*t)))
+        .collect();
     borrow_named_refs(&views)
 }
 

@@ -636,14 +636,19 @@ impl PluginExecutable {
 
     /// Run with named inputs.
     pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> PluginResult<Vec<HostTensor>> {
-        let refs: Vec<(&str, HostTensorRef<'_>)> =
-            inputs.iter().map(|(n, t)| (*n, HostTensorRef::from(*t))).collect();
+        let refs: Vec<(&str, HostTensorRef<'_>)> = inputs
+            .iter()
+            .map(|(n, t)| (*n, HostTensorRef::from(*t)))
+            .collect();
         self.run_refs(&refs)
     }
 
     /// Run with named inputs borrowed from the caller: the plugin reads them
     /// in place (it copies what it keeps), so nothing is copied here.
-    pub fn run_refs(&mut self, inputs: &[(&str, HostTensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
+    pub fn run_refs(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+    ) -> PluginResult<Vec<HostTensor>> {
         // Keep the views alive: the descriptors point into them.
         let borrowed = crate::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
