@@ -46,5 +46,5 @@ pub use plugin::{
 };
 pub use sized::AbiStruct;
 pub use strings::{RlxKeyValue, RlxStr};
-pub use tensor::{DType, HostTensor, HostTensorRef, RlxTensor, TensorRef};
+pub use tensor::{DType, HostTensor, HostTensorRef, OwnedTensor, RlxTensor, TensorRef};
 pub use version::{RlxAbiVersion, ABI_VERSION};

@@ -3,7 +3,7 @@
 
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::PluginResult;
-use crate::tensor::{DType, HostTensor, TensorRef};
+use crate::tensor::{DType, HostTensor, OwnedTensor, TensorRef};
 use std::sync::Arc;
 
 /// Who the plugin is (published once, at load).
@@ -313,6 +313,16 @@ pub trait Executable: Send {
     fn bind_param(&mut self, name: &str, param: BoundParam) -> PluginResult<()>;
     /// Run with named inputs; returns one tensor per output.
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>>;
+    /// As [`Executable::run`], with outputs handed over as descriptors: a
+    /// plugin whose results already sit in memory it can lend (until the
+    /// receiver releases them) overrides this to skip a copy.
+    fn run_owned(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<OwnedTensor>> {
+        Ok(self
+            .run(inputs)?
+            .into_iter()
+            .map(OwnedTensor::from_host)
+            .collect())
+    }
     /// (ABI 1.4) The device it runs on; None if the plugin does not say.
     fn device(&self) -> Option<DeviceInfo> {
         None

@@ -326,6 +326,82 @@ impl HostTensor {
     }
 }
 
+/// An output a plugin hands over: an `OWNED` descriptor whose deleter
+/// frees whatever backs it. Dropped without being handed over, it is
+/// released.
+#[derive(Debug)]
+pub struct OwnedTensor(RlxTensor);
+
+impl OwnedTensor {
+    /// A tensor that owns its bytes.
+    pub fn from_host(t: HostTensor) -> OwnedTensor {
+        OwnedTensor(t.into_raw_owned())
+    }
+
+    /// `len` compact row-major bytes at `data`, kept alive by `keeper` (an
+    /// array of the plugin's own, say), which is dropped when the receiver
+    /// releases the descriptor, on whatever thread it does so.
+    ///
+    /// # Safety
+    /// `data` must point at `len` readable bytes, the compact row-major
+    /// elements of `dtype` and `shape`, that stay valid and unmodified while
+    /// `keeper` lives.
+    pub unsafe fn kept_by<K: Send + 'static>(
+        dtype: DType,
+        shape: &[usize],
+        data: *const u8,
+        len: usize,
+        keeper: K,
+    ) -> PluginResult<OwnedTensor> {
+        let want = shape
+            .iter()
+            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+        if want != Some(len) {
+            return Err(PluginError::internal(format!(
+                "tensor {dtype}{shape:?} cannot be {len} bytes"
+            )));
+        }
+        struct Kept<K> {
+            _keeper: K,
+            _shape: Vec<i64>,
+        }
+        unsafe extern "C" fn drop_kept<K>(ctx: *mut c_void) {
+            if !ctx.is_null() {
+                drop(Box::from_raw(ctx as *mut Kept<K>));
+            }
+        }
+        let mut dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let mut raw = RlxTensor::empty();
+        raw.ownership = ownership::OWNED;
+        raw.dl.data = data as *mut c_void;
+        raw.dl.ndim = dims.len() as i32;
+        raw.dl.dtype = dtype.to_dl();
+        raw.dl.shape = dims.as_mut_ptr();
+        // Moving the Vec into the box keeps its heap buffer where it is.
+        let kept = Box::new(Kept {
+            _keeper: keeper,
+            _shape: dims,
+        });
+        raw.manager_ctx = Box::into_raw(kept) as *mut c_void;
+        raw.deleter = Some(drop_kept::<K>);
+        Ok(OwnedTensor(raw))
+    }
+
+    /// The descriptor, for the receiver, who now releases it.
+    pub fn into_raw(self) -> RlxTensor {
+        let raw = self.0;
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl Drop for OwnedTensor {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is owned and was never handed over.
+        unsafe { release(self.0) }
+    }
+}
+
 /// Release an owned descriptor (no-op for borrowed ones).
 ///
 /// # Safety

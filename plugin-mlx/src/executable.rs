@@ -9,7 +9,7 @@ use rlx_ir::{Graph, NodeId, Op, OpKind};
 use rlx_mlx_shim::array::{Device, DeviceGuard};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
 use rlx_plugin_api::{
-    BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, PluginError,
+    BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, OwnedTensor, PluginError,
     PluginResult, Role, TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
@@ -569,6 +569,78 @@ impl Executable for MlxExecutable {
 
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
         let _on = on_device(&self.device)?;
+        let outs = self.run_arrays(inputs)?;
+        outs.iter()
+            .zip(&self.graph.outputs)
+            .map(|(a, id)| self.host_output(a, *id))
+            .collect()
+    }
+
+    fn run_owned(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<OwnedTensor>> {
+        let _on = on_device(&self.device)?;
+        let outs = self.run_arrays(inputs)?;
+        let lend = self.device.kind == rlx_plugin_api::DeviceKind::Cpu;
+        outs.into_iter()
+            .zip(&self.graph.outputs)
+            .map(|(a, id)| {
+                let s = self.graph.shape(*id);
+                let dtype = ir_to_abi(s.dtype()).expect("checked");
+                let dims: Vec<usize> = static_dims(s.dims()).iter().map(|d| *d as usize).collect();
+                (a, id, dtype, dims)
+            })
+            .map(|(a, id, dtype, dims)| {
+                match lend.then(|| lent_output(&a, dtype, &dims)).flatten() {
+                    Some(t) => t,
+                    None => self.host_output(&a, *id).map(OwnedTensor::from_host),
+                }
+            })
+            .collect()
+    }
+}
+
+/// On the CPU, an evaluated row-major output is handed over in MLX's own
+/// buffer, kept alive by a reference to the array until the host releases
+/// it: no copy. The buffer is MLX's (the plugin never wraps host memory in
+/// an array), and the reference held keeps MLX from donating it to a later
+/// op. None for a strided or broadcast view (copied out instead).
+fn lent_output(
+    a: &A,
+    dtype: rlx_plugin_api::DType,
+    dims: &[usize],
+) -> Option<PluginResult<OwnedTensor>> {
+    /// An array reference that may be dropped on any thread (MLX's arrays
+    /// are reference counted atomically).
+    struct Keep(#[allow(dead_code)] A);
+    // SAFETY: see above; nothing else is reached through it.
+    unsafe impl Send for Keep {}
+    let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
+    let strides = array::array_strides(a);
+    let mut want = 1i64;
+    for (st, d) in strides.iter().zip(&shape).rev() {
+        if *d != 1 && *st != want {
+            return None;
+        }
+        want *= *d as i64;
+    }
+    let n = a.nbytes();
+    if n == 0 {
+        return None;
+    }
+    let ptr = match array::array_data_ptr(a) {
+        Ok(p) if p != 0 => p as *const u8,
+        _ => return None,
+    };
+    let keep = Keep(array::array_clone(a));
+    // SAFETY: `ptr` is the evaluated array's first element, `n` bytes of
+    // row-major elements (checked above) in a buffer the kept reference
+    // holds; MLX arrays are immutable once evaluated.
+    // (`kept_by` checks that `n` is the bytes of the declared shape.)
+    Some(unsafe { OwnedTensor::kept_by(dtype, dims, ptr, n, keep) })
+}
+
+impl MlxExecutable {
+    /// Bind, evaluate and check one run: its outputs as evaluated arrays.
+    fn run_arrays(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<A>> {
         // A failure left from an earlier run that failed before reading it.
         let _ = self.custom.failures().take();
         let mut leaves: HashMap<NodeId, A> = HashMap::new();
@@ -683,19 +755,19 @@ impl Executable for MlxExecutable {
                 b.array = v;
             }
         }
-        outs.iter()
-            .zip(&self.graph.outputs)
-            .map(|(a, id)| {
-                let s = self.graph.shape(*id);
-                let data = a
-                    .to_bytes()
-                    .map_err(|e| PluginError::internal(e.to_string()))?;
-                HostTensor::new(
-                    ir_to_abi(s.dtype()).expect("checked"),
-                    static_dims(s.dims()).iter().map(|d| *d as usize).collect(),
-                    data,
-                )
-            })
-            .collect()
+        Ok(outs)
+    }
+
+    /// Output `id`'s array copied out into a host tensor.
+    fn host_output(&self, a: &A, id: NodeId) -> PluginResult<HostTensor> {
+        let s = self.graph.shape(id);
+        let data = a
+            .to_bytes()
+            .map_err(|e| PluginError::internal(e.to_string()))?;
+        HostTensor::new(
+            ir_to_abi(s.dtype()).expect("checked"),
+            static_dims(s.dims()).iter().map(|d| *d as usize).collect(),
+            data,
+        )
     }
 }

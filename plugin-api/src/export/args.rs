@@ -2,7 +2,7 @@
 
 use crate::error::{PluginError, PluginResult};
 use crate::sized::AbiStruct;
-use crate::tensor::{HostTensor, RlxTensor};
+use crate::tensor::{HostTensor, OwnedTensor, RlxTensor};
 
 pub(super) unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> PluginResult<&'a mut T> {
     p.as_mut()
@@ -43,6 +43,17 @@ pub(super) unsafe fn write_outputs(
     slots: *mut RlxTensor,
     capacity: usize,
 ) -> PluginResult<usize> {
+    let owned = outs.into_iter().map(OwnedTensor::from_host).collect();
+    write_owned_outputs(owned, slots, capacity)
+}
+
+/// As [`write_outputs`], for outputs already made descriptors; on a count
+/// mismatch they are released here.
+pub(super) unsafe fn write_owned_outputs(
+    outs: Vec<OwnedTensor>,
+    slots: *mut RlxTensor,
+    capacity: usize,
+) -> PluginResult<usize> {
     if outs.len() > capacity {
         return Err(PluginError::invalid_argument(format!(
             "the op produced {} outputs but the caller has room for {capacity}",
@@ -54,7 +65,7 @@ pub(super) unsafe fn write_outputs(
     }
     let n = outs.len();
     for (i, t) in outs.into_iter().enumerate() {
-        slots.add(i).write(t.into_raw_owned());
+        slots.add(i).write(t.into_raw());
     }
     Ok(n)
 }

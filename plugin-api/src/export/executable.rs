@@ -1,6 +1,6 @@
 //! Header §7: compile, signature, bind, run and destroy.
 
-use super::args::{non_null_mut, read_arg, slice_or_empty, write_out, write_outputs};
+use super::args::{non_null_mut, read_arg, slice_or_empty, write_out, write_owned_outputs};
 use super::entry::state;
 use super::status::guard;
 use crate::error::{PluginError, PluginResult, RlxStatus};
@@ -312,14 +312,14 @@ pub(super) unsafe extern "C" fn executable_run(
                 .map_err(|e| e.context(format!("input {name:?}")))?;
             views.push((name, view));
         }
-        let outs = exe.exe().run(&views)?;
+        let outs = exe.exe().run_owned(&views)?;
         if outs.len() != n_outputs {
             return Err(PluginError::invalid_argument(format!(
                 "the executable has {} outputs but the caller passed {n_outputs} slots",
                 outs.len()
             )));
         }
-        write_outputs(outs, outputs, n_outputs).map(|_| ())
+        write_owned_outputs(outs, outputs, n_outputs).map(|_| ())
     })
 }
 
