@@ -308,7 +308,9 @@ typedef struct RlxPluginApi {
     /* Required. inputs (borrowed for the call) are n_inputs named tensors;
      * outputs points at n_outputs caller-owned slots, exactly the output
      * count. On success each slot holds an OWNED tensor the caller
-     * releases; on error none does. */
+     * releases; on error none does. An output stays valid until released,
+     * across later runs and executable_destroy; its deleter may be called
+     * on any thread (docs/ABI.md section 7). */
     RlxStatus* (*executable_run)(RlxExecutable* exe,
                                  const RlxNamedTensor* inputs, size_t n_inputs,
                                  RlxTensor* outputs, size_t n_outputs);
