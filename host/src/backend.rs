@@ -627,21 +627,6 @@ impl PluginGraph {
         panic!("{} plugin: {msg}", self.plugin)
     }
 
-    /// A tensor of `info`'s dtype and shape from `n` elements given as
-    /// bytes of `have` (converted through f32 when the dtypes differ).
-    /// Owned bytes of the right dtype are moved in, not copied.
-    fn tensor(
-        &self,
-        kind: &str,
-        info: &ValueInfo,
-        data: Cow<'_, [u8]>,
-        have: rlx_ir::DType,
-    ) -> HostTensor {
-        let (shape, bytes) = self.converted(kind, info, data, have);
-        HostTensor::new(info.dtype, shape, bytes.into_owned())
-            .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name)))
-    }
-
     /// `info`'s concrete shape and the bytes in its dtype: `data` itself
     /// (borrowed stays borrowed) when `have` is that dtype, else converted
     /// through f32.
@@ -702,8 +687,12 @@ impl PluginGraph {
             );
             return;
         };
-        let t = self.tensor("param", info, data, have);
-        if let Err(e) = self.exe.bind_param(name, &t) {
+        // Lent for the call, like run inputs: the plugin copies what it
+        // keeps, so a borrowed param of the right dtype is never copied here.
+        let (shape, bytes) = self.converted("param", info, data, have);
+        let t = HostTensorRef::new(info.dtype, &shape, &bytes)
+            .unwrap_or_else(|e| self.fail(format!("param {name:?}: {e}")));
+        if let Err(e) = self.exe.bind_param_ref(name, t) {
             self.fail(e)
         }
     }

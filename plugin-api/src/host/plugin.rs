@@ -614,7 +614,13 @@ impl PluginExecutable {
 
     /// Bind a param; the plugin copies it.
     pub fn bind_param(&mut self, name: &str, t: &HostTensor) -> PluginResult<()> {
-        let view = t.as_raw(ownership::BORROWED);
+        self.bind_param_ref(name, HostTensorRef::from(t))
+    }
+
+    /// Bind a param borrowed from the caller for the call; the plugin
+    /// copies it (so the caller needs no copy of its own first).
+    pub fn bind_param_ref(&mut self, name: &str, t: HostTensorRef<'_>) -> PluginResult<()> {
+        let view = crate::tensor::RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED);
         self.bind_raw(name, &view.raw)
     }
 
