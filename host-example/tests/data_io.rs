@@ -73,6 +73,22 @@ fn rlx_host(home: &Path, args: &[&str]) -> Output {
         .expect("spawn rlx-host")
 }
 
+/// `rlx-host run MODEL --backend mlx --inputs INPUTS [--output OUT]`.
+fn run_on_mlx(home: &Path, model: &Path, inputs: &Path, output: Option<&Path>) -> Output {
+    let mut args = vec![
+        "run",
+        model.to_str().unwrap(),
+        "--backend",
+        "mlx",
+        "--inputs",
+        inputs.to_str().unwrap(),
+    ];
+    if let Some(o) = output {
+        args.extend(["--output", o.to_str().unwrap()]);
+    }
+    rlx_host(home, &args)
+}
+
 /// The outputs file: name -> (dtype, shape, values as f64).
 fn read_outputs(path: &Path) -> Vec<(String, Dtype, Vec<usize>, Vec<f64>)> {
     let bytes = std::fs::read(path).unwrap();
@@ -224,19 +240,7 @@ fn one_input_from_npy() {
     let npy = dir.path().join("x.npy");
     write_npy(&npy, &[2, 3], &X);
     let out = dir.path().join("out.safetensors");
-    let o = rlx_host(
-        &home,
-        &[
-            "run",
-            m.to_str().unwrap(),
-            "--backend",
-            "mlx",
-            "--inputs",
-            npy.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = run_on_mlx(&home, &m, &npy, Some(&out));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got = read_outputs(&out);
     assert_eq!(got.len(), 1);
@@ -250,19 +254,7 @@ fn mismatched_files_are_errors_that_name_the_tensor() {
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let m = model(dir.path());
-    let run = |inputs: &Path| {
-        rlx_host(
-            &home,
-            &[
-                "run",
-                m.to_str().unwrap(),
-                "--backend",
-                "mlx",
-                "--inputs",
-                inputs.to_str().unwrap(),
-            ],
-        )
-    };
+    let run = |inputs: &Path| run_on_mlx(&home, &m, inputs, None);
     let y = ("y", Dtype::F32, vec![2, 3], le32(&[0.0; 6]));
     let cases: Vec<(&str, Vec<StTensor>, String)> = vec![
         (

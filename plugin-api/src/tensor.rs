@@ -241,13 +241,7 @@ pub struct HostTensor {
 
 impl HostTensor {
     pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> PluginResult<HostTensor> {
-        let want = shape.iter().product::<usize>() * dtype.size_bytes();
-        if data.len() != want {
-            return Err(PluginError::invalid_argument(format!(
-                "tensor {dtype}{shape:?} needs {want} bytes, got {}",
-                data.len()
-            )));
-        }
+        HostTensorRef::new(dtype, &shape, &data)?;
         Ok(HostTensor { dtype, shape, data })
     }
 
@@ -272,31 +266,7 @@ impl HostTensor {
 
     /// Move this tensor into an owned descriptor whose deleter frees it.
     pub fn into_raw_owned(self) -> RlxTensor {
-        struct Managed {
-            _data: Vec<u8>,
-            _shape: Vec<i64>,
-        }
-        unsafe extern "C" fn drop_managed(ctx: *mut c_void) {
-            if !ctx.is_null() {
-                drop(Box::from_raw(ctx as *mut Managed));
-            }
-        }
-        let mut shape: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
-        let mut data = self.data;
-        let mut raw = RlxTensor::empty();
-        raw.ownership = ownership::OWNED;
-        raw.dl.data = data.as_mut_ptr() as *mut c_void;
-        raw.dl.ndim = shape.len() as i32;
-        raw.dl.dtype = self.dtype.to_dl();
-        raw.dl.shape = shape.as_mut_ptr();
-        // Moving the Vecs into the box keeps their heap buffers where they are.
-        let managed = Box::new(Managed {
-            _data: data,
-            _shape: shape,
-        });
-        raw.manager_ctx = Box::into_raw(managed) as *mut c_void;
-        raw.deleter = Some(drop_managed);
-        raw
+        OwnedTensor::from_host(self).into_raw()
     }
 
     /// Copy a descriptor's elements into a `HostTensor` (any strides and
@@ -335,7 +305,12 @@ pub struct OwnedTensor(RlxTensor);
 impl OwnedTensor {
     /// A tensor that owns its bytes.
     pub fn from_host(t: HostTensor) -> OwnedTensor {
-        OwnedTensor(t.into_raw_owned())
+        let ptr = t.data.as_ptr();
+        // SAFETY: `ptr` is the bytes of `t.data`, which the descriptor keeps
+        // (moving a Vec does not move its heap buffer). Their length is not
+        // checked again here: the fields are public, and a mismatch is the
+        // receiver's to report, as before.
+        unsafe { Self::kept(t.dtype, &t.shape, ptr, t.data) }
     }
 
     /// `len` compact row-major bytes at `data`, kept alive by `keeper` (an
@@ -353,14 +328,24 @@ impl OwnedTensor {
         len: usize,
         keeper: K,
     ) -> PluginResult<OwnedTensor> {
-        let want = shape
-            .iter()
-            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
-        if want != Some(len) {
+        if compact_len(dtype, shape) != Some(len) {
             return Err(PluginError::internal(format!(
                 "tensor {dtype}{shape:?} cannot be {len} bytes"
             )));
         }
+        Ok(Self::kept(dtype, shape, data, keeper))
+    }
+
+    /// The descriptor of `kept_by`, unchecked.
+    ///
+    /// # Safety
+    /// As for [`OwnedTensor::kept_by`], except that the length is not known.
+    unsafe fn kept<K: Send + 'static>(
+        dtype: DType,
+        shape: &[usize],
+        data: *const u8,
+        keeper: K,
+    ) -> OwnedTensor {
         struct Kept<K> {
             _keeper: K,
             _shape: Vec<i64>,
@@ -384,7 +369,7 @@ impl OwnedTensor {
         });
         raw.manager_ctx = Box::into_raw(kept) as *mut c_void;
         raw.deleter = Some(drop_kept::<K>);
-        Ok(OwnedTensor(raw))
+        OwnedTensor(raw)
     }
 
     /// The descriptor, for the receiver, who now releases it.
@@ -477,6 +462,14 @@ pub struct BorrowedNamed<'a> {
     pub named: Vec<RlxNamedTensor>,
 }
 
+/// The bytes of a compact row-major tensor of `dtype` and `shape`; None
+/// when that overflows `usize`.
+fn compact_len(dtype: DType, shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d))
+}
+
 /// A borrowed host tensor: dtype, shape and compact row-major
 /// little-endian bytes that someone else owns (a run's input, passed to the
 /// plugin without a copy).
@@ -490,9 +483,7 @@ pub struct HostTensorRef<'a> {
 impl<'a> HostTensorRef<'a> {
     /// A view of `data`, which must hold exactly the bytes of `shape`.
     pub fn new(dtype: DType, shape: &'a [usize], data: &'a [u8]) -> PluginResult<Self> {
-        let want = shape
-            .iter()
-            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+        let want = compact_len(dtype, shape);
         if want != Some(data.len()) {
             return Err(PluginError::invalid_argument(format!(
                 "tensor {dtype}{shape:?} needs {} bytes, got {}",

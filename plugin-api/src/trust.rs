@@ -79,6 +79,32 @@ pub fn check_ancestors(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// MLX's CPU kernel cache for MLX `version` under the temporary directory
+/// `tmp`: `tmp/mlx/<version>/cpu`, where MLX's compiled mode writes and
+/// `dlopen`s its kernels.
+pub fn kernel_cache_dir(tmp: &Path, version: &str) -> std::path::PathBuf {
+    tmp.join("mlx").join(version).join("cpu")
+}
+
+/// May MLX load kernels from the existing cache `cpu`
+/// ([`kernel_cache_dir`])? Every directory above `mlx/` is the user's or
+/// root's and writable by no one else, `mlx/`, `<version>/` and `cpu/` are
+/// the user's own. `Ok(true)`: `cpu/` is already private (0700);
+/// `Ok(false)`: it is the user's but still needs tightening to 0700 (as
+/// MLX makes it, 0755); `Err`: why it must not be used.
+pub fn judge_kernel_cache(cpu: &Path) -> Result<bool, String> {
+    let ver = cpu.parent().unwrap_or(cpu);
+    let mlx = ver.parent().unwrap_or(ver);
+    check_ancestors(mlx)?;
+    check_path(mlx, Need::Own)?;
+    check_path(ver, Need::Own)?;
+    if check_path(cpu, Need::OwnedAndPrivate).is_ok() {
+        return Ok(true);
+    }
+    check_path(cpu, Need::Own)?;
+    Ok(false)
+}
+
 #[cfg(not(unix))]
 pub fn check_path(_path: &Path, _need: Need) -> Result<(), String> {
     Ok(())

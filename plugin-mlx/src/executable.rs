@@ -583,16 +583,13 @@ impl Executable for MlxExecutable {
         outs.into_iter()
             .zip(&self.graph.outputs)
             .map(|(a, id)| {
-                let s = self.graph.shape(*id);
-                let dtype = ir_to_abi(s.dtype()).expect("checked");
-                let dims: Vec<usize> = static_dims(s.dims()).iter().map(|d| *d as usize).collect();
-                (a, id, dtype, dims)
-            })
-            .map(|(a, id, dtype, dims)| {
-                match lend.then(|| lent_output(&a, dtype, &dims)).flatten() {
-                    Some(t) => t,
-                    None => self.host_output(&a, *id).map(OwnedTensor::from_host),
-                }
+                let lent = lend
+                    .then(|| {
+                        let (dtype, dims) = self.output_layout(*id);
+                        lent_output(&a, dtype, &dims)
+                    })
+                    .flatten();
+                lent.unwrap_or_else(|| self.host_output(&a, *id).map(OwnedTensor::from_host))
             })
             .collect()
     }
@@ -758,16 +755,21 @@ impl MlxExecutable {
         Ok(outs)
     }
 
+    /// Output `id`'s declared dtype and dims.
+    fn output_layout(&self, id: NodeId) -> (rlx_plugin_api::DType, Vec<usize>) {
+        let s = self.graph.shape(id);
+        (
+            ir_to_abi(s.dtype()).expect("checked"),
+            static_dims(s.dims()).iter().map(|d| *d as usize).collect(),
+        )
+    }
+
     /// Output `id`'s array copied out into a host tensor.
     fn host_output(&self, a: &A, id: NodeId) -> PluginResult<HostTensor> {
-        let s = self.graph.shape(id);
         let data = a
             .to_bytes()
             .map_err(|e| PluginError::internal(e.to_string()))?;
-        HostTensor::new(
-            ir_to_abi(s.dtype()).expect("checked"),
-            static_dims(s.dims()).iter().map(|d| *d as usize).collect(),
-            data,
-        )
+        let (dtype, dims) = self.output_layout(id);
+        HostTensor::new(dtype, dims, data)
     }
 }

@@ -15,15 +15,15 @@
 //! of this fails, compiled mode runs the graph lazily instead, with a
 //! warning that says why.
 
-use rlx_plugin_api::trust::{check_ancestors, check_path, Need};
+use rlx_plugin_api::trust::{check_path, judge_kernel_cache, kernel_cache_dir, Need};
 use std::path::{Path, PathBuf};
 
 /// MLX's CPU kernel cache directory for this process.
 pub fn cpu_cache_dir() -> PathBuf {
-    rlx_plugin_api::machine::temp_dir()
-        .join("mlx")
-        .join(rlx_mlx_shim::MLX_VERSION)
-        .join("cpu")
+    kernel_cache_dir(
+        &rlx_plugin_api::machine::temp_dir(),
+        rlx_mlx_shim::MLX_VERSION,
+    )
 }
 
 /// Make and check the cache directory; `Err` says why compiled kernels
@@ -38,15 +38,15 @@ pub fn check() -> Result<PathBuf, String> {
     for dir in [&mlx, &ver, &cpu] {
         make_private(dir)?;
     }
-    // The temporary directory and everything above it, then ours.
-    check_ancestors(&mlx)?;
-    check_path(&mlx, Need::Own)?;
-    check_path(&ver, Need::Own)?;
-    if let Err(e) = check_path(&cpu, Need::OwnedAndPrivate) {
+    if !judge_kernel_cache(&cpu)? {
         // An own directory nobody else can write (MLX makes it 0755) is
-        // only tightened; anything else is refused.
-        check_path(&cpu, Need::Own)?;
-        tighten(&cpu).map_err(|t| format!("{e}, and it cannot be made 0700: {t}"))?;
+        // only tightened; anything else was refused above.
+        tighten(&cpu).map_err(|t| {
+            let e = check_path(&cpu, Need::OwnedAndPrivate)
+                .err()
+                .unwrap_or_default();
+            format!("{e}, and it cannot be made 0700: {t}")
+        })?;
         check_path(&cpu, Need::OwnedAndPrivate)?;
     }
     Ok(cpu)

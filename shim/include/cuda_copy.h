@@ -10,10 +10,6 @@ namespace rlx::cuda_copy {
 
 namespace mx = mlx::core;
 
-// True when this process runs the CUDA build of MLX and the driver copies
-// are in use (RLX_MLX_CUDA_COPY=0 turns them off).
-bool enabled();
-
 // Copies the evaluated, row-contiguous `x` (n bytes) into `dst` with one
 // DMA when its buffer is in GPU memory; false, copying nothing, otherwise.
 bool to_host(const mx::array& x, void* dst, std::size_t n);

@@ -124,10 +124,6 @@ const CudaBufferLayout* cuda_buffer(const mx::array& x) {
 
 }  // namespace
 
-bool enabled() {
-  return driver().ok;
-}
-
 bool to_host(const mx::array& x, void* dst, std::size_t n) {
   const Driver& d = driver();
   if (!d.ok || n == 0) {

@@ -4,7 +4,7 @@
 //! speed or safety.
 
 use rlx_plugin_api::host::CandidateReport;
-use rlx_plugin_api::trust::{check_ancestors, check_path, Need};
+use rlx_plugin_api::trust::{judge_kernel_cache, kernel_cache_dir};
 use std::path::{Path, PathBuf};
 
 /// One line of the doctor's runtime section.
@@ -32,15 +32,14 @@ pub(super) fn notes(report: &CandidateReport) -> Vec<Note> {
     let get = |key: &str| info.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     // Only MLX plugins have these caches.
     if let Some(version) = get("mlx.version") {
-        let base = rlx_plugin_api::machine::temp_dir()
-            .join("mlx")
-            .join(version);
-        out.push(cpu_cache(&base.join("cpu")));
+        let cpu = kernel_cache_dir(&rlx_plugin_api::machine::temp_dir(), version);
+        out.push(cpu_cache(&cpu));
         if get("mlx.backend") == Some("cuda") {
+            // MLX's PTX cache sits beside the CPU one unless named.
             let ptx = std::env::var_os("MLX_PTX_CACHE_DIR")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
-                .unwrap_or_else(|| base.join("ptx"));
+                .unwrap_or_else(|| cpu.with_file_name("ptx"));
             out.push(gpu_cache(&ptx));
         }
     }
@@ -73,9 +72,7 @@ fn cpu_cache(dir: &Path) -> Note {
         .and_then(Path::parent)
         .unwrap_or(dir)
         .to_path_buf();
-    let verdict = check_ancestors(&mlx)
-        .and_then(|()| check_path(&mlx, Need::Own))
-        .and_then(|()| check_path(dir, Need::Own));
+    let verdict = judge_kernel_cache(dir);
     match verdict {
         Err(e) => Note {
             kind: "cache",
@@ -86,11 +83,12 @@ fn cpu_cache(dir: &Path) -> Note {
                 mlx.display()
             )),
         },
-        Ok(()) => Note {
+        Ok(private) => Note {
             kind: "cache",
-            text: text(match check_path(dir, Need::OwnedAndPrivate) {
-                Ok(()) => "ok (yours, mode 0700)",
-                Err(_) => "ok (yours; compiled mode tightens it to mode 0700)",
+            text: text(if private {
+                "ok (yours, mode 0700)"
+            } else {
+                "ok (yours; compiled mode tightens it to mode 0700)"
             }),
             hint: None,
         },
