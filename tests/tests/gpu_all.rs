@@ -40,6 +40,8 @@ mod mlx_shape;
 mod mlx_signal;
 #[path = "mlx_solve.rs"]
 mod mlx_solve;
+#[path = "mlx_splat.rs"]
+mod mlx_splat;
 #[path = "mlx_ssm.rs"]
 mod mlx_ssm;
 #[path = "mlx_train_act.rs"]

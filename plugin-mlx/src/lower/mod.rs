@@ -26,6 +26,7 @@ pub mod region;
 pub mod shape;
 pub mod signal;
 pub mod solve;
+pub mod splat;
 pub mod ssm;
 pub mod train_act;
 pub mod train_conv;
@@ -240,6 +241,7 @@ pub fn table() -> &'static [Lowering] {
             control::entries(),
             recurrent::entries(),
             ssm::entries(),
+            splat::entries(),
             train_act::entries(),
             train_norm::entries(),
             train_conv::entries(),
