@@ -134,27 +134,50 @@ fn walk(
     t
 }
 
+/// Rows are split into this many bands, each composited on its own
+/// thread. The split does not depend on the machine, so neither does the
+/// order in which the backward sums a splat's gradient: results are the
+/// same bits everywhere.
+const BANDS: usize = 8;
+
+/// `f` over `BANDS` contiguous row ranges of `0..h`, in parallel, results
+/// in row order.
+fn in_bands<T: Send>(h: usize, f: impl Fn(std::ops::Range<usize>) -> T + Sync) -> Vec<T> {
+    let per = h.div_ceil(BANDS).max(1);
+    let f = &f;
+    std::thread::scope(|sc| {
+        let jobs: Vec<_> = (0..h.div_ceil(per))
+            .map(|b| sc.spawn(move || f(b * per..((b + 1) * per).min(h))))
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// The framebuffer, `[height][width][rgba]`.
 pub fn render(splats: &[Option<Projected<f64>>], cam: &Camera, st: &Settings) -> Vec<f64> {
     let bins = Bins::new(splats, st);
-    let (w, h) = (st.width as usize, st.height as usize);
-    let mut out = vec![0.0; w * h * 4];
-    let mut hits = Vec::new();
-    for y in 0..h {
-        for x in 0..w {
-            let t = walk(&bins, splats, st, x, y, &mut hits);
-            let px = &mut out[(y * w + x) * 4..][..4];
-            let mut rgb = cam.background.map(|b| t * b);
-            for hit in &hits {
-                let col = splats[hit.splat].as_ref().unwrap().color;
-                for (acc, c) in rgb.iter_mut().zip(col) {
-                    *acc += c * hit.alpha * hit.t;
+    let w = st.width as usize;
+    in_bands(st.height as usize, |rows| {
+        let mut out = Vec::with_capacity(rows.len() * w * 4);
+        let mut hits = Vec::new();
+        for y in rows {
+            for x in 0..w {
+                let t = walk(&bins, splats, st, x, y, &mut hits);
+                let mut rgb = cam.background.map(|b| t * b);
+                for hit in &hits {
+                    let col = splats[hit.splat].as_ref().unwrap().color;
+                    for (acc, c) in rgb.iter_mut().zip(col) {
+                        *acc += c * hit.alpha * hit.t;
+                    }
                 }
+                out.extend([rgb[0], rgb[1], rgb[2], 1.0 - t]);
             }
-            px.copy_from_slice(&[rgb[0], rgb[1], rgb[2], 1.0 - t]);
         }
-    }
-    out
+        out
+    })
+    .concat()
 }
 
 /// The loss's gradient with respect to each splat's screen quantities:
@@ -167,43 +190,52 @@ pub fn backward(
     d_rgb: &[f64],
 ) -> Vec<[f64; 9]> {
     let bins = Bins::new(splats, st);
-    let (w, h) = (st.width as usize, st.height as usize);
-    let mut grads = vec![[0.0; 9]; splats.len()];
-    let mut hits = Vec::new();
-    for y in 0..h {
-        for x in 0..w {
-            let g = &d_rgb[(y * w + x) * 3..][..3];
-            if g.iter().all(|v| *v == 0.0) {
-                continue;
-            }
-            let t_final = walk(&bins, splats, st, x, y, &mut hits);
-            // `after`: g · (what is composited behind the current hit).
-            let mut after: f64 = (0..3).map(|ch| g[ch] * t_final * cam.background[ch]).sum();
-            for hit in hits.iter().rev() {
-                let p = splats[hit.splat].as_ref().unwrap();
-                let gs = &mut grads[hit.splat];
-                let weight = hit.alpha * hit.t;
-                let mut g_dot_c = 0.0;
-                for ch in 0..3 {
-                    gs[6 + ch] += g[ch] * weight;
-                    g_dot_c += g[ch] * p.color[ch];
-                }
-                let d_alpha = hit.t * g_dot_c - after / (1.0 - hit.alpha);
-                after += g_dot_c * weight;
-                if hit.clamped {
+    let w = st.width as usize;
+    let bands = in_bands(st.height as usize, |rows| {
+        let mut grads = vec![[0.0; 9]; splats.len()];
+        let mut hits = Vec::new();
+        for y in rows {
+            for x in 0..w {
+                let g = &d_rgb[(y * w + x) * 3..][..3];
+                if g.iter().all(|v| *v == 0.0) {
                     continue;
                 }
-                gs[5] += d_alpha * hit.gauss;
-                let d_power = d_alpha * hit.alpha;
-                let [a, b, c] = p.conic;
-                let (dx, dy) = (hit.dx, hit.dy);
-                gs[0] += d_power * (a * dx + b * dy);
-                gs[1] += d_power * (c * dy + b * dx);
-                gs[2] += d_power * (-0.5 * dx * dx);
-                gs[3] += d_power * (-dx * dy);
-                gs[4] += d_power * (-0.5 * dy * dy);
+                let t_final = walk(&bins, splats, st, x, y, &mut hits);
+                // `after`: g · (what is composited behind the current hit).
+                let mut after: f64 = (0..3).map(|ch| g[ch] * t_final * cam.background[ch]).sum();
+                for hit in hits.iter().rev() {
+                    let p = splats[hit.splat].as_ref().unwrap();
+                    let gs = &mut grads[hit.splat];
+                    let weight = hit.alpha * hit.t;
+                    let mut g_dot_c = 0.0;
+                    for ch in 0..3 {
+                        gs[6 + ch] += g[ch] * weight;
+                        g_dot_c += g[ch] * p.color[ch];
+                    }
+                    let d_alpha = hit.t * g_dot_c - after / (1.0 - hit.alpha);
+                    after += g_dot_c * weight;
+                    if hit.clamped {
+                        continue;
+                    }
+                    gs[5] += d_alpha * hit.gauss;
+                    let d_power = d_alpha * hit.alpha;
+                    let [a, b, c] = p.conic;
+                    let (dx, dy) = (hit.dx, hit.dy);
+                    gs[0] += d_power * (a * dx + b * dy);
+                    gs[1] += d_power * (c * dy + b * dx);
+                    gs[2] += d_power * (-0.5 * dx * dx);
+                    gs[3] += d_power * (-dx * dy);
+                    gs[4] += d_power * (-0.5 * dy * dy);
+                }
             }
         }
+        grads
+    });
+    let mut total = vec![[0.0; 9]; splats.len()];
+    for band in bands {
+        for (t, g) in total.iter_mut().zip(band) {
+            t.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+        }
     }
-    grads
+    total
 }
