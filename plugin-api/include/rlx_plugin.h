@@ -788,6 +788,70 @@ typedef const RlxPluginApi* (*RlxEntryFn)(const RlxHostApi* host);
 RLX_PLUGIN_EXPORT const RlxPluginApi* rlx_plugin_entry(const RlxHostApi* host);
 #endif
 
+/* ======================================================================
+ * 10. The manifest (optional)                ABI.md §19 (manifest/)
+ * ====================================================================== */
+
+/* A manifest is data the build embeds in the library, in its own section
+ * (ELF ".rlx_manifest"; Mach-O segment "__DATA", section "__rlx_manifest"),
+ * so that a host can read the plugin's name, version, ABI version, device
+ * kinds and ops from the file without loading it, and refuse a library of
+ * another ABI major before dlopen. Little-endian on every platform: the
+ * fixed header below, then `total_size - header_size` bytes of
+ * NUL-terminated "key=value" entries (name and version exactly once;
+ * device and op any number of times; unknown keys are skipped; empty
+ * strings are padding). Bytes after total_size in the section must be
+ * zero. Optional: a library without one loads as before. */
+#define RLX_MANIFEST_SECTION_ELF ".rlx_manifest"
+#define RLX_MANIFEST_SEGMENT_MACHO "__DATA"
+#define RLX_MANIFEST_SECTION_MACHO "__rlx_manifest"
+#define RLX_MANIFEST_FORMAT_VERSION 1u
+#define RLX_MANIFEST_HEADER_SIZE 32u
+
+typedef struct RlxManifestHeader {
+    char magic[8];           /* 'R','L','X','M','A','N','I','F', no NUL */
+    uint16_t format_version; /* RLX_MANIFEST_FORMAT_VERSION */
+    uint16_t header_size;    /* where the entries start */
+    uint32_t total_size;     /* header and entries, in bytes */
+    uint32_t abi_major;      /* what the entry claims (ABI.md §3) */
+    uint32_t abi_minor;
+    uint32_t abi_patch;
+    uint32_t reserved; /* 0 */
+} RlxManifestHeader;
+
+/* RLX_PLUGIN_MANIFEST(major, minor, patch, strings), at file scope, embeds
+ * a manifest; `strings` is a string literal of NUL-terminated entries:
+ *
+ *   RLX_PLUGIN_MANIFEST(RLX_ABI_VERSION_MAJOR, RLX_ABI_VERSION_MINOR, 0,
+ *                       "name=c-demo\0" "version=0.1.0\0" "device=cpu\0"
+ *                       "op=Binary\0")
+ *
+ * The header is written in the compiler's byte order, so the macro is
+ * offered for GCC and Clang on little-endian targets only (every target
+ * this ABI runs on); elsewhere write the bytes by hand. The literal's own
+ * terminating NUL and the struct's tail padding are empty strings, which
+ * readers skip. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__APPLE__)
+#define RLX_MANIFEST_PLACEMENT_ __attribute__((used, section("__DATA,__rlx_manifest")))
+#else
+#define RLX_MANIFEST_PLACEMENT_ __attribute__((used, section(".rlx_manifest")))
+#endif
+#define RLX_PLUGIN_MANIFEST(major, minor, patch, strings)                     \
+    struct RlxManifestImage_ {                                                \
+        RlxManifestHeader header;                                             \
+        char entries[sizeof(strings)];                                        \
+    };                                                                        \
+    RLX_MANIFEST_PLACEMENT_ static const struct RlxManifestImage_             \
+        rlx_plugin_manifest_ = {                                              \
+            {{'R', 'L', 'X', 'M', 'A', 'N', 'I', 'F'},                        \
+             RLX_MANIFEST_FORMAT_VERSION, RLX_MANIFEST_HEADER_SIZE,           \
+             (uint32_t)sizeof(struct RlxManifestImage_), (major), (minor),    \
+             (patch), 0},                                                     \
+            strings}
+#endif
+
 /* Layout checks every compiler of this header makes. */
 #if defined(__cplusplus)
 #define RLX_STATIC_ASSERT(c, m) static_assert(c, m)
@@ -824,6 +888,11 @@ RLX_STATIC_ASSERT(sizeof(RlxDeviceInfo) == RLX_DEVICE_INFO_STRUCT_SIZE,
                   "RlxDeviceInfo has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxPluginDescriptor) == RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE,
                   "RlxPluginDescriptor has tail padding");
+/* The manifest header's offsets are the format's (ABI.md §19). */
+RLX_STATIC_ASSERT(sizeof(RlxManifestHeader) == RLX_MANIFEST_HEADER_SIZE &&
+                      offsetof(RlxManifestHeader, total_size) == 12 &&
+                      offsetof(RlxManifestHeader, abi_major) == 16,
+                  "RlxManifestHeader is not the manifest's layout");
 
 #ifdef __cplusplus
 } /* extern "C" */

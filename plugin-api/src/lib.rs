@@ -6,6 +6,8 @@
 //! - Hosts (feature `host`) discover plugin libraries, load them, check
 //!   versions and layouts, and use them through safe wrappers
 //!   ([`host::PluginSet`], [`host::LoadedPlugin`]).
+//! - A plugin's build may embed a [`manifest`] that hosts read from the file
+//!   without loading it (`docs/ABI.md` §19).
 //!
 //! The ABI itself is the C header `include/rlx_plugin.h`; `docs/ABI.md` is
 //! its normative prose. The Rust modules mirror the header's sections:
@@ -23,6 +25,7 @@ pub mod export;
 pub mod graph_text;
 pub mod log;
 pub mod machine;
+pub mod manifest;
 pub mod plugin;
 pub mod sized;
 pub mod strings;

@@ -17,8 +17,31 @@ use std::sync::OnceLock;
 /// Write the plugin's entry symbol. `$make` is an expression that builds
 /// the plugin (a value implementing [`Plugin`]); it runs once, at the first
 /// handshake that passes the version check.
+///
+/// With `manifest: M` (a `const` [`crate::manifest::Manifest`]) the library
+/// also carries a manifest (docs/ABI.md §19), encoded at compile time, that
+/// a host reads without loading the library:
+///
+/// ```ignore
+/// const MANIFEST: Manifest = Manifest::new("demo", env!("CARGO_PKG_VERSION"))
+///     .devices(&["cpu"])
+///     .ops(&["Input", "Binary"]);
+/// rlx_plugin_api::export_plugin!(Demo::new(), manifest: MANIFEST);
+/// ```
+///
+/// Its name and ABI version must be what the entry reports; its op list,
+/// when given, what `init` registers (a test of the plugin's should compare
+/// them, since the manifest is written by hand).
 #[macro_export]
 macro_rules! export_plugin {
+    ($make:expr, manifest: $manifest:expr) => {
+        $crate::export_manifest!($manifest);
+        $crate::export_plugin!($make);
+    };
+    ($make:expr, $opts:expr, manifest: $manifest:expr) => {
+        $crate::export_manifest!($manifest);
+        $crate::export_plugin!($make, $opts);
+    };
     ($make:expr) => {
         $crate::export_plugin!($make, $crate::export::EntryOptions::default());
     };

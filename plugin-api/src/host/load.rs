@@ -1,5 +1,6 @@
-//! Loading one plugin file: dlopen → entry → version and layout checks →
-//! registration. Every way this can fail is a [`LoadError`] variant, and
+//! Loading one plugin file: trust and file checks → the embedded manifest's
+//! ABI major, when it has one (docs/ABI.md §19) → dlopen → entry → version
+//! and layout checks → registration. Every way this can fail is a [`LoadError`] variant, and
 //! none of them takes the host down.
 //!
 //! Libraries are never unloaded, loaded or rejected: a library's
@@ -43,6 +44,12 @@ pub enum LoadError {
     EntryPanicked { message: String },
     /// ABI majors differ.
     AbiMismatch(VersionMismatch),
+    /// The library's embedded manifest (docs/ABI.md §19) declares another
+    /// ABI major: refused before `dlopen`, so none of its code ran.
+    ManifestAbiMismatch(VersionMismatch),
+    /// The library carries a manifest that breaks the format: refused
+    /// before `dlopen` (its build is broken; what else it claims is unknown).
+    InvalidManifest { detail: String },
     /// The plugin refused this host (its own check of the host's version,
     /// or another failure it reported from its entry).
     Refused { code: StatusCode, message: String },
@@ -81,6 +88,15 @@ impl fmt::Display for LoadError {
             LoadError::EntryReturnedNull => write!(f, "the plugin's `{ENTRY_SYMBOL}` returned null"),
             LoadError::EntryPanicked { message } => write!(f, "{message}"),
             LoadError::AbiMismatch(m) => write!(f, "ABI version mismatch: {m}"),
+            LoadError::ManifestAbiMismatch(m) => write!(
+                f,
+                "ABI version mismatch, read from the library's embedded manifest: {m}; \
+                 not loaded (none of its code ran)"
+            ),
+            LoadError::InvalidManifest { detail } => write!(
+                f,
+                "malformed embedded manifest: {detail}; not loaded (none of its code ran)"
+            ),
             LoadError::Refused { code, message } => write!(f, "the plugin refused to load ({code}): {message}"),
             LoadError::LayoutMismatch { detail } => write!(
                 f,
@@ -123,6 +139,7 @@ pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin,
     })?;
     super::elf_check::check_elf_bounds(&image)
         .map_err(|detail| LoadError::InvalidLibrary { detail })?;
+    check_manifest(&image)?;
     drop(image);
     let lib = open_library(path)?;
     // Never unloaded (see the module docs).
@@ -161,6 +178,21 @@ pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin,
     }
     plugin.init()?;
     Ok(plugin)
+}
+
+/// Refuse, before `dlopen`, a library whose embedded manifest says it was
+/// built for another ABI major, or is malformed. A library without a
+/// manifest (optional for plugins), or one this reader cannot parse, goes
+/// on to the loader as before.
+fn check_manifest(image: &[u8]) -> Result<(), LoadError> {
+    use super::manifest::{read_manifest, ManifestReadError};
+    match read_manifest(image) {
+        Ok(Some(m)) => {
+            check_compatible(ABI_VERSION, m.abi_version).map_err(LoadError::ManifestAbiMismatch)
+        }
+        Ok(None) | Err(ManifestReadError::Unreadable(_)) => Ok(()),
+        Err(ManifestReadError::Malformed(e)) => Err(LoadError::InvalidManifest { detail: e.0 }),
+    }
 }
 
 /// Refuse files that are not libraries before handing them to the loader.

@@ -6,6 +6,7 @@ pub mod discover;
 mod elf_check;
 pub mod load;
 mod log_sink;
+pub mod manifest;
 pub mod plugin;
 pub mod set;
 pub mod trusted;
@@ -16,6 +17,7 @@ pub use discover::{
     ENV_PLUGINS,
 };
 pub use load::{load_plugin, load_plugin_with, LoadError};
+pub use manifest::{read_manifest, read_manifest_file, ManifestReadError};
 pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport, PluginExecutable};
 pub use set::{CandidateReport, CandidateState, PluginSet};
 pub use trusted::{TrustPolicy, ENV_ALLOW_INSECURE};
