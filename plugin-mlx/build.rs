@@ -32,6 +32,8 @@
 mod elf_names;
 #[path = "build/gpu.rs"]
 mod gpu;
+#[path = "build/ops.rs"]
+mod ops;
 #[path = "../build-support/wheel.rs"]
 mod wheel;
 
@@ -71,6 +73,10 @@ fn main() {
         )
     });
     println!("cargo:rustc-env=RLX_MLX_BUNDLE_DIR={}", bundle.display());
+    ops::write(
+        &PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("src"),
+        &out,
+    );
 
     if let Some(variant) = gpu {
         gpu::lay_out(variant, &profile_dir.join("plugins"));

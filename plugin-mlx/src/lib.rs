@@ -15,7 +15,8 @@ pub mod executable;
 pub mod graph_check;
 pub mod kernel_cache;
 pub mod lower;
+pub mod manifest;
 pub mod memory;
 pub mod plugin;
 
-rlx_plugin_api::export_plugin!(plugin::MlxPlugin::new());
+rlx_plugin_api::export_plugin!(plugin::MlxPlugin::new(), manifest: manifest::MANIFEST);
