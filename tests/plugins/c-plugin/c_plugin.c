@@ -2731,6 +2731,13 @@ static const RlxDataType k_f32[] = {{RLX_DL_FLOAT, 32, 1}};
     {RLX_OP_SUPPORT_STRUCT_SIZE, STR_INIT(kind), k_f32, COUNT(k_f32)},
 static const RlxLoweringEntry k_lowering[] = {C_DEMO_OPS(LOWERING_ROW)};
 static const RlxOpSupport k_support[] = {C_DEMO_OPS(SUPPORT_ROW)};
+
+/* The manifest (ABI.md §19): what the entry claims and the same op rows,
+ * readable from the file by a host that has not loaded it. */
+#define MANIFEST_OP(kind, note, eager) "op=" kind "\0"
+RLX_PLUGIN_MANIFEST(RLX_ABI_VERSION_MAJOR, RLX_C_PLUGIN_MINOR, 0,
+                    "name=" PLUGIN_NAME "\0" "version=" PLUGIN_VERSION "\0"
+                    "device=cpu\0" C_DEMO_OPS(MANIFEST_OP));
 #define N_OPS COUNT(k_lowering)
 _Static_assert(COUNT(k_lowering) == 6, "update the pointer arrays below");
 
