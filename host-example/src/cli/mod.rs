@@ -1,6 +1,7 @@
 //! Command-line interface.
 
 pub mod doctor;
+mod inspect_static;
 pub mod plugins;
 
 use clap::{Parser, Subcommand};
@@ -28,7 +29,8 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// List every plugin candidate and what became of it; `inspect PATH`
-    /// shows one plugin's descriptor, ops, lowering table and custom ops;
+    /// shows one plugin's descriptor, ops, lowering table and custom ops
+    /// (`inspect --static PATH`: its embedded manifest, without loading it);
     /// `check PATH` runs the conformance kit on it; `doctor [PATH]` shows
     /// where the loader finds each library a plugin needs.
     Plugins {
@@ -98,9 +100,17 @@ pub enum Command {
 #[derive(Subcommand)]
 pub enum PluginsAction {
     /// Show everything one plugin registers.
+    ///
+    /// With --static: only what its embedded manifest says (name, version,
+    /// ABI version, device kinds, ops), read from the file without loading
+    /// the plugin or running any of its code. Exit status 1 when the
+    /// library carries no manifest.
     Inspect {
-        /// The plugin library file.
+        /// The plugin library file, or a plugin directory holding one.
         path: PathBuf,
+        /// Read the embedded manifest instead of loading the plugin.
+        #[arg(long = "static")]
+        static_only: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -141,7 +151,16 @@ pub fn dispatch(cli: Cli) -> CliResult {
     match cli.command {
         Command::Plugins { action: None, json } => plugins::list(cli.plugins, json),
         Command::Plugins {
-            action: Some(PluginsAction::Inspect { path, json: j }),
+            action:
+                Some(PluginsAction::Inspect {
+                    path,
+                    static_only: true,
+                    json: j,
+                }),
+            json,
+        } => inspect_static::inspect_static(&path, json || j),
+        Command::Plugins {
+            action: Some(PluginsAction::Inspect { path, json: j, .. }),
             json,
         } => plugins::inspect(&path, json || j),
         Command::Plugins {
