@@ -433,6 +433,8 @@ pub struct RunReport {
     pub compare: Option<String>,
     /// Where the plugin came from, for the readable report.
     pub plugin_path: Option<String>,
+    /// With `--explain` on a plugin: where each node ran.
+    pub placement: Option<rlx_plugin_host::partition::Plan>,
 }
 
 fn num(v: f64) -> serde_json::Value {
@@ -447,7 +449,9 @@ fn num(v: f64) -> serde_json::Value {
 impl RunReport {
     /// The contract object: `{"backend", "mode", "outputs": [{"name",
     /// "shape", "dtype", "max_abs_err", "max_rel_err"}], "compile_ms",
-    /// "run_ms"}`; error fields are null without a comparison.
+    /// "run_ms", "placement"}`; error fields are null without a comparison,
+    /// `placement` ([`Plan::to_json`](rlx_plugin_host::partition::Plan::to_json))
+    /// without `--explain`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "backend": self.backend,
@@ -461,6 +465,7 @@ impl RunReport {
             })).collect::<Vec<_>>(),
             "compile_ms": num(self.compile_ms),
             "run_ms": num(self.run_ms),
+            "placement": self.placement.as_ref().map(|p| p.to_json()),
         })
     }
 
@@ -499,6 +504,10 @@ impl RunReport {
             &["OUTPUT", "SHAPE", "DTYPE", "MAX ABS ERR", "MAX REL ERR"],
             &rows,
         );
+        if let Some(p) = &self.placement {
+            println!("\nwhere each node ran (the graph as rlx-runtime's pipeline prepared it):");
+            print!("{p}");
+        }
     }
 }
 
@@ -542,6 +551,10 @@ pub struct RunOptions {
     pub inputs: Option<std::path::PathBuf>,
     /// Write the outputs to this safetensors file.
     pub output: Option<std::path::PathBuf>,
+    /// Report where each node runs ([`RunReport::placement`]).
+    pub explain: bool,
+    /// Whether nodes the plugin does not take may run on the CPU backend.
+    pub fallback: rlx_plugin_host::partition::Fallback,
     pub plugins: Vec<std::path::PathBuf>,
 }
 
@@ -584,10 +597,18 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
             backend: opts.backend.clone(),
             device: PLUGIN_DEVICE,
             mode: opts.mode,
+            fallback: opts.fallback,
             ..Default::default()
         })?;
         let path = installed.plugin.path().display().to_string();
         (PLUGIN_DEVICE, Some(opts.mode), Some(path))
+    };
+    let placement = match (opts.explain, mode) {
+        (true, Some(_)) => Some(
+            rlx_plugin_host::backend::explain(device, &graph)
+                .map_err(|e| format!("{}: {e}", opts.backend))?,
+        ),
+        _ => None,
     };
     let exec = match mode {
         Some(m) => rlx_backend::with_mode(m, || execute(device, &graph, &data, 1)),
@@ -640,6 +661,7 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
         run_ms: exec.mean_run_ms(),
         compare: opts.compare.clone(),
         plugin_path,
+        placement,
     })
 }
 

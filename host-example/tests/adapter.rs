@@ -98,17 +98,34 @@ fn the_fixture_claims_only_its_ops() {
 fn an_op_the_plugin_cannot_run_is_a_one_line_error_naming_it() {
     setup();
     // Softmax is not claimed: rlx-runtime decomposes it into ops the
-    // fixture does not claim either (reductions), so the compile fails
-    // before the plugin sees the graph, naming the op.
+    // fixture does not claim either (reductions). Without fallback the
+    // compile fails before the plugin sees the graph, naming the op; with
+    // it (the default) the Softmax runs on the CPU backend.
     let mut g = Graph::new("softmax");
     let x = g.input("x", Shape::new(&[2, 4], DType::F32));
     let y = g.sm(x, -1);
     g.set_outputs(vec![y]);
     let data = random_data(&g, 0).unwrap();
+    use rlx_plugin_host::partition::Fallback;
+    assert!(rlx_backend::set_fallback(Device::Mlx, Fallback::Never));
     let err = execute(Device::Mlx, &g, &data, 1).unwrap_err();
+    assert!(rlx_backend::set_fallback(Device::Mlx, Fallback::Cpu));
     assert!(!err.contains('\n'), "{err}");
     assert!(err.contains("fixture plugin:"), "{err}");
     assert!(err.contains("claim"), "{err}");
+    let split = execute(Device::Mlx, &g, &data, 1).unwrap();
+    let cpu = execute(Device::Cpu, &g, &data, 1).unwrap();
+    assert_eq!(
+        split.outputs, cpu.outputs,
+        "the Softmax ran on the CPU backend"
+    );
+    let plan = rlx_backend::explain(Device::Mlx, &g).unwrap();
+    assert!(
+        plan.partitions
+            .iter()
+            .all(|p| p.side == rlx_plugin_host::partition::Side::Cpu),
+        "{plan}"
+    );
 
     // Claimed kind, unsupported variant (Activation is claimed, the fixture
     // runs only Relu): the plugin's own error comes back.

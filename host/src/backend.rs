@@ -21,6 +21,14 @@
 //!    ([`PluginGraph`]) that converts rlx-runtime's f32 (or typed) buffers
 //!    to and from the dtypes the executable's signature declares.
 //!
+//! When steps 1–3 fail for the plugin's claims, or leave a node whose dtype
+//! the plugin does not claim, and fallback is on ([`set_fallback`], the
+//! default), the pipeline runs again for the plugin's and the CPU
+//! backend's claims together. The plugin then compiles the partitions it
+//! takes, the CPU backend compiles the rest, and a
+//! [`crate::partition::SplitGraph`] runs them in order ([`explain`] shows
+//! the plan). A graph the plugin takes whole is never split.
+//!
 //! [`lower_for_claims`] runs steps 1–3 without a plugin: what a plugin
 //! claiming a given op set would be sent.
 //!
@@ -36,6 +44,7 @@
 //! which rlx-runtime compiles at their first run (use [`set_plugin_mode`]
 //! for those).
 
+pub use crate::partition::Fallback;
 use rlx_ir::lir::LirModule;
 use rlx_ir::{Graph, OpKind};
 use rlx_opt::pass::Pass as _;
@@ -54,6 +63,8 @@ struct Registration {
     /// The plugin's supported ops as rlx-ir kinds (leaked once per plugin).
     ops: &'static [OpKind],
     mode: Mode,
+    /// Whether nodes the plugin does not take may run on the CPU backend.
+    fallback: Fallback,
     /// The per-tensor limit its compiles send (ABI 1.7); None = the
     /// plugin's own.
     memory_limit: Option<u64>,
@@ -124,6 +135,7 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
                 plugin: plugin.clone(),
                 ops,
                 mode,
+                fallback: Fallback::Cpu,
                 memory_limit: None,
             },
         );
@@ -157,6 +169,39 @@ fn update_registration(device: Device, f: impl FnOnce(&mut Registration)) -> boo
 /// plugin (ABI 1.7 `memory_limit_bytes`; None = the plugin's own limit).
 /// A graph with a larger tensor then fails to compile, naming it. Returns
 /// false when no plugin is registered for the device.
+/// Whether graphs compiled on `device` may run the nodes its plugin does
+/// not take on rlx-runtime's CPU backend (the default), or fail at the
+/// first such node. False when no plugin is registered for `device`.
+pub fn set_fallback(device: Device, fallback: Fallback) -> bool {
+    match registry()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(&device)
+    {
+        Some(r) => {
+            r.fallback = fallback;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Where each node of `graph` would run when compiled on `device` with
+/// default options: the plugin, or the CPU backend and why, partition by
+/// partition. The nodes are those of the graph after rlx-runtime's
+/// pipeline, as the plugin would receive them.
+pub fn explain(device: Device, graph: &Graph) -> Result<crate::partition::Plan, String> {
+    let backend = crate::guard::catch_raw(make_backend_for(device))?;
+    let options = CompileOptions::default();
+    crate::guard::catch_quiet(|| {
+        backend.placed(&options, &|l: &Lowering, o: &CompileOptions| {
+            Ok(l.lower(graph.clone(), o))
+        })
+    })?
+    .map(|(_, plan)| plan)
+    .map_err(|e| e.to_string())
+}
+
 pub fn set_memory_limit(device: Device, limit: Option<u64>) -> bool {
     update_registration(device, |r| r.memory_limit = limit)
 }
@@ -198,7 +243,14 @@ pub fn with_mode<R>(mode: Mode, f: impl FnOnce() -> R) -> R {
 // ---- the factory: rlx-runtime takes a plain `fn()`, one per device ----
 
 fn make_backend<const I: usize>() -> Box<dyn Backend> {
-    let device = Device::all()[I];
+    Box::new(make_backend_for(Device::all()[I])())
+}
+
+fn make_backend_for(device: Device) -> impl FnOnce() -> PluginBackend {
+    move || make_plugin_backend(device)
+}
+
+fn make_plugin_backend(device: Device) -> PluginBackend {
     let reg = registry()
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -210,7 +262,7 @@ fn make_backend<const I: usize>() -> Box<dyn Backend> {
         ops: reg.ops,
         label: reg.plugin.descriptor().name.clone(),
     };
-    Box::new(PluginBackend { reg, lowering })
+    PluginBackend { reg, lowering }
 }
 
 macro_rules! factories {
@@ -442,6 +494,31 @@ fn unclaimed_message(graph: &Graph, nodes: &[(rlx_ir::NodeId, OpKind)]) -> Strin
     )
 }
 
+/// rlx-runtime's pipeline for one claim set (a [`Lowering`]), from the
+/// input a compile entry point was given to the graph the plugin would get.
+type Staged<'a> = dyn Fn(&Lowering, &CompileOptions) -> Result<Graph, rlx_ir::hir::LowerError> + 'a;
+
+/// The plugin's claims and the CPU backend's together, leaked once per
+/// claim set (rlx-runtime wants a `&'static` list).
+fn union_claims(plugin: &'static [OpKind]) -> &'static [OpKind] {
+    static CACHE: OnceLock<Mutex<HashMap<usize, &'static [OpKind]>>> = OnceLock::new();
+    let mut map = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry(plugin.as_ptr() as usize).or_insert_with(|| {
+        let mut all = plugin.to_vec();
+        if let Some(cpu) = rlx_runtime::registry::backend_for(Device::Cpu) {
+            for k in cpu.supported_ops() {
+                if !all.contains(k) {
+                    all.push(*k);
+                }
+            }
+        }
+        Box::leak(all.into_boxed_slice())
+    })
+}
+
 // ---- the backend ----
 
 struct PluginBackend {
@@ -461,6 +538,92 @@ pub fn rng_policy_number(b: rlx_ir::RngBackend) -> u32 {
 }
 
 impl PluginBackend {
+    /// May nodes the plugin does not take run on the CPU backend?
+    fn falls_back(&self) -> bool {
+        // A plugin registered for the CPU device itself has nothing to fall back to.
+        self.reg.fallback == Fallback::Cpu && self.lowering.device != Device::Cpu
+    }
+
+    /// The graph as rlx-runtime's pipeline prepares it, and where each of
+    /// its nodes runs. `lower` runs the pipeline for a claim set. The
+    /// plugin's claims come first: a graph the pipeline can fit to them
+    /// (decomposing what the plugin lacks) goes to the plugin whole, unless
+    /// a node's dtype is not claimed. When it cannot, and fallback is
+    /// allowed, the pipeline runs again for the plugin's and the CPU
+    /// backend's claims together, and the nodes the plugin does not take go
+    /// to the CPU.
+    fn placed(
+        &self,
+        options: &CompileOptions,
+        lower: &Staged<'_>,
+    ) -> Result<(Graph, crate::partition::Plan), rlx_ir::hir::LowerError> {
+        let claims = crate::partition::Claims::of(&self.reg.plugin);
+        let g = if !self.falls_back() {
+            lower(&self.lowering, options)?
+        } else {
+            match crate::guard::catch_raw(|| lower(&self.lowering, options)) {
+                Ok(r) => r?,
+                Err(why) => {
+                    log::debug!(
+                        "{} plugin cannot take the graph whole: {why}",
+                        self.lowering.label
+                    );
+                    let both = Lowering {
+                        ops: union_claims(self.reg.ops),
+                        ..self.lowering.clone()
+                    };
+                    lower(&both, options)?
+                }
+            }
+        };
+        let plan = crate::partition::Plan::new(&g, &claims);
+        Ok((g, plan))
+    }
+
+    /// The plan's executable: the plugin's alone when it takes every node
+    /// (or fallback is off: then its compile names the first node it
+    /// refuses), else the partitions on the plugin and the CPU backend.
+    fn compile_placed(
+        &self,
+        options: &CompileOptions,
+        lower: &Staged<'_>,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        let (graph, plan) = self.placed(options, lower)?;
+        if plan.is_whole() || !self.falls_back() {
+            return Ok(self.build(graph, options.rng));
+        }
+        log::info!(
+            "{} plugin: the graph runs split with the CPU backend:\n{plan}",
+            self.lowering.label
+        );
+        let cpu = rlx_runtime::registry::backend_for(Device::Cpu).unwrap_or_else(|| {
+            self.lowering
+                .fail("no CPU backend is registered to fall back to")
+        });
+        Ok(Box::new(crate::partition::SplitGraph::compile(
+            &graph,
+            &plan,
+            |sub| self.build(sub, options.rng),
+            |sub| cpu.compile(sub, options),
+        )))
+    }
+
+    /// [`Self::compile_placed`] for `compile_hir` and `compile_module`:
+    /// rlx-runtime's stages for the input under the plugin's options and
+    /// the claim set tried, then the post-fusion steps.
+    fn compile_staged(
+        &self,
+        options: &CompileOptions,
+        stages: impl Fn(&CompileOptions) -> Result<rlx_opt::CompileResult, rlx_ir::hir::LowerError>,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        self.compile_placed(options, &|l: &Lowering, o: &CompileOptions| {
+            let o = &rlx_runtime::stages::options_with_supported_ops(&l.options(o), l.ops);
+            let result = l.stage(|| stages(o))?;
+            rlx_runtime::stages::maybe_log_fusion(&result.fusion);
+            Ok(l.prepare(result.lir, o))
+        })
+    }
+
     fn build(&self, graph: Graph, rng: rlx_ir::RngOptions) -> Box<dyn ExecutableGraph> {
         let name = &self.lowering.label;
         let text = rlx_ir::rlxmodel::to_text(&graph).unwrap_or_else(|e| {
@@ -496,25 +659,14 @@ impl PluginBackend {
             .unwrap_or_else(|e| self.lowering.fail(e));
         Box::new(PluginGraph::new(exe, name.clone()))
     }
-
-    /// `compile_hir` and `compile_module`: rlx-runtime's stages for the
-    /// input under the plugin's options, then the plugin's compile.
-    fn compile_staged(
-        &self,
-        options: &CompileOptions,
-        stages: impl FnOnce(&CompileOptions) -> Result<rlx_opt::CompileResult, rlx_ir::hir::LowerError>,
-    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
-        let options = &self.lowering.options(options);
-        let result = self.lowering.stage(|| stages(options))?;
-        rlx_runtime::stages::maybe_log_fusion(&result.fusion);
-        Ok(self.compile_lir(result.lir, options))
-    }
 }
 
 impl Backend for PluginBackend {
     fn compile(&self, graph: Graph, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
-        let lir = self.lowering.stages(graph, options);
-        self.compile_lir(lir, options)
+        self.compile_placed(options, &|l: &Lowering, o: &CompileOptions| {
+            Ok(l.lower(graph.clone(), o))
+        })
+        .unwrap_or_else(|e| self.lowering.fail(e))
     }
 
     fn compile_hir(
@@ -524,7 +676,7 @@ impl Backend for PluginBackend {
         options: &CompileOptions,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
         self.compile_staged(options, |o| {
-            rlx_runtime::stages::compile_hir_stages(device, hir, o)
+            rlx_runtime::stages::compile_hir_stages(device, hir.clone(), o)
         })
     }
 
@@ -535,13 +687,15 @@ impl Backend for PluginBackend {
         options: &CompileOptions,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
         self.compile_staged(options, |o| {
-            rlx_runtime::stages::compile_module_stages(device, module, o)
+            rlx_runtime::stages::compile_module_stages(device, module.clone(), o)
         })
     }
 
     fn compile_lir(&self, lir: LirModule, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
-        let graph = self.lowering.prepare(lir, options);
-        self.build(graph, options.rng)
+        self.compile_placed(options, &|l: &Lowering, o: &CompileOptions| {
+            Ok(l.prepare(lir.clone(), o))
+        })
+        .unwrap_or_else(|e| self.lowering.fail(e))
     }
 
     fn supported_ops(&self) -> &'static [OpKind] {

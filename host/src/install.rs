@@ -23,6 +23,10 @@ pub struct Options {
     /// = the plugin's own limit (its device's memory). See
     /// [`crate::backend::set_memory_limit`].
     pub memory_limit: Option<u64>,
+    /// Whether the nodes the plugin does not take run on rlx-runtime's CPU
+    /// backend (the default) or make the compile fail. See
+    /// [`crate::backend::set_fallback`] and [`crate::partition`].
+    pub fallback: crate::partition::Fallback,
     /// Whether plugins another user could have written are loaded
     /// (default: refused; `RLX_ALLOW_INSECURE_PLUGINS=1` also allows).
     pub trust: TrustPolicy,
@@ -40,6 +44,7 @@ impl Default for Options {
             device: Device::Mlx,
             mode: Mode::Lazy,
             memory_limit: None,
+            fallback: crate::partition::Fallback::Cpu,
             trust: TrustPolicy::from_env(),
             log_to_stderr: false,
         }
@@ -71,6 +76,7 @@ pub fn install(opts: &Options) -> Result<Installed, String> {
     let plugin = find_plugin(&set, &opts.backend)?;
     crate::register_plugin_backend(plugin.clone(), opts.device, opts.mode);
     crate::backend::set_memory_limit(opts.device, opts.memory_limit);
+    crate::backend::set_fallback(opts.device, opts.fallback);
     Ok(Installed {
         set,
         plugin,

@@ -31,6 +31,9 @@
 //! - [`custom_ops`]: a plugin's custom ops as rlx-ir ops, and host kernels
 //!   registered with the plugin, rlx-ir and rlx-cpu in one call;
 //! - [`guard`]: rlx-runtime's panics as one-line errors;
+//! - [`partition`]: where each node runs when the plugin cannot take a
+//!   graph whole (the rest runs on rlx-runtime's CPU backend), and the
+//!   explanation [`backend::explain`] returns;
 //! - process-wide policy a program may opt into at the start of `main`,
 //!   before it starts threads: [`kernel_cache::use_stable_cache`] (keep
 //!   compiled kernels between processes) and
@@ -42,6 +45,7 @@ pub mod guard;
 mod install;
 pub mod kernel_cache;
 pub mod malloc_policy;
+pub mod partition;
 
 pub use backend::{register_plugin_backend, set_plugin_mode, with_mode};
 pub use install::{find_plugin, install, missing_plugin_message, Installed, Options};

@@ -72,6 +72,14 @@ pub enum Command {
         /// safetensors file.
         #[arg(long, value_name = "FILE.safetensors")]
         output: Option<PathBuf>,
+        /// Print where each node runs (the plugin, or the CPU backend and
+        /// why), the partitions and the bytes crossing between them.
+        #[arg(long)]
+        explain: bool,
+        /// Run on the plugin whole or fail: no node falls back to the CPU
+        /// backend, and the first one the plugin does not take is the error.
+        #[arg(long)]
+        no_fallback: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -180,6 +188,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
             params,
             inputs,
             output,
+            explain,
+            no_fallback,
             json,
         } => {
             let mode = Mode::from_name(&mode).ok_or_else(|| {
@@ -193,6 +203,12 @@ pub fn dispatch(cli: Cli) -> CliResult {
                 params,
                 inputs,
                 output,
+                explain,
+                fallback: if no_fallback {
+                    rlx_plugin_host::partition::Fallback::Never
+                } else {
+                    rlx_plugin_host::partition::Fallback::Cpu
+                },
                 plugins: cli.plugins,
             };
             let report = crate::run::run_model_file(&model, &opts)?;
