@@ -7,7 +7,7 @@
 //! backend, printing the parity.
 //!
 //! ```sh
-//! cargo build --workspace && cargo run -p rlx-host --example custom_op
+//! cargo run -p rlx-host --example custom_op
 //! ```
 //!
 //! The plugin is found like `rlx-host` finds it: `RLX_BACKEND_PLUGINS`,

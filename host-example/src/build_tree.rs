@@ -18,18 +18,38 @@ pub fn profile_dir() -> Option<PathBuf> {
     }
 }
 
-/// `profile/plugins/mlx` with `profile/librlx_mlx` copied in, once per
+/// The plugin library `stem` (`rlx_mlx`, `rlx_test_fixture`) as cargo
+/// built it last: `cargo build` puts it in `profile/`, and `cargo test`,
+/// which builds it because the test crates list it as a dev-dependency,
+/// leaves it in `profile/deps/`. The newer of the two is today's source.
+pub fn built_library(profile: &Path, stem: &str) -> Result<PathBuf, String> {
+    let file = rlx_plugin_api::host::library_file_name(stem);
+    let candidates = [profile.join(&file), profile.join("deps").join(&file)];
+    candidates
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p.clone())
+        .ok_or_else(|| {
+            format!(
+                "{file} is in neither {} nor {}: `cargo test --workspace` builds it",
+                profile.display(),
+                profile.join("deps").display()
+            )
+        })
+}
+
+/// `profile/plugins/mlx` with the built `librlx_mlx` ([`built_library`]) copied in, once per
 /// process (a temp name and a rename, so a concurrent process never sees
 /// a half-written library). An error says what to build.
 pub fn mlx_plugin_dir(profile: &Path) -> Result<PathBuf, String> {
     static DONE: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
     let dir = profile.join("plugins").join("mlx");
     let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
-    let built = profile.join(&file);
-    if !built.exists() || !dir.join("mlx").exists() {
+    let built = built_library(profile, "rlx_mlx")?;
+    if !dir.join("mlx").exists() {
         return Err(format!(
-            "{} or {} is missing: run `cargo build --workspace` first",
-            built.display(),
+            "{} is not laid out: the MLX plugin's build script makes it (`cargo test --workspace` runs it)",
             dir.display()
         ));
     }

@@ -106,11 +106,22 @@ fn run_on_the_fixture_prints_one_json_object_with_small_errors() {
         ]);
         let v = json(&o);
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        for k in ["backend", "mode", "outputs", "compile_ms", "run_ms", "placement"] {
+        for k in [
+            "backend",
+            "mode",
+            "outputs",
+            "compile_ms",
+            "run_ms",
+            "placement",
+        ] {
             assert!(keys.contains(&k), "{k} missing from {v}");
         }
         assert_eq!(keys.len(), 6, "{v}");
-        assert_eq!(v["placement"], serde_json::Value::Null, "only with --explain");
+        assert_eq!(
+            v["placement"],
+            serde_json::Value::Null,
+            "only with --explain"
+        );
         assert_eq!(v["backend"], "fixture");
         assert_eq!(v["mode"], mode);
         assert!(v["compile_ms"].as_f64().unwrap() >= 0.0);

@@ -11,15 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn test_plugin(name: &str) -> PathBuf {
-    let p = common::profile_dir().join(rlx_plugin_api::host::library_file_name(&format!(
-        "rlx_test_{name}"
-    )));
-    assert!(
-        p.exists(),
-        "{} is missing: the test plugins are built by `cargo build --workspace`",
-        p.display()
-    );
-    p
+    common::built(&format!("rlx_test_{name}"))
 }
 
 /// `rlx-host plugins check PATH [--json]`, discovery limited to PATH.

@@ -18,13 +18,7 @@ fn inspect_static(path: &Path, json: bool) -> Output {
 }
 
 fn test_plugin(name: &str) -> PathBuf {
-    let p = common::profile_dir().join(rlx_plugin_api::host::library_file_name(name));
-    assert!(
-        p.exists(),
-        "{} is missing: the test plugins are built by `cargo build --workspace`",
-        p.display()
-    );
-    p
+    common::built(name)
 }
 
 fn text(o: &Output) -> String {

@@ -19,14 +19,8 @@ pub fn profile_dir() -> PathBuf {
 
 /// The built test plugin `rlx_test_<name>` (e.g. `fixture`, `null_entry`).
 pub fn test_plugin(name: &str) -> PathBuf {
-    let file = rlx_plugin_api::host::library_file_name(&format!("rlx_test_{name}"));
-    let p = profile_dir().join(&file);
-    assert!(
-        p.exists(),
-        "{} is missing: the test plugins are built by `cargo build --workspace` (run the README's test command)",
-        p.display()
-    );
-    p
+    rlx_host::build_tree::built_library(&profile_dir(), &format!("rlx_test_{name}"))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A fresh temp directory holding copies of `files` as `(source, file name)`.

@@ -1445,7 +1445,7 @@ fn rlx_host_bin() -> PathBuf {
     let p = profile_dir().join(format!("rlx-host{}", std::env::consts::EXE_SUFFIX));
     assert!(
         p.exists(),
-        "{} is missing: build it first (`cargo build -p rlx-host`, or `cargo build --workspace`)",
+        "{} is missing: `cargo test --workspace` builds it",
         p.display()
     );
     p

@@ -15,15 +15,10 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The working test plugin, built by `cargo build --workspace`.
+/// The working test plugin (built by `cargo test`: see `built_library`).
 pub fn fixture_path() -> PathBuf {
-    let p = profile_dir().join(rlx_plugin_api::host::library_file_name("rlx_test_fixture"));
-    assert!(
-        p.exists(),
-        "{} is missing: the test plugins are built by `cargo build --workspace` (run the README's test command)",
-        p.display()
-    );
-    p
+    rlx_host::build_tree::built_library(&profile_dir(), "rlx_test_fixture")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The fixture plugin, loaded with no other discovery.
@@ -44,4 +39,9 @@ pub fn fixture() -> Arc<LoadedPlugin> {
 /// (`rlx_host::build_tree`).
 pub fn mlx_plugin_dir() -> PathBuf {
     rlx_host::build_tree::mlx_plugin_dir(&profile_dir()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A built plugin library by its file stem (`rlx_test_fixture`, `rlx_mlx`).
+pub fn built(stem: &str) -> PathBuf {
+    rlx_host::build_tree::built_library(&profile_dir(), stem).unwrap_or_else(|e| panic!("{e}"))
 }

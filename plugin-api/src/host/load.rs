@@ -19,7 +19,7 @@ use crate::tables::*;
 use crate::version::{check_compatible, VersionMismatch, ABI_VERSION};
 use abi_stable::StableAbi;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Why a candidate was not loaded.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,6 +154,45 @@ pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin,
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // SAFETY: the library's entry, which the loader just resolved.
+    unsafe { load_from_entry(entry, path.to_path_buf(), label) }
+}
+
+/// Register a plugin linked into this program instead of loaded from a
+/// file: `entry` is its `rlx_plugin_entry` (the function `export_plugin!`
+/// defines at the plugin crate's root, reachable when the crate is a
+/// dependency built as an rlib). The tables, checks and initialisation are
+/// those of [`load_plugin`]; only the `dlopen` is skipped, so a platform
+/// without one runs the same plugin code. Its [`LoadedPlugin::path`] is
+/// `static:<name>`.
+///
+/// Two plugins made with `export_plugin!` cannot be linked into one
+/// program: each defines the unmangled `rlx_plugin_entry` symbol.
+///
+/// # Safety
+/// `entry` must be a plugin entry function with the ABI's contract
+/// (docs/ABI.md §1), linked into this program (never unloaded).
+pub unsafe fn load_static(entry: RlxEntryFn, name: &str) -> Result<LoadedPlugin, LoadError> {
+    // SAFETY: the caller's promise.
+    unsafe {
+        load_from_entry(
+            entry,
+            PathBuf::from(format!("static:{name}")),
+            name.to_string(),
+        )
+    }
+}
+
+/// Everything of a load after the entry is found: the host table, the
+/// entry call, the table checks, `init`.
+///
+/// # Safety
+/// `entry` is a plugin entry function that stays mapped for the process.
+unsafe fn load_from_entry(
+    entry: RlxEntryFn,
+    path: PathBuf,
+    label: String,
+) -> Result<LoadedPlugin, LoadError> {
     let log_ctx = log_sink::new_ctx(label);
     let host: &'static RlxHostApi = Box::leak(Box::new(RlxHostApi {
         struct_size: RlxHostApi::STRUCT_SIZE,
@@ -172,7 +211,7 @@ pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin,
     // SAFETY: a non-null root is the plugin's static table; read_root checks its header before the rest.
     let api = unsafe { read_root(root)? };
     // SAFETY: `api` was read by its struct_size; its pointers are the plugin's static data.
-    let plugin = unsafe { LoadedPlugin::new(path.to_path_buf(), api)? };
+    let plugin = unsafe { LoadedPlugin::new(path, api)? };
     if let Ok(mut l) = log_ctx.label.write() {
         *l = plugin.descriptor().name.clone();
     }
