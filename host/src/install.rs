@@ -84,6 +84,46 @@ pub fn install(opts: &Options) -> Result<Installed, String> {
     })
 }
 
+/// Register a plugin linked into this program, with no file and no
+/// `dlopen`: `entry` is the plugin crate's `rlx_plugin_entry` (every
+/// plugin made with `export_plugin!` defines it at its root), the crate a
+/// dependency of the program. The same tables are read and checked as for
+/// a loaded plugin ([`rlx_plugin_api::host::load_static`]), and the same
+/// adapter registers it for `opts.device`; `opts.plugins`, `opts.backend`
+/// and `opts.trust` are not used (nothing is discovered).
+///
+/// # Safety
+/// `entry` must be a plugin entry function with the ABI's contract
+/// (docs/ABI.md §1) linked into this program: `export_plugin!`'s
+/// `rlx_plugin_entry` of a crate this program depends on.
+///
+/// ```no_run
+/// // Cargo.toml: rlx-plugin-mlx = { version = "0.1", default-features = false }
+/// # #[cfg(any())]
+/// let plugin = unsafe {
+///     rlx_plugin_host::install_static(rlx_mlx::rlx_plugin_entry, "mlx",
+///         &rlx_plugin_host::Options::default())?
+/// };
+/// # Ok::<(), String>(())
+/// ```
+pub unsafe fn install_static(
+    entry: rlx_plugin_api::tables::RlxEntryFn,
+    name: &str,
+    opts: &Options,
+) -> Result<Arc<LoadedPlugin>, String> {
+    if opts.log_to_stderr {
+        stderr_logger();
+    }
+    // SAFETY: this function's own contract.
+    let plugin = unsafe { rlx_plugin_api::host::load_static(entry, name) }
+        .map(Arc::new)
+        .map_err(|e| format!("the statically linked plugin {name:?} did not register: {e}"))?;
+    crate::register_plugin_backend(plugin.clone(), opts.device, opts.mode);
+    crate::backend::set_memory_limit(opts.device, opts.memory_limit);
+    crate::backend::set_fallback(opts.device, opts.fallback);
+    Ok(plugin)
+}
+
 /// The plugin serving `name` from `set` (a loaded GPU variant such as
 /// `mlx-cuda` for `mlx`, see [`PluginSet::select`]), or why there is none.
 pub fn find_plugin(set: &PluginSet, name: &str) -> Result<Arc<LoadedPlugin>, String> {

@@ -48,4 +48,6 @@ pub mod malloc_policy;
 pub mod partition;
 
 pub use backend::{register_plugin_backend, set_plugin_mode, with_mode};
-pub use install::{find_plugin, install, missing_plugin_message, Installed, Options};
+pub use install::{
+    find_plugin, install, install_static, missing_plugin_message, Installed, Options,
+};
