@@ -15,7 +15,7 @@ use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
 use safetensors::tensor::{Dtype, TensorView};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const X: [f32; 6] = [0.5, -1.25, 2.0, 3.5, -0.75, 1.0];
 const Y: [f64; 6] = [0.1, 0.2, -0.3, 0.4, -0.5, 0.6];
@@ -64,13 +64,7 @@ fn le64(v: &[f64]) -> Vec<u8> {
 }
 
 fn rlx_host(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlx-host"))
-        .args(args)
-        .env("RLX_BACKEND_PLUGINS", common::mlx_plugin_dir())
-        .env("RLX_HOME", home)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("spawn rlx-host")
+    common::rlx_host_on_mlx(home, args)
 }
 
 /// `rlx-host run MODEL --backend mlx --inputs INPUTS [--output OUT]`.

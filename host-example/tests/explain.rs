@@ -10,7 +10,7 @@ mod common;
 
 use rlx_ir::{DType, Graph, Op, Shape};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn model(dir: &Path) -> PathBuf {
     let s = Shape::new(&[3, 5], DType::F32);
@@ -33,13 +33,7 @@ fn model(dir: &Path) -> PathBuf {
 }
 
 fn rlx_host(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlx-host"))
-        .args(args)
-        .env("RLX_BACKEND_PLUGINS", common::mlx_plugin_dir())
-        .env("RLX_HOME", home)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap()
+    common::rlx_host_on_mlx(home, args)
 }
 
 #[test]

@@ -45,3 +45,15 @@ pub fn mlx_plugin_dir() -> PathBuf {
 pub fn built(stem: &str) -> PathBuf {
     rlx_host::build_tree::built_library(&profile_dir(), stem).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// `rlx-host ARGS` with discovery limited to the build tree's MLX plugin
+/// directory and `home` as `RLX_HOME`.
+pub fn rlx_host_on_mlx(home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rlx-host"))
+        .args(args)
+        .env("RLX_BACKEND_PLUGINS", mlx_plugin_dir())
+        .env("RLX_HOME", home)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("spawn rlx-host")
+}
