@@ -65,6 +65,8 @@ struct Registration {
     mode: Mode,
     /// Whether nodes the plugin does not take may run on the CPU backend.
     fallback: Fallback,
+    /// Its claims with their dtypes, for placing nodes.
+    claims: Arc<crate::partition::Claims>,
     /// The per-tensor limit its compiles send (ABI 1.7); None = the
     /// plugin's own.
     memory_limit: Option<u64>,
@@ -85,13 +87,13 @@ thread_local! {
 pub fn parse_op_kinds(plugin: &LoadedPlugin) -> Vec<OpKind> {
     let mut out = Vec::new();
     for o in plugin.supported_ops() {
-        match serde_json::from_str::<OpKind>(&format!("\"{}\"", o.op_kind)) {
-            Ok(k) => {
+        match op_kind(&o.op_kind) {
+            Some(k) => {
                 if !out.contains(&k) {
                     out.push(k)
                 }
             }
-            Err(_) => log::warn!(
+            None => log::warn!(
                 "plugin {}: supported op {:?} is not an rlx-ir op kind this host knows; not claimed",
                 plugin.descriptor().name,
                 o.op_kind
@@ -99,6 +101,11 @@ pub fn parse_op_kinds(plugin: &LoadedPlugin) -> Vec<OpKind> {
         }
     }
     out
+}
+
+/// The rlx-ir op kind an ABI op-kind name spells, if this rlx-ir knows it.
+pub fn op_kind(name: &str) -> Option<OpKind> {
+    serde_json::from_str::<OpKind>(&format!("\"{name}\"")).ok()
 }
 
 /// The claim set for `plugin`, leaked once per plugin (by path) so it can
@@ -136,6 +143,7 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
                 ops,
                 mode,
                 fallback: Fallback::Cpu,
+                claims: Arc::new(crate::partition::Claims::of(&plugin)),
                 memory_limit: None,
             },
         );
@@ -557,7 +565,6 @@ impl PluginBackend {
         options: &CompileOptions,
         lower: &Staged<'_>,
     ) -> Result<(Graph, crate::partition::Plan), rlx_ir::hir::LowerError> {
-        let claims = crate::partition::Claims::of(&self.reg.plugin);
         let g = if !self.falls_back() {
             lower(&self.lowering, options)?
         } else {
@@ -576,7 +583,7 @@ impl PluginBackend {
                 }
             }
         };
-        let plan = crate::partition::Plan::new(&g, &claims);
+        let plan = crate::partition::Plan::new(&g, &self.reg.claims);
         Ok((g, plan))
     }
 

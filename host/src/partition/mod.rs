@@ -32,7 +32,7 @@ impl Claims {
     pub fn of(plugin: &LoadedPlugin) -> Claims {
         let mut kinds: HashMap<OpKind, Vec<DType>> = HashMap::new();
         for o in plugin.supported_ops() {
-            if let Ok(k) = serde_json::from_str::<OpKind>(&format!("\"{}\"", o.op_kind)) {
+            if let Some(k) = crate::backend::op_kind(&o.op_kind) {
                 let e = kinds.entry(k).or_default();
                 e.extend(o.dtypes.iter().map(|d| crate::backend::ir_dtype(*d)));
             }
@@ -238,12 +238,8 @@ impl Plan {
 
     /// Does the plugin take every node?
     pub fn is_whole(&self) -> bool {
-        self.partitions.iter().all(|p| p.side == Side::Plugin) && self.partitions.len() <= 1
-    }
-
-    /// The first node the plugin does not take, and why.
-    pub fn first_refusal(&self) -> Option<&Placement> {
-        self.placements.iter().find(|p| p.side == Some(Side::Cpu))
+        // One side means one stage: a plugin-only plan has at most one partition.
+        self.partitions.iter().all(|p| p.side == Side::Plugin)
     }
 }
 

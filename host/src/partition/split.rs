@@ -9,10 +9,10 @@ use rlx_runtime::ExecutableGraph;
 use std::collections::HashMap;
 
 struct Part {
-    side: Side,
     exe: Box<dyn ExecutableGraph>,
-    /// Boundary values it reads, as its inputs named `%<id>`.
+    /// Boundary values it reads, and their input names (`%<id>`).
     reads: Vec<NodeId>,
+    read_names: Vec<String>,
     /// Values it computes for later partitions or the graph, its outputs in order.
     writes: Vec<NodeId>,
     /// The graph inputs and params it has, by name.
@@ -56,18 +56,19 @@ impl SplitGraph {
                 let (sub, reads, writes) = subgraph(g, plan, i);
                 let (inputs, params) = leaf_names(&sub);
                 let side = plan.partitions[i].side;
+                let read_names: Vec<String> = reads.iter().map(|r| boundary_name(*r)).collect();
                 let inputs = inputs
                     .into_iter()
-                    .filter(|n| !reads.iter().any(|r| boundary_name(*r) == *n))
+                    .filter(|n| !read_names.contains(n))
                     .collect();
                 let exe = match side {
                     Side::Plugin => plugin(sub),
                     Side::Cpu => cpu(sub),
                 };
                 Part {
-                    side,
                     exe,
                     reads,
+                    read_names,
                     writes,
                     inputs,
                     params,
@@ -89,11 +90,6 @@ impl SplitGraph {
             param_values: HashMap::new(),
             label: plan.label.clone(),
         }
-    }
-
-    /// The side of each partition, in run order.
-    pub fn sides(&self) -> Vec<Side> {
-        self.parts.iter().map(|p| p.side).collect()
     }
 
     fn bind(&mut self, name: &str, data: &[u8], dtype: DType) {
@@ -146,13 +142,12 @@ impl ExecutableGraph for SplitGraph {
     fn run_typed(&mut self, inputs: &[(&str, &[u8], DType)]) -> Vec<(Vec<u8>, DType)> {
         let mut values: HashMap<NodeId, (Vec<u8>, DType)> = HashMap::new();
         for p in &mut self.parts {
-            let names: Vec<String> = p.reads.iter().map(|r| boundary_name(*r)).collect();
             let mut feed: Vec<(&str, &[u8], DType)> = inputs
                 .iter()
                 .filter(|(n, ..)| p.inputs.iter().any(|m| m == n))
                 .copied()
                 .collect();
-            for (id, name) in p.reads.iter().zip(&names) {
+            for (id, name) in p.reads.iter().zip(&p.read_names) {
                 let (b, dt) = values.get(id).unwrap_or_else(|| {
                     panic!(
                         "{} plugin: partition input {name} was not computed before it is read",
@@ -174,9 +169,17 @@ impl ExecutableGraph for SplitGraph {
         }
         self.outputs
             .iter()
-            .map(|id| {
-                if let Some(v) = values.get(id) {
-                    return v.clone();
+            .enumerate()
+            .map(|(i, id)| {
+                // Moved out, not copied, unless the graph returns it again later.
+                let again = self.outputs[i + 1..].contains(id);
+                let computed = if again {
+                    values.get(id).cloned()
+                } else {
+                    values.remove(id)
+                };
+                if let Some(v) = computed {
+                    return v;
                 }
                 let name = &self.leaf_outputs[id];
                 if let Some(v) = self.param_values.get(name) {

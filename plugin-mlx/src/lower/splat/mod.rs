@@ -76,8 +76,45 @@ fn layout(cx: &Ctx, op: &str) -> LResult<Layout> {
 /// The backward's own settings: `loss_grad_clip`, `sh_band`, `max_anisotropy`.
 type Training = (f64, u32, f64);
 
+/// The eight render settings both ops carry, checked.
+#[allow(clippy::too_many_arguments)]
+fn render_settings(
+    op: &str,
+    width: u32,
+    height: u32,
+    tile_size: u32,
+    radius_scale: f32,
+    alpha_cutoff: f32,
+    max_splat_steps: u32,
+    transmittance_threshold: f32,
+    max_list_entries: u32,
+) -> LResult<Settings> {
+    if tile_size == 0 {
+        return Err(format!("{op}: tile_size must be at least 1").into());
+    }
+    for (name, v) in [
+        ("radius_scale", radius_scale),
+        ("alpha_cutoff", alpha_cutoff),
+        ("transmittance_threshold", transmittance_threshold),
+    ] {
+        if !v.is_finite() {
+            return Err(format!("{op}: {name} is {v}").into());
+        }
+    }
+    Ok(Settings {
+        width,
+        height,
+        tile_size,
+        radius_scale: radius_scale as f64,
+        alpha_cutoff: alpha_cutoff as f64,
+        max_splat_steps,
+        transmittance_threshold: transmittance_threshold as f64,
+        max_list_entries,
+    })
+}
+
 fn settings(cx: &Ctx, op: &str) -> LResult<(Settings, Option<Training>)> {
-    let (s, extra) = match &cx.node.op {
+    match &cx.node.op {
         rlx_ir::Op::GaussianSplatRender {
             width,
             height,
@@ -87,17 +124,20 @@ fn settings(cx: &Ctx, op: &str) -> LResult<(Settings, Option<Training>)> {
             max_splat_steps,
             transmittance_threshold,
             max_list_entries,
-        } => (
-            (
+        } => Ok((
+            render_settings(
+                op,
                 *width,
                 *height,
                 *tile_size,
                 *radius_scale,
                 *alpha_cutoff,
                 *max_splat_steps,
-            ),
-            (*transmittance_threshold, *max_list_entries, None),
-        ),
+                *transmittance_threshold,
+                *max_list_entries,
+            )?,
+            None,
+        )),
         rlx_ir::Op::GaussianSplatRenderBackward {
             width,
             height,
@@ -110,55 +150,28 @@ fn settings(cx: &Ctx, op: &str) -> LResult<(Settings, Option<Training>)> {
             loss_grad_clip,
             sh_band,
             max_anisotropy,
-        } => (
-            (
+        } => Ok((
+            render_settings(
+                op,
                 *width,
                 *height,
                 *tile_size,
                 *radius_scale,
                 *alpha_cutoff,
                 *max_splat_steps,
-            ),
-            (
                 *transmittance_threshold,
                 *max_list_entries,
-                Some((*loss_grad_clip as f64, *sh_band, *max_anisotropy as f64)),
-            ),
-        ),
-        _ => return Err(super::wrong_op(op, cx)),
-    };
-    let (width, height, tile_size, radius_scale, alpha_cutoff, max_splat_steps) = s;
-    if tile_size == 0 {
-        return Err(format!("{op}: tile_size must be at least 1").into());
+            )?,
+            Some((*loss_grad_clip as f64, *sh_band, *max_anisotropy as f64)),
+        )),
+        _ => Err(super::wrong_op(op, cx)),
     }
-    for (name, v) in [
-        ("radius_scale", radius_scale),
-        ("alpha_cutoff", alpha_cutoff),
-        ("transmittance_threshold", extra.0),
-    ] {
-        if !v.is_finite() {
-            return Err(format!("{op}: {name} is {v}").into());
-        }
-    }
-    Ok((
-        Settings {
-            width,
-            height,
-            tile_size,
-            radius_scale: radius_scale as f64,
-            alpha_cutoff: alpha_cutoff as f64,
-            max_splat_steps,
-            transmittance_threshold: extra.0 as f64,
-            max_list_entries: extra.1,
-        },
-        extra.2,
-    ))
 }
 
 fn values(t: &TensorView) -> Vec<f64> {
-    t.data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+    rlx_plugin_api::convert::f32_from_le(t.data)
+        .into_iter()
+        .map(f64::from)
         .collect()
 }
 
