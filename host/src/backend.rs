@@ -49,7 +49,7 @@ use rlx_ir::lir::LirModule;
 use rlx_ir::{Graph, OpKind};
 use rlx_opt::pass::Pass as _;
 use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
-use rlx_plugin_api::{DType, HostTensor, HostTensorRef, Mode, Role, ValueInfo};
+use rlx_plugin_api::{convert, DType, HostTensorRef, Mode, Role, TensorRef, ValueInfo};
 use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -858,7 +858,13 @@ impl PluginGraph {
         }
     }
 
-    fn run_bytes(&mut self, inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>) -> Vec<HostTensor> {
+    /// Run with `inputs` (converted to the dtypes the plugin wants where
+    /// they differ) and read each output with `read`, in place.
+    fn run_bytes<T>(
+        &mut self,
+        inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
+        read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<T>,
+    ) -> Vec<T> {
         // Inputs in the dtype the plugin wants are lent to it as they are
         // (it copies them into its own arrays); only converted ones are new.
         type Input<'n, 'd> = (&'n str, DType, Vec<usize>, Cow<'d, [u8]>);
@@ -890,7 +896,10 @@ impl PluginGraph {
                 (*n, t)
             })
             .collect();
-        let outs = self.exe.run_refs(&named).unwrap_or_else(|e| self.fail(e));
+        let outs = self
+            .exe
+            .run_refs_with(&named, read)
+            .unwrap_or_else(|e| self.fail(e));
         if outs.len() != self.outputs.len() {
             self.fail(format!(
                 "run returned {} outputs, the signature declares {}",
@@ -902,10 +911,6 @@ impl PluginGraph {
     }
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    rlx_plugin_api::convert::f32_to_le(v)
-}
-
 impl ExecutableGraph for PluginGraph {
     fn capabilities(&self) -> rlx_runtime::ExecutableCapabilities {
         rlx_runtime::ExecutableCapabilities {
@@ -915,7 +920,8 @@ impl ExecutableGraph for PluginGraph {
     }
 
     fn set_param(&mut self, name: &str, data: &[f32]) {
-        self.bind(name, Cow::Owned(f32_bytes(data)), rlx_ir::DType::F32);
+        // Lent as it is: the plugin makes the one copy it keeps.
+        self.bind(name, convert::f32_le_bytes(data), rlx_ir::DType::F32);
     }
 
     fn set_param_typed(&mut self, name: &str, data: &[u8], dtype: rlx_ir::DType) {
@@ -925,12 +931,14 @@ impl ExecutableGraph for PluginGraph {
     fn run(&mut self, inputs: &[(&str, &[f32])]) -> Vec<Vec<f32>> {
         let owned = inputs
             .iter()
-            .map(|(n, v)| (*n, Cow::Owned(f32_bytes(v)), rlx_ir::DType::F32))
+            .map(|(n, v)| (*n, convert::f32_le_bytes(v), rlx_ir::DType::F32))
             .collect();
-        self.run_bytes(owned)
-            .iter()
-            .map(|t| t.to_f32_vec().unwrap_or_else(|e| self.fail(e)))
-            .collect()
+        // Each output is converted straight from the plugin's buffer: one
+        // copy (the plugin lends MLX's own on the CPU).
+        self.run_bytes(owned, |t| match t.compact_bytes() {
+            Some(b) => convert::bytes_to_f32(t.dtype, b),
+            None => convert::bytes_to_f32(t.dtype, &t.to_compact_bytes()?),
+        })
     }
 
     fn run_typed(
@@ -941,10 +949,7 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
             .collect();
-        self.run_bytes(borrowed)
-            .into_iter()
-            .map(|t| (t.data, ir_dtype(t.dtype)))
-            .collect()
+        self.run_bytes(borrowed, |t| Ok((t.to_compact_bytes()?, ir_dtype(t.dtype))))
     }
 }
 

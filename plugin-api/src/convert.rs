@@ -93,6 +93,21 @@ pub fn f32_to_le(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// f32 values as little-endian bytes without a copy where the target is
+/// little-endian (the values' own memory, reinterpreted), else encoded.
+pub fn f32_le_bytes(values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: an f32 slice is `4 * len` initialised bytes, u8 has no
+        // alignment requirement, and the borrow keeps `values` alive.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    std::borrow::Cow::Owned(f32_to_le(values))
+}
+
 /// Encode f32 values as little-endian elements of `dtype` (rounding to
 /// nearest for narrower floats, truncating toward zero for integers).
 pub fn f32_to_bytes(dtype: DType, values: &[f32]) -> PluginResult<Vec<u8>> {

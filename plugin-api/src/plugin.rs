@@ -311,6 +311,21 @@ pub trait Executable: Send {
     /// Inputs, then params, then outputs.
     fn signature(&self) -> Vec<ValueInfo>;
     fn bind_param(&mut self, name: &str, param: BoundParam) -> PluginResult<()>;
+    /// Bind a param the host lends for this call only (`BORROWED`, or a
+    /// strided view): the default copies it into a [`BoundParam`] first; a
+    /// plugin that copies what it keeps anyway overrides this to read the
+    /// host's bytes in place, so the param is copied once, not twice.
+    fn bind_param_lent(&mut self, name: &str, param: TensorRef<'_>) -> PluginResult<()> {
+        let bytes = ParamBytes::Copied(param.to_compact_bytes()?);
+        self.bind_param(
+            name,
+            BoundParam {
+                dtype: param.dtype,
+                shape: param.shape,
+                bytes,
+            },
+        )
+    }
     /// Run with named inputs; returns one tensor per output.
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>>;
     /// As [`Executable::run`], with outputs handed over as descriptors: a

@@ -254,10 +254,12 @@ pub(super) unsafe extern "C" fn executable_bind_param(
                 bytes: b,
                 raw: guard_owned.disarm().expect("owned tensor"),
             },
-            _ => ParamBytes::Copied(view.to_compact_bytes()?),
+            // Lent for this call (or strided): the plugin copies what it
+            // keeps, reading the host's memory while the call lasts. An
+            // owned tensor read this way is released when `guard_owned`
+            // drops at the end of this closure.
+            _ => return exe.exe().bind_param_lent(name, view),
         };
-        // Anything not disarmed above (a copied owned tensor) is released
-        // when `guard_owned` drops at the end of this closure.
         exe.exe().bind_param(
             name,
             BoundParam {

@@ -9,7 +9,9 @@ use crate::plugin::{
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
-use crate::tensor::{ownership, DType, HostTensor, HostTensorRef, RlxDataType, RlxTensor};
+use crate::tensor::{
+    ownership, DType, HostTensor, HostTensorRef, RlxDataType, RlxTensor, TensorRef,
+};
 use crate::version::RlxAbiVersion;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -655,6 +657,24 @@ impl PluginExecutable {
         &mut self,
         inputs: &[(&str, HostTensorRef<'_>)],
     ) -> PluginResult<Vec<HostTensor>> {
+        self.run_refs_with(inputs, |t| {
+            Ok(HostTensor {
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                data: t.to_compact_bytes()?,
+            })
+        })
+    }
+
+    /// As [`PluginExecutable::run_refs`], with each output read in place by
+    /// `read` (in order, once its dtype and shape are checked against the
+    /// signature) and then released: a caller that converts the outputs
+    /// anyway (to f32 values, into its own buffers) copies each once.
+    pub fn run_refs_with<T>(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+        mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<Vec<T>> {
         // Keep the views alive: the descriptors point into them.
         let borrowed = crate::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
@@ -670,46 +690,65 @@ impl PluginExecutable {
                 slots.len(),
             )
         })?;
-        // The call succeeded: an output that cannot be read is the plugin's
-        // fault, not the caller's.
-        let outs = take_outputs(slots.into_iter()).map_err(|e| {
-            PluginError::internal(format!(
-                "plugin {} reported success but returned a malformed {}",
-                self.plugin.descriptor.name, e.message
-            ))
-        })?;
-        self.check_outputs(&outs)?;
-        Ok(outs)
+        // Every slot is read, then released, before an error is reported.
+        let mut first_error = None;
+        let mut outs = Vec::with_capacity(n_out);
+        for (i, (slot, info)) in slots.into_iter().zip(self.values(Role::Output)).enumerate() {
+            // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in each slot.
+            let got = unsafe { TensorRef::from_raw(&slot) }
+                .map_err(|e| {
+                    // The call succeeded: an output that cannot be read is
+                    // the plugin's fault, not the caller's.
+                    PluginError::internal(format!(
+                        "plugin {} reported success but returned a malformed output {i}: {}",
+                        self.plugin.descriptor.name, e.message
+                    ))
+                })
+                .and_then(|t| {
+                    self.check_output(i, info, &t)?;
+                    read(&t)
+                });
+            // SAFETY: each slot is released once, here, after its last read.
+            unsafe { crate::tensor::release(slot) };
+            match got {
+                Ok(v) => outs.push(v),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outs),
+        }
     }
 
     /// Each output must have the dtype and shape the executable's
     /// signature declares: a plugin that returns something else is reported
     /// (naming the output, what came and what was declared) rather than
-    /// handed on to be misread. The outputs were released already.
-    fn check_outputs(&self, outs: &[HostTensor]) -> PluginResult<()> {
-        for (i, (o, v)) in outs.iter().zip(self.values(Role::Output)).enumerate() {
-            let shape_ok = o.shape.len() == v.shape.len()
-                && o.shape
-                    .iter()
-                    .zip(&v.shape)
-                    .all(|(g, w)| w.is_none_or(|w| w == *g));
-            if o.dtype != v.dtype || !shape_ok {
-                let declared: Vec<String> = v
-                    .shape
-                    .iter()
-                    .map(|d| d.map_or("?".into(), |d| d.to_string()))
-                    .collect();
-                return Err(PluginError::internal(format!(
-                    "plugin {} returned output {i} {:?} as {}{:?}, but its signature declares \
-                     {}[{}]",
-                    self.plugin.descriptor.name,
-                    v.name,
-                    o.dtype,
-                    o.shape,
-                    v.dtype,
-                    declared.join(", ")
-                )));
-            }
+    /// handed on to be misread.
+    fn check_output(&self, i: usize, v: &ValueInfo, o: &TensorRef<'_>) -> PluginResult<()> {
+        let shape_ok = o.shape.len() == v.shape.len()
+            && o.shape
+                .iter()
+                .zip(&v.shape)
+                .all(|(g, w)| w.is_none_or(|w| w == *g));
+        if o.dtype != v.dtype || !shape_ok {
+            let declared: Vec<String> = v
+                .shape
+                .iter()
+                .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                .collect();
+            return Err(PluginError::internal(format!(
+                "plugin {} returned output {i} {:?} as {}{:?}, but its signature declares \
+                 {}[{}]",
+                self.plugin.descriptor.name,
+                v.name,
+                o.dtype,
+                o.shape,
+                v.dtype,
+                declared.join(", ")
+            )));
         }
         Ok(())
     }
