@@ -127,7 +127,7 @@ pub fn evaluate(
             }
         };
         if eager {
-            v.eval().map_err(|e| {
+            array::eval_list_spinning(&ArrayList::from_arrays([&*v]), spin_us()).map_err(|e| {
                 PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e)))
             })?;
             custom.check()?;
@@ -150,6 +150,34 @@ pub fn evaluate(
         })
         .collect()
 }
+
+/// Whether runs write their inputs into the last run's arrays (see
+/// `MlxExecutable::kept_inputs`); `RLX_MLX_REUSE_INPUTS=0`, read once,
+/// makes every run allocate its input arrays anew (to measure the
+/// difference, or to rule the reuse out when chasing a problem).
+fn reuse_inputs() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RLX_MLX_REUSE_INPUTS").map_or(true, |v| v != "0"))
+}
+
+/// How long a CPU run polls for its outputs before it sleeps until MLX's
+/// stream thread wakes it (`eval_list_spinning`): waking a sleeping thread
+/// costs tens of microseconds on a VM, more than a small graph's work.
+/// `RLX_MLX_SPIN_US` (read once) sets it; 0 always sleeps, as MLX's eval
+/// does. The default covers a small graph's run and costs a larger one at
+/// most this much of one core.
+fn spin_us() -> u32 {
+    static US: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *US.get_or_init(|| {
+        std::env::var("RLX_MLX_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_SPIN_US)
+    })
+}
+
+/// See [`spin_us`].
+const DEFAULT_SPIN_US: u32 = 50;
 
 /// Does the node read or make a float64 value?
 fn touches_f64(graph: &Graph, n: &rlx_ir::Node) -> bool {
@@ -299,19 +327,21 @@ fn rng_options(o: &CompileOptions) -> PluginResult<rlx_ir::RngOptions> {
     Ok(rlx_ir::RngOptions::new(o.rng_seed, backend))
 }
 
-struct Bound {
-    array: A,
-    /// Keeps the host's memory (or our copy) alive while bound.
-    _source: BoundParam,
-}
-
 pub struct MlxExecutable {
     graph: Arc<Graph>,
     mode: Mode,
     rng: rlx_ir::RngOptions,
     inputs: Vec<(String, NodeId)>,
     params: Vec<(String, NodeId)>,
-    bound: HashMap<NodeId, Bound>,
+    /// Bound params, in MLX's own buffers: MLX 0.32.4's allocators cannot
+    /// adopt foreign memory, so each is copied once when bound and the
+    /// host's tensor is not kept.
+    bound: HashMap<NodeId, A>,
+    /// The input arrays of the last run, written over by the next run when
+    /// MLX no longer holds them (`array_overwrite`): no allocation per run,
+    /// and on a GPU the buffer stays where the last run's kernels read it
+    /// instead of being a fresh managed allocation each time.
+    kept_inputs: HashMap<NodeId, A>,
     compiled: Option<Compiled>,
     /// Where it runs: its ops are built (and so run) on this device.
     device: DeviceInfo,
@@ -406,6 +436,7 @@ impl MlxExecutable {
             inputs,
             params,
             bound: HashMap::new(),
+            kept_inputs: HashMap::new(),
             compiled,
             device,
             custom,
@@ -446,6 +477,45 @@ impl MlxExecutable {
             )));
         }
         Ok(())
+    }
+
+    /// Bind param `name` to a copy of `bytes` in an MLX array.
+    fn bind_bytes(
+        &mut self,
+        name: &str,
+        dtype: rlx_plugin_api::DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> PluginResult<()> {
+        // The array is allocated by the device's allocator (the GPU lock
+        // covers it, see GpuTurn).
+        let _on = on_device(&self.device)?;
+        let id = self
+            .params
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| *id)
+            .ok_or_else(|| {
+                PluginError::not_found(format!(
+                    "the graph has no param named {name:?} (params: {})",
+                    self.params
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        let arr = self.leaf_array("param", name, id, dtype, shape, bytes)?;
+        self.bound.insert(id, arr);
+        Ok(())
+    }
+
+    /// Where the last run's input `name` lives (the address of its first
+    /// element), for tests and diagnostics of buffer reuse; None before a
+    /// run.
+    pub fn input_buffer_address(&self, name: &str) -> Option<usize> {
+        let (_, id) = self.inputs.iter().find(|(n, _)| n == name)?;
+        array::array_data_ptr(self.kept_inputs.get(id)?).ok()
     }
 
     /// Check a host tensor against a leaf and make an MLX array of it.
@@ -531,36 +601,22 @@ impl Executable for MlxExecutable {
     }
 
     fn bind_param(&mut self, name: &str, p: BoundParam) -> PluginResult<()> {
-        // The array is allocated by the device's allocator (the GPU lock
-        // covers it, see GpuTurn).
-        let _on = on_device(&self.device)?;
-        let id = self
-            .params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, id)| *id)
-            .ok_or_else(|| {
-                PluginError::not_found(format!(
-                    "the graph has no param named {name:?} (params: {})",
-                    self.params
-                        .iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?;
-        // MLX 0.32.4's CPU allocator cannot adopt foreign memory, so the
-        // array is made from the bytes once here (the host's buffer, when
-        // persistent, is read in place without an intermediate copy).
-        let arr = self.leaf_array("param", name, id, p.dtype, &p.shape, p.bytes())?;
-        self.bound.insert(
-            id,
-            Bound {
-                array: arr,
-                _source: p,
-            },
-        );
-        Ok(())
+        // MLX copies the bytes (see `bound`), so the host's tensor is
+        // released (or no longer used) when this returns.
+        self.bind_bytes(name, p.dtype, &p.shape, p.bytes())
+    }
+
+    fn bind_param_lent(&mut self, name: &str, p: TensorRef<'_>) -> PluginResult<()> {
+        // Read in place while the call lasts: no copy before MLX's own.
+        let gathered;
+        let bytes = match p.compact_bytes() {
+            Some(b) => b,
+            None => {
+                gathered = p.to_compact_bytes()?;
+                &gathered
+            }
+        };
+        self.bind_bytes(name, p.dtype, &p.shape, bytes)
     }
 
     fn device(&self) -> Option<DeviceInfo> {
@@ -666,10 +722,17 @@ impl MlxExecutable {
                     &gathered
                 }
             };
-            leaves.insert(
-                id,
-                self.leaf_array("input", name, id, t.dtype, &t.shape, bytes)?,
-            );
+            let reused = match self.kept_inputs.remove(&id) {
+                Some(a) if reuse_inputs() => array::array_overwrite(&a, bytes)
+                    .map_err(|e| PluginError::internal(format!("input {name:?}: {e}")))?
+                    .then_some(a),
+                _ => None,
+            };
+            let arr = match reused {
+                Some(a) => a,
+                None => self.leaf_array("input", name, id, t.dtype, &t.shape, bytes)?,
+            };
+            leaves.insert(id, arr);
         }
         if let Some((n, _)) = self.inputs.iter().find(|(_, id)| !leaves.contains_key(id)) {
             return Err(PluginError::invalid_argument(format!(
@@ -689,7 +752,7 @@ impl MlxExecutable {
             Ok(leaves
                 .get(&id)
                 .map(|a| a.clone_handle())
-                .unwrap_or_else(|| self.bound[&id].array.clone_handle()))
+                .unwrap_or_else(|| self.bound[&id].clone_handle()))
         };
         let writes = StateWrites::default();
         let (outs, state) = match (&self.compiled, self.mode) {
@@ -698,7 +761,7 @@ impl MlxExecutable {
                     .inputs
                     .iter()
                     .map(|(_, id)| &*leaves[id])
-                    .chain(self.params.iter().map(|(_, id)| &*self.bound[id].array))
+                    .chain(self.params.iter().map(|(_, id)| &*self.bound[id]))
                     .collect();
                 let mut all = c.call_arrays(&args).map_err(|e| {
                     PluginError::internal(format!(
@@ -736,7 +799,7 @@ impl MlxExecutable {
                     .map(|a| &**a)
                     .chain(state.iter().map(|(_, v)| &**v)),
             );
-            array::eval_list(&list).map_err(|e| {
+            array::eval_list_spinning(&list, spin_us()).map_err(|e| {
                 PluginError::internal(format!(
                     "MLX evaluation failed: {} (run in eager mode to find the node)",
                     explain(&self.graph, e)
@@ -746,10 +809,11 @@ impl MlxExecutable {
         // A kernel that failed on MLX's stream left its output zeroed and
         // said why here: the run fails with that.
         self.custom.check()?;
+        self.kept_inputs = leaves;
         // The run succeeded: its state writes become the params' values.
         for (id, v) in state {
             if let Some(b) = self.bound.get_mut(&id) {
-                b.array = v;
+                *b = v;
             }
         }
         Ok(outs)

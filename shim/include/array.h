@@ -71,6 +71,7 @@ std::unique_ptr<Array> array_from_bytes(
     rust::Slice<const uint8_t> data,
     rust::Slice<const int32_t> shape,
     DType dtype);
+bool array_overwrite(const Array& a, rust::Slice<const uint8_t> data);
 std::unique_ptr<Array> array_from_borrowed(
     std::size_t ptr,
     std::size_t nbytes,
@@ -99,6 +100,7 @@ std::size_t array_data_ptr(const Array& a);
 // Evaluation and read-out.
 void eval(const Array& a);
 void eval_list(const ArrayList& l);
+void eval_list_spinning(const ArrayList& l, uint32_t spin_us);
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out);
 double array_item_f64(const Array& a);
 

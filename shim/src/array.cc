@@ -2,6 +2,11 @@
 #include "rlx-mlx-shim/include/array.h"
 #include "rlx-mlx-shim/include/cuda_copy.h"
 
+#include <atomic>
+#include <chrono>
+#include <exception>
+
+#include "mlx/scheduler.h"
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -10,6 +15,47 @@
 #include "rlx-mlx-shim/src/array.rs.h"
 
 namespace rlx {
+
+namespace {
+// Bumped by every evaluation: a lingering stream thread (below) stops
+// waiting when it changes. A spinning evaluation bumps it once its tasks
+// are queued, so the awake thread takes them at once.
+std::atomic<std::uint64_t> evaluations{0};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Keep the CPU stream's thread awake for up to `us` after a run: a task that
+// polls until the next spinning evaluation has queued its work behind it (so
+// the thread takes that work without going to sleep) or the time is up.
+void linger(uint32_t us) {
+  const std::uint64_t seen = evaluations.load(std::memory_order_relaxed);
+  mx::scheduler::scheduler().enqueue(
+      mx::default_stream(mx::Device::cpu), [seen, us]() {
+        const auto end =
+            std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+        while (evaluations.load(std::memory_order_relaxed) == seen &&
+               std::chrono::steady_clock::now() < end) {
+          cpu_relax();
+        }
+      });
+}
+
+
+// Every other evaluation the shim starts: a lingering stream thread lets go
+// first (its work then waits for nothing, though it may find the thread
+// asleep, as without lingering).
+void evaluate(const std::vector<mx::array>& xs) {
+  evaluations.fetch_add(1, std::memory_order_relaxed);
+  mx::eval(xs);
+}
+}  // namespace
+
 
 void ensure_init() {
   static std::once_flag once;
@@ -44,7 +90,11 @@ mx::Device device_of(bool gpu, int32_t index) {
 
 void set_thread_device(bool gpu, int32_t index) {
   auto d = device_of(gpu, index);
-  if (gpu && (index < 0 || index >= gpu_device_count())) {
+  // Every run sets its device, so the GPUs are counted once: asking the
+  // driver each time cost tens of microseconds a run. (A process does not
+  // gain GPUs; one lost later fails when MLX uses it.)
+  static const int32_t gpus = gpu_device_count();
+  if (gpu && (index < 0 || index >= gpus)) {
     throw std::invalid_argument("[rlx shim] no such GPU: gpu:" + std::to_string(index));
   }
   thread_device() = d;
@@ -221,6 +271,23 @@ std::unique_ptr<Array> array_from_bytes(
   return wrap(std::move(x));
 }
 
+bool array_overwrite(const Array& a, rust::Slice<const uint8_t> data) {
+  const mx::array& x = a.a;
+  // Only an evaluated array whose buffer nothing else can see: this handle
+  // is the only one (no graph, view, output or pending task holds it or its
+  // data), so writing into it changes no value anyone can read.
+  if (!x.is_available() || !x.is_donatable() || x.nbytes() != data.size() ||
+      !x.flags().row_contiguous || x.offset() != 0 || data.size() == 0) {
+    return false;
+  }
+  const std::size_t n = data.size();
+  if (!(thread_device_is_gpu() && cuda_copy::from_host(x, data.data(), n))) {
+    // `data()` of a const array: the buffer is ours to write (see above).
+    std::memcpy(const_cast<mx::array&>(x).data<uint8_t>(), data.data(), n);
+  }
+  return true;
+}
+
 std::unique_ptr<Array> array_from_borrowed(
     std::size_t ptr,
     std::size_t nbytes,
@@ -253,7 +320,7 @@ bool borrow_is_zero_copy() {
     alignas(16) float probe[4] = {1.0f, 2.0f, 3.0f, 4.0f};
     mx::array x(static_cast<void*>(probe), mx::Shape{4}, mx::float32,
                 [](void*) {});
-    mx::eval({x});
+    evaluate({x});
     return static_cast<const void*>(x.data<float>()) ==
         static_cast<const void*>(probe);
   }();
@@ -328,16 +395,62 @@ std::size_t array_id(const Array& a) {
 
 std::size_t array_data_ptr(const Array& a) {
   mx::array x = a.a;
-  mx::eval({x});
+  evaluate({x});
   return reinterpret_cast<std::size_t>(x.data<uint8_t>());
 }
 
 void eval(const Array& a) {
-  mx::eval({a.a});
+  evaluate({a.a});
 }
 
 void eval_list(const ArrayList& l) {
-  mx::eval(l.v);
+  evaluate(l.v);
+}
+
+// MLX's eval blocks the caller on a condition variable that the stream's
+// thread signals when the graph's last task is done: when the work takes a
+// few microseconds, being woken again (a futex wake; on a VM an
+// inter-processor interrupt) costs more than the work. So on the CPU the
+// graph is scheduled with async_eval and the caller polls its outputs for
+// up to `spin_us` before it blocks as eval does. A task that failed on the
+// stream leaves its error on the stream; eval reports it only when it had
+// to block (a signalled event is not checked), so it is checked here
+// after every run, whichever way the run ended.
+
+void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
+  if (spin_us == 0 || thread_device_is_gpu()) {
+    evaluate(l.v);
+    return;
+  }
+  mx::async_eval(l.v);
+  evaluations.fetch_add(1, std::memory_order_relaxed);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (const auto& x : l.v) {
+    while (!x.is_available() && std::chrono::steady_clock::now() < deadline) {
+      cpu_relax();
+    }
+  }
+  std::exception_ptr failed;
+  try {
+    mx::eval(l.v);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // The stream keeps a task's error until it is checked: report it when
+  // eval did not (and clear it either way, or the next run would fail
+  // with it).
+  try {
+    mx::scheduler::scheduler().check_error(mx::default_stream(mx::Device::cpu));
+  } catch (...) {
+    if (!failed) {
+      failed = std::current_exception();
+    }
+  }
+  linger(spin_us);
+  if (failed) {
+    std::rethrow_exception(failed);
+  }
 }
 
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
@@ -348,7 +461,7 @@ void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
         "[rlx shim] array_copy_into: output buffer has " +
         std::to_string(out.size()) + " bytes, array has " + std::to_string(n));
   }
-  mx::eval({x});
+  evaluate({x});
   if (n == 0) {
     return;
   }
@@ -358,10 +471,10 @@ void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
     // have none: a reversed f64 view failed to read out on CUDA).
     const auto s = x.dtype() == mx::float64 ? cpu() : target();
     x = mx::contiguous(x, /*allow_col_major=*/false, s);
-    mx::eval({x});
+    evaluate({x});
     if (!x.flags().row_contiguous) {
       x = mx::copy(mx::reshape(x, {-1}, s), s);
-      mx::eval({x});
+      evaluate({x});
       if (!x.flags().row_contiguous) {
         throw std::runtime_error(
             "[rlx shim] array_copy_into: could not obtain a row-contiguous "
@@ -385,7 +498,7 @@ double array_item_f64(const Array& a) {
     throw std::invalid_argument("[rlx shim] item: complex arrays have no f64 value");
   }
   x = mx::astype(mx::reshape(x, {}, cpu()), mx::float64, cpu());
-  mx::eval({x});
+  evaluate({x});
   return *x.data<double>();
 }
 

@@ -66,6 +66,11 @@ pub mod ffi {
 
         /// Copies `data` (row-major, native endian) into a new array.
         fn array_from_bytes(data: &[u8], shape: &[i32], dtype: DType) -> Result<UniquePtr<Array>>;
+        /// Writes `data` into `a`'s buffer when `a` is an evaluated,
+        /// row-contiguous array of exactly `data.len()` bytes that no other
+        /// handle, view or pending task can see; false (nothing written)
+        /// otherwise.
+        fn array_overwrite(a: &Array, data: &[u8]) -> Result<bool>;
         /// Wraps caller memory without copying. See
         /// [`super::array_from_borrowed`] for the safety contract.
         fn array_from_borrowed(
@@ -100,6 +105,7 @@ pub mod ffi {
 
         fn eval(a: &Array) -> Result<()>;
         fn eval_list(l: &ArrayList) -> Result<()>;
+        fn eval_list_spinning(l: &ArrayList, spin_us: u32) -> Result<()>;
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
         fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;
@@ -312,8 +318,16 @@ wrappers! {
     fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> UniquePtr<Array>;
     /// Evaluates the array (runs its graph).
     fn eval(a: &Array) -> ();
+    /// Writes `data` into `a`'s own buffer when nothing but this handle can
+    /// see it (an input array kept from the last run); false when it cannot.
+    fn array_overwrite(a: &Array, data: &[u8]) -> bool;
     /// Evaluates all arrays of the list together.
     fn eval_list(l: &ArrayList) -> ();
+    /// Evaluates all arrays of the list together, polling for up to
+    /// `spin_us` microseconds for them to finish before blocking (0: as
+    /// `eval_list`): a small graph's run is not delayed by the wake-up of a
+    /// sleeping thread.
+    fn eval_list_spinning(l: &ArrayList, spin_us: u32) -> ();
     /// Evaluates `a` and copies it row-major into `out` (length must be
     /// `array_nbytes(a)`); strided/broadcast arrays are made contiguous
     /// first.

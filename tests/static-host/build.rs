@@ -9,6 +9,8 @@ fn main() {
         if let Ok(dir) = std::env::var(key) {
             if !dir.is_empty() {
                 println!("cargo:rustc-link-arg-bins=-Wl,-rpath,{dir}");
+                println!("cargo:rustc-link-arg-benches=-Wl,-rpath,{dir}");
+                println!("cargo:rustc-link-arg-tests=-Wl,-rpath,{dir}");
             }
         }
     }
