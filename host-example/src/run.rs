@@ -222,6 +222,8 @@ pub struct Execution {
     pub outputs: Vec<Vec<f32>>,
     /// `Session::compile` wall time.
     pub compile_ms: f64,
+    /// Wall time of binding every param (`set_param`), after the compile.
+    pub bind_ms: f64,
     /// Wall time of each run (params are bound before the first).
     pub run_ms: Vec<f64>,
 }
@@ -325,6 +327,7 @@ pub fn execute(
         Session::new(device).compile(graph)
     })?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t0 = Instant::now();
     guard::catch(&format!("binding params on {device}"), || {
         for (name, v) in &data.params {
             let dt = dtype_of(name);
@@ -342,6 +345,7 @@ pub fn execute(
             }
         }
     })?;
+    let bind_ms = t0.elapsed().as_secs_f64() * 1e3;
     let mut run_ms = Vec::new();
     let mut outputs = Vec::new();
     if typed_run {
@@ -378,6 +382,7 @@ pub fn execute(
     Ok(Execution {
         outputs,
         compile_ms,
+        bind_ms,
         run_ms,
     })
 }

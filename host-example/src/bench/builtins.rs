@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -22,6 +22,7 @@ pub const NAMES: [&str; 10] = [
     "lstm",
     "scan1000",
     "mlp-train",
+    "params-1g",
 ];
 
 /// Rows of the MLP's input.
@@ -84,6 +85,10 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
         "mlp-train" => (
             mlp_train(),
             "one training step (forward + rlx-opt autodiff backward) of an MLP 784 -> 256 -> 10, ReLU, softmax cross-entropy, batch 256, f32".to_string(),
+        ),
+        "params-1g" => (
+            params_1g(),
+            format!("x [1, {PARAMS_1G_WIDTH}] @ w [{PARAMS_1G_WIDTH}, {PARAMS_1G_WIDTH}], f32: 1 GiB of params (BIND MS is the figure)"),
         ),
         _ => return None,
     };
@@ -174,6 +179,20 @@ fn unary(dims: &[usize], op: impl FnOnce(&mut Graph, rlx_ir::NodeId) -> rlx_ir::
     let mut g = Graph::new("unary");
     let x = g.input("x", f32s(dims));
     let y = op(&mut g, x);
+    g.set_named_outputs([("y", y)]);
+    g
+}
+
+/// The width of `params-1g`'s square param: 16384^2 f32 = 1 GiB.
+const PARAMS_1G_WIDTH: usize = 16384;
+
+/// One matrix-vector product with a 1 GiB param: what binding a large
+/// model's params costs (BIND MS), and what it leaves resident (PEAK RSS).
+fn params_1g() -> Graph {
+    let mut g = Graph::new("params_1g");
+    let x = g.input("x", f32s(&[1, PARAMS_1G_WIDTH]));
+    let w = g.param("w", f32s(&[PARAMS_1G_WIDTH, PARAMS_1G_WIDTH]));
+    let y = g.mm(x, w);
     g.set_named_outputs([("y", y)]);
     g
 }

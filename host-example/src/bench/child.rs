@@ -56,6 +56,7 @@ pub fn main(args: &BenchArgs, spec: &str, plugins: Vec<PathBuf>) -> Result<(), S
     };
     let timed = &exec.run_ms[(1 + args.warmup).min(exec.run_ms.len())..];
     row.compile_ms = Some(exec.compile_ms);
+    row.bind_ms = Some(exec.bind_ms);
     row.first_run_ms = exec.run_ms.first().copied();
     row.median_ms = stats::median(timed);
     row.min_ms = stats::min(timed);

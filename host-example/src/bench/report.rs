@@ -15,13 +15,14 @@ pub fn to_json(header: &Header, rows: &[Row]) -> serde_json::Value {
 pub fn print_text(header: &Header, rows: &[Row]) {
     header.print_text();
     println!();
-    let table: Vec<[String; 11]> = rows.iter().map(cells).collect();
+    let table: Vec<[String; 12]> = rows.iter().map(cells).collect();
     crate::cli::print_table(
         &[
             "BACKEND",
             "MODE",
             "DEVICE",
             "COMPILE MS",
+            "BIND MS",
             "FIRST RUN MS",
             "MEDIAN MS",
             "MIN MS",
@@ -56,7 +57,7 @@ pub fn print_text(header: &Header, rows: &[Row]) {
     }
 }
 
-fn cells(r: &Row) -> [String; 11] {
+fn cells(r: &Row) -> [String; 12] {
     let ms = |v: Option<f64>| v.map_or("-".to_string(), format_ms);
     let err = match r.max_abs_err {
         _ if r.requested == "cpu" && r.status == Status::Ok => "reference".to_string(),
@@ -69,6 +70,7 @@ fn cells(r: &Row) -> [String; 11] {
         r.mode.clone().unwrap_or_else(|| "-".into()),
         r.device.clone().unwrap_or_else(|| "-".into()),
         ms(r.compile_ms),
+        ms(r.bind_ms),
         ms(r.first_run_ms),
         ms(r.median_ms),
         ms(r.min_ms),
@@ -104,8 +106,8 @@ mod tests {
         let r = Row::empty("mlx", Some("lazy"), "mlx:lazy", "rlx").failed("boom");
         let c = cells(&r);
         assert_eq!(c[0], "mlx");
-        assert_eq!(c[5], "-");
-        assert_eq!(c[10], "FAILED");
+        assert_eq!(c[6], "-");
+        assert_eq!(c[11], "FAILED");
         assert_eq!(format_ms(0.01234), "0.0123");
         assert_eq!(format_ms(12.3456), "12.346");
         assert_eq!(format_ms(1234.56), "1234.6");

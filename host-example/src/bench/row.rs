@@ -52,6 +52,8 @@ pub struct Row {
     /// The device it ran on (`cpu`, `gpu:0`), where known.
     pub device: Option<String>,
     pub compile_ms: Option<f64>,
+    /// Binding every param after the compile (`set_param`).
+    pub bind_ms: Option<f64>,
     pub first_run_ms: Option<f64>,
     pub median_ms: Option<f64>,
     pub min_ms: Option<f64>,
@@ -85,6 +87,7 @@ impl Row {
             source: source.into(),
             device: None,
             compile_ms: None,
+            bind_ms: None,
             first_run_ms: None,
             median_ms: None,
             min_ms: None,
@@ -116,6 +119,7 @@ impl Row {
             "source": self.source,
             "device": self.device,
             "compile_ms": self.compile_ms.map(num),
+            "bind_ms": self.bind_ms.map(num),
             "first_run_ms": self.first_run_ms.map(num),
             "median_ms": self.median_ms.map(num),
             "min_ms": self.min_ms.map(num),
@@ -151,6 +155,7 @@ impl Row {
             mode: s("mode"),
             device: s("device"),
             compile_ms: f("compile_ms"),
+            bind_ms: f("bind_ms"),
             first_run_ms: f("first_run_ms"),
             median_ms: f("median_ms"),
             min_ms: f("min_ms"),

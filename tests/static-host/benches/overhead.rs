@@ -1,0 +1,245 @@
+//! What one run costs at each layer between a host program and MLX, in
+//! one process, for the same graph (`exp` of an f32 vector):
+//!
+//! - `mlx`: MLX alone through the shim, no ABI: make the input array from
+//!   host bytes, build `exp` (or call the `mx::compile`d function), evaluate,
+//!   copy the result out. The least any run through host memory costs.
+//! - `abi`: the plugin's C ABI (`executable_run`), through the host-side
+//!   loader's `PluginExecutable::run_refs`: the plugin's run (input checks,
+//!   graph build or compiled call, output handed over) and the glue.
+//! - `session`: `Session::run` on `Device::Mlx`: rlx-runtime and the
+//!   adapter on top of `abi`.
+//!
+//! The plugin is linked in (`install_static`), so no `dlopen` sits between
+//! the layers; a loaded plugin's calls are the same calls. Run it with
+//!
+//! ```sh
+//! cargo bench -p rlx-static-host --bench overhead [-- --runs N --len N]
+//! ```
+//!
+//! and read `docs/PERFORMANCE.md` ("Where a tiny run's time goes").
+
+use rlx_ir::infer::GraphExt;
+use rlx_ir::{DType, Graph, Shape};
+use rlx_mlx_shim::{array, ops, Array, ArrayList};
+use rlx_plugin_api::{HostTensorRef, Mode};
+use rlx_runtime::{Device, Session};
+use std::time::Instant;
+
+fn graph(len: usize) -> Graph {
+    let mut g = Graph::new("exp");
+    let x = g.input("x", Shape::new(&[len], DType::F32));
+    let y = g.exp(x);
+    g.set_named_outputs([("y", y)]);
+    g
+}
+
+/// Median and min, in microseconds, of `runs` calls of `f` after
+/// `runs / 10 + 3` untimed ones.
+fn time(runs: usize, mut f: impl FnMut()) -> (f64, f64) {
+    for _ in 0..runs / 10 + 3 {
+        f();
+    }
+    let mut us: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    us.sort_by(f64::total_cmp);
+    (us[us.len() / 2], us[0])
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}
+
+fn main() {
+    let runs = arg("--runs", 2000).max(1);
+    let len = arg("--len", 4).max(1);
+    let x: Vec<f32> = (0..len).map(|i| (i % 17) as f32 * 0.1 - 0.8).collect();
+    let x_bytes = rlx_plugin_api::convert::f32_to_le(&x);
+    let dims = [len as i32];
+
+    let opts = rlx_plugin_host::Options::default();
+    // SAFETY: rlx_mlx::rlx_plugin_entry is the MLX plugin's entry, linked into this program.
+    let plugin =
+        unsafe { rlx_plugin_host::install_static(rlx_mlx::rlx_plugin_entry, "mlx", &opts) }
+            .unwrap_or_else(|e| panic!("{e}"));
+    let d = plugin.descriptor();
+    let device = d
+        .device_infos
+        .first()
+        .map(|i| i.label())
+        .unwrap_or_else(|| "cpu:0".into());
+    println!(
+        "exp of f32[{len}], {runs} runs per row, plugin {} {} on {device}, MLX {}",
+        d.name,
+        d.version,
+        rlx_mlx_shim::mlx_version()
+    );
+    // Build MLX's arrays on the device the plugin compiles for.
+    let dev = rlx_mlx::devices::resolve(None).expect("a default device");
+    let _on = rlx_mlx::executable::on_device(dev).expect("the default device");
+
+    println!(
+        "{:<10} {:<9} {:>10} {:>10}",
+        "LAYER", "MODE", "MEDIAN US", "MIN US"
+    );
+    let row = |layer: &str, mode: &str, (med, min): (f64, f64)| {
+        println!("{layer:<10} {mode:<9} {med:>10.2} {min:>10.2}");
+    };
+
+    let check = |out: &[u8]| {
+        let y = rlx_plugin_api::convert::f32_from_le(out);
+        assert!(
+            (y[1] - x[1].exp()).abs() <= 1e-6 * x[1].exp().abs().max(1.0),
+            "{y:?}"
+        );
+    };
+
+    // MLX alone.
+    let lazy = || {
+        let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
+        let y = ops::exp(&a).unwrap();
+        check(&y.to_bytes().unwrap());
+    };
+    row("mlx", "lazy", time(runs, lazy));
+    let compiled = rlx_mlx_shim::compile(|args: &ArrayList| {
+        let a = args.get(0).map_err(|e| e.to_string())?;
+        let y = ops::exp(&a).map_err(|e| e.to_string())?;
+        Ok(ArrayList::from_arrays([&*y]))
+    })
+    .unwrap();
+    row(
+        "mlx",
+        "compiled",
+        time(runs, || {
+            let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
+            let outs = compiled.call_arrays(&[&*a]).unwrap();
+            let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
+            array::eval_list(&list).unwrap();
+            check(&outs[0].to_bytes().unwrap());
+        }),
+    );
+    let spin = arg("--spin-us", 50) as u32;
+    row(
+        "mlx",
+        "lazy+spin",
+        time(runs, || {
+            let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
+            let y = ops::exp(&a).unwrap();
+            array::eval_list_spinning(&ArrayList::from_arrays([&*y]), spin).unwrap();
+            check(&y.to_bytes().unwrap());
+        }),
+    );
+    row(
+        "mlx",
+        "comp+spin",
+        time(runs, || {
+            let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
+            let outs = compiled.call_arrays(&[&*a]).unwrap();
+            let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
+            array::eval_list_spinning(&list, spin).unwrap();
+            check(&outs[0].to_bytes().unwrap());
+        }),
+    );
+    drop(_on);
+
+    let text = rlx_ir::rlxmodel::to_text(&graph(len)).unwrap();
+    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+        let mut exe = plugin.compile(&text, mode).unwrap();
+        let shape = [len];
+        row(
+            "abi",
+            mode.name(),
+            time(runs, || {
+                let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &x_bytes).unwrap();
+                let out = exe.run_refs(&[("x", t)]).unwrap();
+                check(&out[0].data);
+            }),
+        );
+    }
+    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+        let mut exe =
+            rlx_plugin_host::with_mode(mode, || Session::new(Device::Mlx).compile(graph(len)));
+        row(
+            "session",
+            mode.name(),
+            time(runs, || {
+                let out = exe.run(&[("x", &x[..])]);
+                assert!((out[0][1] - x[1].exp()).abs() <= 1e-6 * x[1].exp().abs().max(1.0));
+            }),
+        );
+    }
+    let mib = arg("--bind-mib", 0);
+    if mib > 0 {
+        bind_ladder(&plugin, mib, arg("--bind-runs", 5).max(1));
+    }
+    let mut cpu = Session::new(Device::Cpu).compile(graph(len));
+    row(
+        "cpu",
+        "-",
+        time(runs, || {
+            cpu.run(&[("x", &x[..])]);
+        }),
+    );
+}
+
+/// Binding a param of `mib` MiB (f32), at each layer: MLX's own copy of
+/// the bytes into an array (the one copy a bound param needs, as MLX cannot
+/// adopt host memory), the ABI's `executable_bind_param` with the tensor
+/// lent for the call, and `set_param` through `Session`. Milliseconds.
+fn bind_ladder(
+    plugin: &std::sync::Arc<rlx_plugin_api::host::LoadedPlugin>,
+    mib: usize,
+    runs: usize,
+) {
+    let n = mib * (1 << 20) / 4;
+    let w: Vec<f32> = (0..n).map(|i| (i % 251) as f32 * 0.01).collect();
+    let bytes = rlx_plugin_api::convert::f32_le_bytes(&w);
+    let mut g = Graph::new("bind");
+    let x = g.input("x", Shape::new(&[n], DType::F32));
+    let p = g.param("w", Shape::new(&[n], DType::F32));
+    let y = g.add(x, p);
+    g.set_named_outputs([("y", y)]);
+    let ms = |(med, min): (f64, f64)| (med / 1e3, min / 1e3);
+    println!("binding a {mib} MiB f32 param, {runs} times per row");
+    println!(
+        "{:<10} {:<9} {:>10} {:>10}",
+        "LAYER", "WHAT", "MEDIAN MS", "MIN MS"
+    );
+    let dev = rlx_mlx::devices::resolve(None).expect("a default device");
+    {
+        let _on = rlx_mlx::executable::on_device(dev).expect("the default device");
+        let (med, min) = ms(time(runs, || {
+            let a = array::array_from_bytes(&bytes, &[n as i32], rlx_mlx_shim::DType::F32).unwrap();
+            drop(a);
+        }));
+        println!("{:<10} {:<9} {med:>10.2} {min:>10.2}", "mlx", "copy");
+    }
+    let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
+    let mut exe = plugin.compile(&text, Mode::Lazy).unwrap();
+    let shape = [n];
+    let (med, min) = ms(time(runs, || {
+        let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &bytes).unwrap();
+        exe.bind_param_ref("w", t).unwrap();
+    }));
+    println!("{:<10} {:<9} {med:>10.2} {min:>10.2}", "abi", "bind");
+    drop(exe);
+    let mut s = Session::new(Device::Mlx).compile(g);
+    let (med, min) = ms(time(runs, || s.set_param("w", &w)));
+    println!(
+        "{:<10} {:<9} {med:>10.2} {min:>10.2}",
+        "session", "set_param"
+    );
+}
