@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "rlx-mlx-shim/src/array.rs.h"
@@ -22,12 +23,13 @@ namespace {
 // are queued, so the awake thread takes them at once.
 std::atomic<std::uint64_t> evaluations{0};
 
+// One step of a polling loop. It yields the CPU rather than only pausing:
+// when the thread it waits for was woken onto this CPU (the scheduler
+// likes to place a woken thread beside its waker), a pure spin would keep
+// that thread from running until the whole window had passed; with the
+// other CPU idle, yielding returns at once.
 inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
+  std::this_thread::yield();
 }
 
 // Keep the CPU stream's thread awake for up to `us` after a run: a task that
