@@ -20,6 +20,8 @@ mod mlx_nn;
 mod mlx_nn2;
 #[path = "mlx_order.rs"]
 mod mlx_order;
+#[path = "mlx_outputs.rs"]
+mod mlx_outputs;
 #[path = "mlx_quant.rs"]
 mod mlx_quant;
 #[path = "mlx_random.rs"]
