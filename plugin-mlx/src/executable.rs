@@ -490,21 +490,16 @@ impl MlxExecutable {
         // The array is allocated by the device's allocator (the GPU lock
         // covers it, see GpuTurn).
         let _on = on_device(&self.device)?;
-        let id = self
-            .params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, id)| *id)
-            .ok_or_else(|| {
-                PluginError::not_found(format!(
-                    "the graph has no param named {name:?} (params: {})",
-                    self.params
-                        .iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?;
+        let id = leaf_named(&self.params, name).ok_or_else(|| {
+            PluginError::not_found(format!(
+                "the graph has no param named {name:?} (params: {})",
+                self.params
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
         let arr = self.leaf_array("param", name, id, dtype, shape, bytes)?;
         self.bound.insert(id, arr);
         Ok(())
@@ -514,8 +509,8 @@ impl MlxExecutable {
     /// element), for tests and diagnostics of buffer reuse; None before a
     /// run.
     pub fn input_buffer_address(&self, name: &str) -> Option<usize> {
-        let (_, id) = self.inputs.iter().find(|(n, _)| n == name)?;
-        array::array_data_ptr(self.kept_inputs.get(id)?).ok()
+        let id = leaf_named(&self.inputs, name)?;
+        array::array_data_ptr(self.kept_inputs.get(&id)?).ok()
     }
 
     /// Check a host tensor against a leaf and make an MLX array of it.
@@ -534,6 +529,11 @@ impl MlxExecutable {
         array::array_from_bytes(bytes, &dims, ir_to_mx(s.dtype()).expect("checked"))
             .map_err(|e| PluginError::internal(format!("{what} {name:?}: {e}")))
     }
+}
+
+/// The node of the input or param called `name` in `leaves`.
+fn leaf_named(leaves: &[(String, NodeId)], name: &str) -> Option<NodeId> {
+    leaves.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
 }
 
 /// `mx::compile` over the graph: inputs, then params, are the compiled
@@ -698,14 +698,9 @@ impl MlxExecutable {
         let _ = self.custom.failures().take();
         let mut leaves: HashMap<NodeId, A> = HashMap::new();
         for (name, t) in inputs {
-            let id = self
-                .inputs
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, id)| *id)
-                .ok_or_else(|| {
-                    PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
-                })?;
+            let id = leaf_named(&self.inputs, name).ok_or_else(|| {
+                PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
+            })?;
             if leaves.contains_key(&id) {
                 return Err(PluginError::invalid_argument(format!(
                     "input {name:?} is given twice"
