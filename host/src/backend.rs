@@ -935,10 +935,7 @@ impl ExecutableGraph for PluginGraph {
             .collect();
         // Each output is converted straight from the plugin's buffer: one
         // copy (the plugin lends MLX's own on the CPU).
-        self.run_bytes(owned, |t| match t.compact_bytes() {
-            Some(b) => convert::bytes_to_f32(t.dtype, b),
-            None => convert::bytes_to_f32(t.dtype, &t.to_compact_bytes()?),
-        })
+        self.run_bytes(owned, |t| convert::bytes_to_f32(t.dtype, &t.compact_cow()?))
     }
 
     fn run_typed(

@@ -655,6 +655,15 @@ impl<'a> TensorRef<'a> {
         self.numel() <= 1 || self.strides == compact_strides(&self.shape)
     }
 
+    /// The elements compact row-major: the view's own bytes when it is
+    /// compact (no copy), else gathered into a new buffer.
+    pub fn compact_cow(&self) -> PluginResult<std::borrow::Cow<'a, [u8]>> {
+        match self.compact_bytes() {
+            Some(b) => Ok(std::borrow::Cow::Borrowed(b)),
+            None => self.to_compact_bytes().map(std::borrow::Cow::Owned),
+        }
+    }
+
     /// The bytes when the view is compact row-major, without a copy.
     pub fn compact_bytes(&self) -> Option<&'a [u8]> {
         if !self.is_compact() {

@@ -608,15 +608,7 @@ impl Executable for MlxExecutable {
 
     fn bind_param_lent(&mut self, name: &str, p: TensorRef<'_>) -> PluginResult<()> {
         // Read in place while the call lasts: no copy before MLX's own.
-        let gathered;
-        let bytes = match p.compact_bytes() {
-            Some(b) => b,
-            None => {
-                gathered = p.to_compact_bytes()?;
-                &gathered
-            }
-        };
-        self.bind_bytes(name, p.dtype, &p.shape, bytes)
+        self.bind_bytes(name, p.dtype, &p.shape, &p.compact_cow()?)
     }
 
     fn device(&self) -> Option<DeviceInfo> {
@@ -709,23 +701,16 @@ impl MlxExecutable {
             self.check_leaf("input", name, id, t.dtype, &t.shape)?;
             // A compact input is read in place (MLX copies it into its own
             // buffer once); only a strided one is gathered first.
-            let gathered;
-            let bytes = match t.compact_bytes() {
-                Some(b) => b,
-                None => {
-                    gathered = t.to_compact_bytes()?;
-                    &gathered
-                }
-            };
+            let bytes = t.compact_cow()?;
             let reused = match self.kept_inputs.remove(&id) {
-                Some(a) if reuse_inputs() => array::array_overwrite(&a, bytes)
+                Some(a) if reuse_inputs() => array::array_overwrite(&a, &bytes)
                     .map_err(|e| PluginError::internal(format!("input {name:?}: {e}")))?
                     .then_some(a),
                 _ => None,
             };
             let arr = match reused {
                 Some(a) => a,
-                None => self.leaf_array("input", name, id, t.dtype, &t.shape, bytes)?,
+                None => self.leaf_array("input", name, id, t.dtype, &t.shape, &bytes)?,
             };
             leaves.insert(id, arr);
         }

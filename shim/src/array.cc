@@ -4,15 +4,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
-
-#include "mlx/scheduler.h"
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <variant>
 
+#include "mlx/scheduler.h"
 #include "rlx-mlx-shim/src/array.rs.h"
 
 namespace rlx {
@@ -48,7 +47,6 @@ void linger(uint32_t us) {
       });
 }
 
-
 // Every other evaluation the shim starts: a lingering stream thread lets go
 // first (its work then waits for nothing, though it may find the thread
 // asleep, as without lingering).
@@ -57,7 +55,6 @@ void evaluate(const std::vector<mx::array>& xs) {
   mx::eval(xs);
 }
 }  // namespace
-
 
 void ensure_init() {
   static std::once_flag once;

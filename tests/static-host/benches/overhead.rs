@@ -107,52 +107,35 @@ fn main() {
         );
     };
 
-    // MLX alone.
-    let lazy = || {
-        let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
-        let y = ops::exp(&a).unwrap();
-        check(&y.to_bytes().unwrap());
-    };
-    row("mlx", "lazy", time(runs, lazy));
+    // MLX alone: `exp` built anew (lazy) or the compiled function called,
+    // then evaluated as MLX's eval does (spin 0) or polling (the plugin's
+    // way on the CPU).
     let compiled = rlx_mlx_shim::compile(|args: &ArrayList| {
         let a = args.get(0).map_err(|e| e.to_string())?;
         let y = ops::exp(&a).map_err(|e| e.to_string())?;
         Ok(ArrayList::from_arrays([&*y]))
     })
     .unwrap();
-    row(
-        "mlx",
-        "compiled",
-        time(runs, || {
-            let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
-            let outs = compiled.call_arrays(&[&*a]).unwrap();
-            let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
-            array::eval_list(&list).unwrap();
-            check(&outs[0].to_bytes().unwrap());
-        }),
-    );
+    let mlx_run = |use_compiled: bool, spin: u32| {
+        let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
+        let outs = if use_compiled {
+            compiled.call_arrays(&[&*a]).unwrap()
+        } else {
+            vec![ops::exp(&a).unwrap()]
+        };
+        let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
+        array::eval_list_spinning(&list, spin).unwrap();
+        check(&outs[0].to_bytes().unwrap());
+    };
     let spin = arg("--spin-us", 50) as u32;
-    row(
-        "mlx",
-        "lazy+spin",
-        time(runs, || {
-            let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
-            let y = ops::exp(&a).unwrap();
-            array::eval_list_spinning(&ArrayList::from_arrays([&*y]), spin).unwrap();
-            check(&y.to_bytes().unwrap());
-        }),
-    );
-    row(
-        "mlx",
-        "comp+spin",
-        time(runs, || {
-            let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
-            let outs = compiled.call_arrays(&[&*a]).unwrap();
-            let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
-            array::eval_list_spinning(&list, spin).unwrap();
-            check(&outs[0].to_bytes().unwrap());
-        }),
-    );
+    for (mode, use_compiled, spin) in [
+        ("lazy", false, 0),
+        ("compiled", true, 0),
+        ("lazy+spin", false, spin),
+        ("comp+spin", true, spin),
+    ] {
+        row("mlx", mode, time(runs, || mlx_run(use_compiled, spin)));
+    }
     drop(_on);
 
     let text = rlx_ir::rlxmodel::to_text(&graph(len)).unwrap();
