@@ -5,6 +5,7 @@ use crate::custom::CustomScope;
 use crate::dtype::{ir_to_abi, ir_to_mx};
 use crate::graph_check::{describe, leaves, lowering_for, parse_and_check, shape_str};
 use crate::lower::{static_dims, Ctx, A};
+use crate::trace::RunTrace;
 use rlx_ir::{Graph, NodeId, Op, OpKind};
 use rlx_mlx_shim::array::{Device, DeviceGuard};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
@@ -127,9 +128,9 @@ pub fn evaluate(
             }
         };
         if eager {
-            array::eval_list_spinning(&ArrayList::from_arrays([&*v]), spin_us()).map_err(|e| {
-                PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e)))
-            })?;
+            array::eval_list_spinning(&ArrayList::from_arrays([&*v]), spin_us(on_gpu)).map_err(
+                |e| PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e))),
+            )?;
             custom.check()?;
         }
         for i in &n.inputs {
@@ -160,24 +161,32 @@ fn reuse_inputs() -> bool {
     *ON.get_or_init(|| std::env::var("RLX_MLX_REUSE_INPUTS").map_or(true, |v| v != "0"))
 }
 
-/// How long a CPU run polls for its outputs before it sleeps until MLX's
-/// stream thread wakes it (`eval_list_spinning`): waking a sleeping thread
-/// costs tens of microseconds on a VM, more than a small graph's work.
-/// `RLX_MLX_SPIN_US` (read once) sets it; 0 always sleeps, as MLX's eval
-/// does. The default covers a small graph's run and costs a larger one at
-/// most this much of one core.
-fn spin_us() -> u32 {
-    static US: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *US.get_or_init(|| {
+/// How long a run polls for its outputs before it sleeps until MLX wakes
+/// it (`eval_list_spinning`): being woken costs tens of microseconds (on
+/// the CPU a futex wake of MLX's stream thread's waiter, on a VM more; on
+/// a CUDA GPU the driver's interrupt after a blocking-sync event), more
+/// than a small graph's work. `RLX_MLX_SPIN_US` (read once) sets it for
+/// every device; 0 always sleeps, as MLX's eval does. The defaults cover
+/// a small graph's run and cost a larger one at most this much of one
+/// core: on a GPU, where the caller only waits, a longer window, so that a
+/// run of a millisecond or so is not woken late either.
+fn spin_us(on_gpu: bool) -> u32 {
+    static US: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let set = *US.get_or_init(|| {
         std::env::var("RLX_MLX_SPIN_US")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_SPIN_US)
+    });
+    set.unwrap_or(if on_gpu {
+        DEFAULT_GPU_SPIN_US
+    } else {
+        DEFAULT_SPIN_US
     })
 }
 
 /// See [`spin_us`].
 const DEFAULT_SPIN_US: u32 = 50;
+const DEFAULT_GPU_SPIN_US: u32 = 2000;
 
 /// Does the node read or make a float64 value?
 fn touches_f64(graph: &Graph, n: &rlx_ir::Node) -> bool {
@@ -616,19 +625,28 @@ impl Executable for MlxExecutable {
     }
 
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
+        let mut trace = RunTrace::start();
         let _on = on_device(&self.device)?;
-        let outs = self.run_arrays(inputs)?;
-        outs.iter()
+        trace.mark("device");
+        let outs = self.run_arrays(inputs, &mut trace)?;
+        let host = outs
+            .iter()
             .zip(&self.graph.outputs)
             .map(|(a, id)| self.host_output(a, *id))
-            .collect()
+            .collect();
+        trace.mark("outputs");
+        trace.finish(|| self.trace_label());
+        host
     }
 
     fn run_owned(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<OwnedTensor>> {
+        let mut trace = RunTrace::start();
         let _on = on_device(&self.device)?;
-        let outs = self.run_arrays(inputs)?;
+        trace.mark("device");
+        let outs = self.run_arrays(inputs, &mut trace)?;
         let lend = self.device.kind == rlx_plugin_api::DeviceKind::Cpu;
-        outs.into_iter()
+        let owned = outs
+            .into_iter()
             .zip(&self.graph.outputs)
             .map(|(a, id)| {
                 let lent = lend
@@ -639,7 +657,10 @@ impl Executable for MlxExecutable {
                     .flatten();
                 lent.unwrap_or_else(|| self.host_output(&a, *id).map(OwnedTensor::from_host))
             })
-            .collect()
+            .collect();
+        trace.mark("outputs");
+        trace.finish(|| self.trace_label());
+        owned
     }
 }
 
@@ -685,7 +706,11 @@ fn lent_output(
 
 impl MlxExecutable {
     /// Bind, evaluate and check one run: its outputs as evaluated arrays.
-    fn run_arrays(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<A>> {
+    fn run_arrays(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        trace: &mut RunTrace,
+    ) -> PluginResult<Vec<A>> {
         // A failure left from an earlier run that failed before reading it.
         let _ = self.custom.failures().take();
         let mut leaves: HashMap<NodeId, A> = HashMap::new();
@@ -728,6 +753,7 @@ impl MlxExecutable {
                 "param {n:?} is not bound"
             )));
         }
+        trace.mark("inputs");
         let leaf = |id: NodeId| -> PluginResult<A> {
             Ok(leaves
                 .get(&id)
@@ -773,19 +799,23 @@ impl MlxExecutable {
                 (outs, writes.take_for(&self.graph))
             }
         };
+        trace.mark("build");
         {
             let list = ArrayList::from_arrays(
                 outs.iter()
                     .map(|a| &**a)
                     .chain(state.iter().map(|(_, v)| &**v)),
             );
-            array::eval_list_spinning(&list, spin_us()).map_err(|e| {
-                PluginError::internal(format!(
-                    "MLX evaluation failed: {} (run in eager mode to find the node)",
-                    explain(&self.graph, e)
-                ))
-            })?;
+            array::eval_list_spinning(&list, spin_us(array::thread_device_is_gpu())).map_err(
+                |e| {
+                    PluginError::internal(format!(
+                        "MLX evaluation failed: {} (run in eager mode to find the node)",
+                        explain(&self.graph, e)
+                    ))
+                },
+            )?;
         }
+        trace.mark("eval");
         // A kernel that failed on MLX's stream left its output zeroed and
         // said why here: the run fails with that.
         self.custom.check()?;
@@ -796,7 +826,18 @@ impl MlxExecutable {
                 *b = v;
             }
         }
+        trace.mark("finish");
         Ok(outs)
+    }
+
+    /// The device and mode a traced run names.
+    fn trace_label(&self) -> String {
+        let mode = if self.compiled.is_some() {
+            "compiled"
+        } else {
+            self.mode.name()
+        };
+        format!("{} {mode}", self.device.label())
     }
 
     /// Output `id`'s declared dtype and dims.

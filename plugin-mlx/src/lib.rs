@@ -18,5 +18,6 @@ pub mod lower;
 pub mod manifest;
 pub mod memory;
 pub mod plugin;
+pub mod trace;
 
 rlx_plugin_api::export_plugin!(plugin::MlxPlugin::new(), manifest: manifest::MANIFEST);

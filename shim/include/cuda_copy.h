@@ -10,6 +10,14 @@ namespace rlx::cuda_copy {
 
 namespace mx = mlx::core;
 
+// Whether the copies below are done by the CUDA driver (a CUDA build of
+// MLX on a machine with a GPU, and `RLX_MLX_CUDA_COPY` not 0).
+bool enabled();
+
+// Whether `x`'s buffer is device memory (not managed memory, which the
+// host can read and write in place).
+bool in_device_memory(const mx::array& x);
+
 // Copies the evaluated, row-contiguous `x` (n bytes) into `dst` with one
 // DMA when its buffer is in GPU memory; false, copying nothing, otherwise.
 bool to_host(const mx::array& x, void* dst, std::size_t n);

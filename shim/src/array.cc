@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -248,6 +249,42 @@ std::size_t checked_nbytes(const mx::Shape& shape, mx::Dtype dt) {
 }
 }  // namespace
 
+namespace {
+// From how many bytes an array made from host bytes for a GPU run lives
+// in device memory (below) and is written with the driver's copy; a
+// smaller one stays in MLX's managed memory and is written by the host.
+// `RLX_MLX_DEVICE_INPUT_BYTES`, read once, sets it. Measured on an H200
+// (docs/CUDA.md "How tensors cross to the GPU"), exp of an f32 vector
+// through `Session`: at 16 KiB and more, device memory halved the run (72
+// against 198 us at 16 KiB, 727 against 810 at 1 MiB); at 16 bytes the
+// managed buffer won, as the result then lands in managed memory too and
+// is read in place (0.3 us against an 11 us copy out).
+std::size_t device_input_bytes() {
+  static const std::size_t n = [] {
+    const char* v = std::getenv("RLX_MLX_DEVICE_INPUT_BYTES");
+    if (v != nullptr && *v != 0) {
+      char* end = nullptr;
+      const unsigned long long x = std::strtoull(v, &end, 10);
+      if (end != nullptr && *end == 0) {
+        return static_cast<std::size_t>(x);
+      }
+    }
+    return static_cast<std::size_t>(4096);
+  }();
+  return n;
+}
+
+// Whether host bytes for the GPU array `x` go in with the driver's copy:
+// always into device memory; into managed memory only from
+// `device_input_bytes()` on (a few bytes the host writes in place, as
+// MLX's own path does, without the copy's round trip to the driver).
+bool copy_in(const mx::array& x, const void* src, std::size_t n) {
+  return thread_device_is_gpu() &&
+      (n >= device_input_bytes() || cuda_copy::in_device_memory(x)) &&
+      cuda_copy::from_host(x, src, n);
+}
+}  // namespace
+
 std::unique_ptr<Array> array_from_bytes(
     rust::Slice<const uint8_t> data,
     rust::Slice<const int32_t> shape,
@@ -260,11 +297,24 @@ std::unique_ptr<Array> array_from_bytes(
         "[rlx shim] array_from_bytes: got " + std::to_string(data.size()) +
         " bytes, shape and dtype need " + std::to_string(n));
   }
+  // MLX gives an array made on the host managed memory, whose pages move
+  // between host and GPU when the one and then the other touches them. So
+  // a GPU run's array of `device_input_bytes()` or more gets the device
+  // memory MLX gives its kernels' outputs instead (a zeros array evaluated
+  // on the GPU: once per buffer, as runs write into it again through
+  // `array_overwrite`), and its bytes go there with one DMA. A CPU run
+  // (the CPU device of the CUDA build too) reads them where the host
+  // wrote them. float64 has no GPU kernels.
+  if (thread_device_is_gpu() && n > 0 && n >= device_input_bytes() &&
+      dt != mx::float64 && cuda_copy::enabled()) {
+    mx::array x = mx::zeros(sh, dt, target());
+    evaluate({x});
+    if (cuda_copy::from_host(x, data.data(), n)) {
+      return wrap(std::move(x));
+    }
+  }
   mx::array x(mx::allocator::malloc(n), std::move(sh), dt);
-  // For a GPU run the bytes go straight to the GPU; a CPU run (the CPU
-  // device of the CUDA build too) reads them where the host wrote them.
-  const bool to_gpu = thread_device_is_gpu();
-  if (n > 0 && !(to_gpu && cuda_copy::from_host(x, data.data(), n))) {
+  if (n > 0 && !copy_in(x, data.data(), n)) {
     std::memcpy(x.data<uint8_t>(), data.data(), n);
   }
   return wrap(std::move(x));
@@ -280,7 +330,7 @@ bool array_overwrite(const Array& a, rust::Slice<const uint8_t> data) {
     return false;
   }
   const std::size_t n = data.size();
-  if (!(thread_device_is_gpu() && cuda_copy::from_host(x, data.data(), n))) {
+  if (!copy_in(x, data.data(), n)) {
     // `data()` of a const array: the buffer is ours to write (see above).
     std::memcpy(const_cast<mx::array&>(x).data<uint8_t>(), data.data(), n);
   }
@@ -406,21 +456,25 @@ void eval_list(const ArrayList& l) {
   evaluate(l.v);
 }
 
-// MLX's eval blocks the caller on a condition variable that the stream's
-// thread signals when the graph's last task is done: when the work takes a
-// few microseconds, being woken again (a futex wake; on a VM an
-// inter-processor interrupt) costs more than the work. So on the CPU the
-// graph is scheduled with async_eval and the caller polls its outputs for
+// MLX's eval blocks the caller until the graph is done: on the CPU on a
+// condition variable that the stream's thread signals when the graph's
+// last task is done; on a CUDA GPU in cudaEventSynchronize on an event MLX
+// creates with cudaEventBlockingSync, so the caller sleeps until the
+// driver's interrupt wakes it. When the work takes a few microseconds,
+// being woken again (a futex wake; on a VM an inter-processor interrupt)
+// costs more than the work. So the graph is scheduled with async_eval and
+// the caller polls its outputs (on a GPU, each poll a cudaEventQuery) for
 // up to `spin_us` before it blocks as eval does. A task that failed on the
-// stream leaves its error on the stream; eval reports it only when it had
-// to block (a signalled event is not checked), so it is checked here
+// CPU stream leaves its error on the stream; eval reports it only when it
+// had to block (a signalled event is not checked), so it is checked here
 // after every run, whichever way the run ended.
 
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
-  if (spin_us == 0 || thread_device_is_gpu()) {
+  if (spin_us == 0) {
     evaluate(l.v);
     return;
   }
+  const bool gpu = thread_device_is_gpu();
   mx::async_eval(l.v);
   evaluations.fetch_add(1, std::memory_order_relaxed);
   const auto deadline =
@@ -438,7 +492,7 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
   }
   // The stream keeps a task's error until it is checked: report it when
   // eval did not (and clear it either way, or the next run would fail
-  // with it).
+  // with it). A GPU graph has CPU tasks too (float64 nodes).
   try {
     mx::scheduler::scheduler().check_error(mx::default_stream(mx::Device::cpu));
   } catch (...) {
@@ -446,7 +500,11 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
       failed = std::current_exception();
     }
   }
-  linger(spin_us);
+  // A GPU run's next graph is built and launched on the caller's thread:
+  // only the CPU stream's thread is worth keeping awake.
+  if (!gpu) {
+    linger(spin_us);
+  }
   if (failed) {
     std::rethrow_exception(failed);
   }

@@ -124,6 +124,13 @@ const CudaBufferLayout* cuda_buffer(const mx::array& x) {
 
 }  // namespace
 
+bool enabled() { return driver().ok; }
+
+bool in_device_memory(const mx::array& x) {
+  const CudaBufferLayout* buf = driver().ok ? cuda_buffer(x) : nullptr;
+  return buf != nullptr && buf->data != nullptr && buf->device >= 0;
+}
+
 bool to_host(const mx::array& x, void* dst, std::size_t n) {
   const Driver& d = driver();
   if (!d.ok || n == 0) {

@@ -1,9 +1,10 @@
 //! What one run costs at each layer between a host program and MLX, in
 //! one process, for the same graph (`exp` of an f32 vector):
 //!
-//! - `mlx`: MLX alone through the shim, no ABI: make the input array from
-//!   host bytes, build `exp` (or call the `mx::compile`d function), evaluate,
-//!   copy the result out. The least any run through host memory costs.
+//! - `mlx`: MLX alone through the shim, no ABI: write the host bytes into
+//!   the input array (kept from the last run, as the plugin keeps it),
+//!   build `exp` (or call the `mx::compile`d function), evaluate, copy the
+//!   result out. The least any run through host memory costs.
 //! - `abi`: the plugin's C ABI (`executable_run`), through the host-side
 //!   loader's `PluginExecutable::run_refs`: the plugin's run (input checks,
 //!   graph build or compiled call, output handed over) and the glue.
@@ -116,8 +117,19 @@ fn main() {
         Ok(ArrayList::from_arrays([&*y]))
     })
     .unwrap();
+    // The input array is kept from run to run and written in place, as the
+    // plugin does (`array_overwrite`), or made anew when MLX still holds it.
+    let kept = std::cell::RefCell::new(None::<rlx_mlx_shim::UniquePtr<Array>>);
+    let input = || {
+        let mut k = kept.borrow_mut();
+        match k.take() {
+            Some(a) if array::array_overwrite(&a, &x_bytes).unwrap() => a,
+            _ => array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap(),
+        }
+    };
+    let keep = |a| *kept.borrow_mut() = Some(a);
     let mlx_run = |use_compiled: bool, spin: u32| {
-        let a = array::array_from_bytes(&x_bytes, &dims, rlx_mlx_shim::DType::F32).unwrap();
+        let a = input();
         let outs = if use_compiled {
             compiled.call_arrays(&[&*a]).unwrap()
         } else {
@@ -126,6 +138,8 @@ fn main() {
         let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
         array::eval_list_spinning(&list, spin).unwrap();
         check(&outs[0].to_bytes().unwrap());
+        drop((list, outs));
+        keep(a);
     };
     let spin = arg("--spin-us", 50) as u32;
     for (mode, use_compiled, spin) in [
@@ -136,6 +150,40 @@ fn main() {
     ] {
         row("mlx", mode, time(runs, || mlx_run(use_compiled, spin)));
     }
+    // The compiled MLX-alone run by phase, named as the plugin's
+    // `RLX_MLX_TRACE_RUNS` names them, to set beside a traced plugin run.
+    let mut phases: [Vec<f64>; 4] = Default::default();
+    for i in 0..runs + runs / 10 + 3 {
+        let mut t = Instant::now();
+        let mut lap = |k: usize| {
+            if i >= runs / 10 + 3 {
+                phases[k].push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            t = Instant::now();
+        };
+        let a = input();
+        lap(0);
+        let outs = compiled.call_arrays(&[&*a]).unwrap();
+        lap(1);
+        let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
+        array::eval_list_spinning(&list, spin).unwrap();
+        lap(2);
+        check(&outs[0].to_bytes().unwrap());
+        lap(3);
+        drop((list, outs));
+        keep(a);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "mlx comp+spin by phase, median us: inputs {:.2} build {:.2} eval {:.2} outputs {:.2}",
+        median(&mut phases[0]),
+        median(&mut phases[1]),
+        median(&mut phases[2]),
+        median(&mut phases[3])
+    );
     drop(_on);
 
     let text = rlx_ir::rlxmodel::to_text(&graph(len)).unwrap();
