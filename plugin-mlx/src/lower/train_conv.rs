@@ -240,16 +240,16 @@ fn conv2d_cl(
 fn conv2d_backward_input(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "Conv2dBackwardInput";
     arity(a, 2, OP)?;
-    let Op::Conv2dBackwardInput {
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        groups,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Conv2dBackwardInput {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups
+        }
+    );
     let gm = geom(OP, kernel_size, stride, padding, dilation)?;
     let (dyd, wd, od) = (cx.in_dims(0), cx.in_dims(1), cx.out_dims());
     rank4(OP, "dy", &dyd)?;
@@ -288,16 +288,16 @@ fn conv2d_backward_input(cx: &Ctx, a: &[&Array]) -> LResult {
 fn conv2d_backward_weight(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "Conv2dBackwardWeight";
     arity(a, 2, OP)?;
-    let Op::Conv2dBackwardWeight {
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        groups,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        Conv2dBackwardWeight {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups
+        }
+    );
     let gm = geom(OP, kernel_size, stride, padding, dilation)?;
     let (xd, dyd, od) = (cx.in_dims(0), cx.in_dims(1), cx.out_dims());
     rank4(OP, "x", &xd)?;
@@ -335,14 +335,14 @@ fn conv2d_backward_weight(cx: &Ctx, a: &[&Array]) -> LResult {
 fn maxpool2d_backward(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "MaxPool2dBackward";
     arity(a, 2, OP)?;
-    let Op::MaxPool2dBackward {
-        kernel_size,
-        stride,
-        padding,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        MaxPool2dBackward {
+            kernel_size,
+            stride,
+            padding
+        }
+    );
     let gm = geom(OP, kernel_size, stride, padding, &[])?;
     let (xd, dyd) = (cx.in_dims(0), cx.in_dims(1));
     rank4(OP, "x", &xd)?;
@@ -509,15 +509,15 @@ fn from_bhld(a: &Array, layout: Layout) -> LResult {
 /// `(score_scale, attn_logit_softcap)`, or `(None, None)` when the graph
 /// holds none (the op's own defaults); two that disagree are refused.
 fn forward_scale_cap(cx: &Ctx) -> LResult<(Option<f32>, Option<f32>)> {
-    let Op::AttentionBackward {
-        num_heads,
-        head_dim,
-        mask_kind,
-        ..
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        AttentionBackward {
+            num_heads,
+            head_dim,
+            mask_kind,
+            ..
+        }
+    );
     let ins = &cx.node.inputs;
     let masked = matches!(mask_kind, MaskKind::Custom | MaskKind::Bias);
     let mut found: Option<(Option<f32>, Option<f32>)> = None;
@@ -575,15 +575,15 @@ fn group_sum(a: &Array, hk: i32) -> LResult {
 /// GQA: dK, dV summed over the query heads sharing a KV head.
 fn attention_backward(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "AttentionBackward";
-    let Op::AttentionBackward {
-        num_heads,
-        head_dim,
-        mask_kind,
-        wrt,
-    } = &cx.node.op
-    else {
-        unreachable!()
-    };
+    crate::op_fields!(
+        cx,
+        AttentionBackward {
+            num_heads,
+            head_dim,
+            mask_kind,
+            wrt
+        }
+    );
     let want = if matches!(mask_kind, MaskKind::Custom | MaskKind::Bias) {
         5
     } else {
