@@ -13,6 +13,7 @@ pub mod control;
 pub mod conv;
 pub mod elementwise;
 pub mod fused;
+pub mod grouped;
 pub mod index;
 pub mod io;
 pub mod linalg;
@@ -237,6 +238,7 @@ pub fn table() -> &'static [Lowering] {
             solve::entries(),
             random::entries(),
             signal::entries(),
+            grouped::entries(),
             quant::entries(),
             control::entries(),
             recurrent::entries(),
