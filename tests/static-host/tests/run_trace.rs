@@ -33,24 +33,32 @@ fn runs() {
     }
 }
 
+/// Run this binary's test `name` again in a child process, as the child
+/// (with `RLX_MLX_TRACE_RUNS=1` when `traced`): its stderr.
+fn child_stderr(name: &str, traced: bool) -> String {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", name, "--nocapture"]).env(CHILD, "1");
+    if traced {
+        cmd.env("RLX_MLX_TRACE_RUNS", "1");
+    } else {
+        cmd.env_remove("RLX_MLX_TRACE_RUNS");
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "child failed: {err}");
+    err
+}
+
 #[test]
 fn a_traced_run_prints_its_phases_in_order_within_its_total() {
     if std::env::var_os(CHILD).is_some() {
         runs();
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_traced_run_prints_its_phases_in_order_within_its_total",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("RLX_MLX_TRACE_RUNS", "1")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed: {err}");
+    let err = child_stderr(
+        "a_traced_run_prints_its_phases_in_order_within_its_total",
+        true,
+    );
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("rlx-mlx run "))
@@ -88,17 +96,6 @@ fn an_untraced_process_prints_no_run_lines() {
         runs();
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "an_untraced_process_prints_no_run_lines",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env_remove("RLX_MLX_TRACE_RUNS")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed: {err}");
+    let err = child_stderr("an_untraced_process_prints_no_run_lines", false);
     assert!(!err.contains("rlx-mlx run "), "{err}");
 }
