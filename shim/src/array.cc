@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -307,10 +308,17 @@ std::unique_ptr<Array> array_from_bytes(
   // wrote them. float64 has no GPU kernels.
   if (thread_device_is_gpu() && n > 0 && n >= device_input_bytes() &&
       dt != mx::float64 && cuda_copy::enabled()) {
-    mx::array x = mx::zeros(sh, dt, target());
-    evaluate({x});
-    if (cuda_copy::from_host(x, data.data(), n)) {
-      return wrap(std::move(x));
+    std::optional<mx::array> x;
+    try {
+      x = mx::zeros(sh, dt, target());
+      evaluate({*x});
+    } catch (const std::exception&) {
+      // No GPU fill for this dtype (or no memory for it there): MLX's own
+      // managed buffer below still serves.
+      x.reset();
+    }
+    if (x && cuda_copy::from_host(*x, data.data(), n)) {
+      return wrap(std::move(*x));
     }
   }
   mx::array x(mx::allocator::malloc(n), std::move(sh), dt);
