@@ -248,18 +248,17 @@ std::size_t checked_nbytes(const mx::Shape& shape, mx::Dtype dt) {
   }
   return n;
 }
-}  // namespace
 
-namespace {
 // From how many bytes an array made from host bytes for a GPU run lives
 // in device memory (below) and is written with the driver's copy; a
 // smaller one stays in MLX's managed memory and is written by the host.
 // `RLX_MLX_DEVICE_INPUT_BYTES`, read once, sets it. Measured on an H200
 // (docs/CUDA.md "How tensors cross to the GPU"), exp of an f32 vector
-// through `Session`: at 16 KiB and more, device memory halved the run (72
-// against 198 us at 16 KiB, 727 against 810 at 1 MiB); at 16 bytes the
-// managed buffer won, as the result then lands in managed memory too and
-// is read in place (0.3 us against an 11 us copy out).
+// through `Session`: from 16 KiB on, device memory won (72 against 198 us
+// at 16 KiB, 166 against 305 at 256 KiB, 727 against 810 at 1 MiB); at
+// 16 bytes the managed buffer won, written in 0.9 us, and the result then
+// lands in managed memory too and is read in place (0.4 us against an
+// 11 us copy out).
 std::size_t device_input_bytes() {
   static const std::size_t n = [] {
     const char* v = std::getenv("RLX_MLX_DEVICE_INPUT_BYTES");
