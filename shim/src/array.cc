@@ -2,6 +2,7 @@
 #include "rlx-mlx-shim/include/array.h"
 #include "rlx-mlx-shim/include/cuda_copy.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -50,10 +51,18 @@ void linger(uint32_t us) {
 }
 
 // Every other evaluation the shim starts: a lingering stream thread lets go
-// first (its work then waits for nothing, though it may find the thread
-// asleep, as without lingering).
+// first when the evaluation schedules work (which then waits for nothing,
+// though it may find the thread asleep, as without lingering). One whose
+// arrays are all scheduled already, such as a run's output read after the
+// run, only waits for them, and leaves the thread lingering for the next
+// run: letting go there put the thread to sleep after every CPU run that
+// hands its outputs over in place.
 void evaluate(const std::vector<mx::array>& xs) {
-  evaluations.fetch_add(1, std::memory_order_relaxed);
+  if (std::any_of(xs.begin(), xs.end(), [](const mx::array& x) {
+        return x.status() == mx::array::Status::unscheduled;
+      })) {
+    evaluations.fetch_add(1, std::memory_order_relaxed);
+  }
   mx::eval(xs);
 }
 }  // namespace
