@@ -493,6 +493,15 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
   const bool gpu = thread_device_is_gpu();
   mx::async_eval(l.v);
   evaluations.fetch_add(1, std::memory_order_relaxed);
+  // Queued behind this run's tasks, before they can finish: the stream's
+  // thread goes from the run's last task straight into lingering, instead
+  // of finding its queue empty, going to sleep, and being woken by a
+  // linger queued after the run (that wake cost the caller a futex
+  // syscall every run). A GPU run's next graph is built and launched on
+  // the caller's thread: only the CPU stream's thread is worth keeping.
+  if (!gpu) {
+    linger(spin_us);
+  }
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   for (const auto& x : l.v) {
@@ -515,11 +524,6 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
     if (!failed) {
       failed = std::current_exception();
     }
-  }
-  // A GPU run's next graph is built and launched on the caller's thread:
-  // only the CPU stream's thread is worth keeping awake.
-  if (!gpu) {
-    linger(spin_us);
   }
   if (failed) {
     std::rethrow_exception(failed);

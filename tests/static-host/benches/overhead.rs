@@ -3,8 +3,9 @@
 //!
 //! - `mlx`: MLX alone through the shim, no ABI: write the host bytes into
 //!   the input array (kept from the last run, as the plugin keeps it),
-//!   build `exp` (or call the `mx::compile`d function), evaluate, copy the
-//!   result out. The least any run through host memory costs.
+//!   build the MLX ops the plugin's lowering makes of the graph (or call
+//!   them `mx::compile`d), evaluate, copy the result out. The least any run
+//!   of this graph through host memory costs.
 //! - `abi`: the plugin's C ABI (`executable_run`), through the host-side
 //!   loader's `PluginExecutable::run_refs`: the plugin's run (input checks,
 //!   graph build or compiled call, output handed over) and the glue.
@@ -22,7 +23,10 @@
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
-use rlx_mlx_shim::{array, ops, Array, ArrayList};
+use rlx_mlx::custom::CustomScope;
+use rlx_mlx::executable::{evaluate, Env, Eval, StateWrites};
+use rlx_mlx::lower::A;
+use rlx_mlx_shim::{array, Array, ArrayList};
 use rlx_plugin_api::{HostTensorRef, Mode};
 use rlx_runtime::{Device, Session};
 use std::time::Instant;
@@ -108,12 +112,28 @@ fn main() {
         );
     };
 
-    // MLX alone: `exp` built anew (lazy) or the compiled function called,
+    // MLX alone: the MLX ops the plugin's lowering builds for the graph
+    // (rlx's saturating `exp`: a clip, two exps and a select, not MLX's bare
+    // `exp`), built anew (lazy) or through the `mx::compile`d function,
     // then evaluated as MLX's eval does (spin 0) or polling (the plugin's
-    // way on the CPU).
-    let compiled = rlx_mlx_shim::compile(|args: &ArrayList| {
+    // way).
+    let g = std::sync::Arc::new(graph(len));
+    let custom = std::sync::Arc::new(CustomScope::resolve(&g).unwrap());
+    let lower = move |a: &Array| -> Result<A, String> {
+        let writes = StateWrites::default();
+        let env = Env {
+            rng: Default::default(),
+            custom: &custom,
+            how: Eval::Lazy,
+            writes: &writes,
+        };
+        let mut outs = evaluate(&g, &env, &|_| Ok(a.clone_handle())).map_err(|e| e.message)?;
+        Ok(outs.remove(0))
+    };
+    let lower_in_compile = lower.clone();
+    let compiled = rlx_mlx_shim::compile(move |args: &ArrayList| {
         let a = args.get(0).map_err(|e| e.to_string())?;
-        let y = ops::exp(&a).map_err(|e| e.to_string())?;
+        let y = lower_in_compile(&a)?;
         Ok(ArrayList::from_arrays([&*y]))
     })
     .unwrap();
@@ -133,7 +153,7 @@ fn main() {
         let outs = if use_compiled {
             compiled.call_arrays(&[&*a]).unwrap()
         } else {
-            vec![ops::exp(&a).unwrap()]
+            vec![lower(&a).unwrap()]
         };
         let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
         array::eval_list_spinning(&list, spin).unwrap();
