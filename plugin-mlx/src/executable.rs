@@ -679,20 +679,11 @@ fn lent_output(
     struct Keep(#[allow(dead_code)] A);
     // SAFETY: see above; nothing else is reached through it.
     unsafe impl Send for Keep {}
-    let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
-    let strides = array::array_strides(a);
-    let mut want = 1i64;
-    for (st, d) in strides.iter().zip(&shape).rev() {
-        if *d != 1 && *st != want {
-            return None;
-        }
-        want *= *d as i64;
-    }
     let n = a.nbytes();
     if n == 0 {
         return None;
     }
-    let ptr = match array::array_data_ptr(a) {
+    let ptr = match array::array_row_major_ptr(a) {
         Ok(p) if p != 0 => p as *const u8,
         _ => return None,
     };

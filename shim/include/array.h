@@ -96,6 +96,7 @@ std::size_t array_ndim(const Array& a);
 std::size_t array_itemsize(const Array& a);
 std::size_t array_id(const Array& a);
 std::size_t array_data_ptr(const Array& a);
+std::size_t array_row_major_ptr(const Array& a);
 
 // Evaluation and read-out.
 void eval(const Array& a);

@@ -464,6 +464,25 @@ std::size_t array_data_ptr(const Array& a) {
   return reinterpret_cast<std::size_t>(x.data<uint8_t>());
 }
 
+std::size_t array_row_major_ptr(const Array& a) {
+  const mx::array& x = a.a;
+  if (x.status() == mx::array::Status::unscheduled) {
+    evaluate({x});
+  } else if (!x.is_available()) {
+    const_cast<mx::array&>(x).wait();
+  }
+  std::int64_t want = 1;
+  for (int i = static_cast<int>(x.ndim()) - 1; i >= 0; --i) {
+    const auto d = x.shape(i);
+    if (d != 1 && x.strides(i) != want) {
+      return 0;
+    }
+    want *= d;
+  }
+  return reinterpret_cast<std::size_t>(
+      const_cast<mx::array&>(x).data<std::uint8_t>());
+}
+
 void eval(const Array& a) {
   evaluate({a.a});
 }

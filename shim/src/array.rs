@@ -102,6 +102,9 @@ pub mod ffi {
         fn array_id(a: &Array) -> usize;
         /// Evaluates, then returns the address of the first element.
         fn array_data_ptr(a: &Array) -> Result<usize>;
+        /// Evaluates, then returns the address of the first element when
+        /// the elements lie row-major and contiguous from there, else 0.
+        fn array_row_major_ptr(a: &Array) -> Result<usize>;
 
         fn eval(a: &Array) -> Result<()>;
         fn eval_list(l: &ArrayList) -> Result<()>;
@@ -334,6 +337,11 @@ wrappers! {
     fn array_copy_into(a: &Array, out: &mut [u8]) -> ();
     /// Evaluates `a` and returns the address of its first element.
     fn array_data_ptr(a: &Array) -> usize;
+    /// Evaluates `a` and returns the address of its first element when its
+    /// elements lie row-major and contiguous from there (a dimension of
+    /// size 1 may have any stride), else 0: one call where a run hands an
+    /// output over in place.
+    fn array_row_major_ptr(a: &Array) -> usize;
     /// Evaluates a one-element array and converts its value to f64.
     fn array_item_f64(a: &Array) -> f64;
     /// Whether [`array_from_borrowed`] shares the caller's memory with this
