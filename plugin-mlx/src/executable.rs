@@ -346,11 +346,12 @@ pub struct MlxExecutable {
     /// adopt foreign memory, so each is copied once when bound and the
     /// host's tensor is not kept.
     bound: HashMap<NodeId, A>,
-    /// The input arrays of the last run, written over by the next run when
-    /// MLX no longer holds them (`array_overwrite`): no allocation per run,
-    /// and on a GPU the buffer stays where the last run's kernels read it
-    /// instead of being a fresh managed allocation each time.
-    kept_inputs: HashMap<NodeId, A>,
+    /// The input arrays of the last run (by position in `inputs`), written
+    /// over by the next run when MLX no longer holds them
+    /// (`array_overwrite`): no allocation per run, and on a GPU the buffer
+    /// stays where the last run's kernels read it instead of being a fresh
+    /// allocation each time.
+    kept_inputs: Vec<Option<A>>,
     compiled: Option<Compiled>,
     /// Where it runs: its ops are built (and so run) on this device.
     device: DeviceInfo,
@@ -445,7 +446,7 @@ impl MlxExecutable {
             inputs,
             params,
             bound: HashMap::new(),
-            kept_inputs: HashMap::new(),
+            kept_inputs: Vec::new(),
             compiled,
             device,
             custom,
@@ -518,8 +519,8 @@ impl MlxExecutable {
     /// element), for tests and diagnostics of buffer reuse; None before a
     /// run.
     pub fn input_buffer_address(&self, name: &str) -> Option<usize> {
-        let id = leaf_named(&self.inputs, name)?;
-        array::array_data_ptr(self.kept_inputs.get(&id)?).ok()
+        let slot = self.inputs.iter().position(|(n, _)| n == name)?;
+        array::array_data_ptr(self.kept_inputs.get(slot)?.as_ref()?).ok()
     }
 
     /// Check a host tensor against a leaf and make an MLX array of it.
@@ -704,12 +705,20 @@ impl MlxExecutable {
     ) -> PluginResult<Vec<A>> {
         // A failure left from an earlier run that failed before reading it.
         let _ = self.custom.failures().take();
-        let mut leaves: HashMap<NodeId, A> = HashMap::new();
+        // One slot per graph input, in `self.inputs` order: a run has a
+        // handful, found by a scan (hashing cost more than it saved on a
+        // tiny run).
+        let mut given: Vec<Option<A>> = (0..self.inputs.len()).map(|_| None).collect();
         for (name, t) in inputs {
-            let id = leaf_named(&self.inputs, name).ok_or_else(|| {
-                PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
-            })?;
-            if leaves.contains_key(&id) {
+            let slot = self
+                .inputs
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or_else(|| {
+                    PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
+                })?;
+            let id = self.inputs[slot].1;
+            if given[slot].is_some() {
                 return Err(PluginError::invalid_argument(format!(
                     "input {name:?} is given twice"
                 )));
@@ -718,7 +727,7 @@ impl MlxExecutable {
             // A compact input is read in place (MLX copies it into its own
             // buffer once); only a strided one is gathered first.
             let bytes = t.compact_cow()?;
-            let reused = match self.kept_inputs.remove(&id) {
+            let reused = match self.kept_inputs.get_mut(slot).and_then(Option::take) {
                 Some(a) if reuse_inputs() => array::array_overwrite(&a, &bytes)
                     .map_err(|e| PluginError::internal(format!("input {name:?}: {e}")))?
                     .then_some(a),
@@ -728,13 +737,15 @@ impl MlxExecutable {
                 Some(a) => a,
                 None => self.leaf_array("input", name, id, t.dtype, &t.shape, &bytes)?,
             };
-            leaves.insert(id, arr);
+            given[slot] = Some(arr);
         }
-        if let Some((n, _)) = self.inputs.iter().find(|(_, id)| !leaves.contains_key(id)) {
+        if let Some(slot) = given.iter().position(Option::is_none) {
             return Err(PluginError::invalid_argument(format!(
-                "missing input {n:?}"
+                "missing input {:?}",
+                self.inputs[slot].0
             )));
         }
+        let input = |slot: usize| -> &A { given[slot].as_ref().expect("every input given") };
         if let Some((n, _)) = self
             .params
             .iter()
@@ -746,26 +757,28 @@ impl MlxExecutable {
         }
         trace.mark("inputs");
         let leaf = |id: NodeId| -> PluginResult<A> {
-            Ok(leaves
-                .get(&id)
-                .map(|a| a.clone_handle())
-                .unwrap_or_else(|| self.bound[&id].clone_handle()))
+            Ok(match self.inputs.iter().position(|(_, i)| *i == id) {
+                Some(slot) => input(slot).clone_handle(),
+                None => self.bound[&id].clone_handle(),
+            })
         };
         let writes = StateWrites::default();
-        let (outs, state) = match (&self.compiled, self.mode) {
+        // The list a compiled call returns is the list to evaluate (its
+        // outputs, then its state writes): kept rather than built again.
+        let (outs, state, returned) = match (&self.compiled, self.mode) {
             (Some(c), _) => {
-                let args: Vec<&Array> = self
-                    .inputs
-                    .iter()
-                    .map(|(_, id)| &*leaves[id])
-                    .chain(self.params.iter().map(|(_, id)| &*self.bound[id]))
-                    .collect();
-                let mut all = c.call_arrays(&args).map_err(|e| {
+                let args = ArrayList::from_arrays(
+                    (0..self.inputs.len())
+                        .map(|slot| &**input(slot))
+                        .chain(self.params.iter().map(|(_, id)| &*self.bound[id])),
+                );
+                let returned = c.call(&args).map_err(|e| {
                     PluginError::internal(format!(
                         "compiled graph: {} (run in eager mode to find the node)",
                         explain(&self.graph, e)
                     ))
                 })?;
+                let mut all = returned.to_vec();
                 let n = self.graph.outputs.len();
                 let ids = self
                     .compiled_writes
@@ -773,7 +786,11 @@ impl MlxExecutable {
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
                 let values = all.split_off(n.min(all.len()));
-                (all, ids.into_iter().zip(values).collect::<Vec<_>>())
+                (
+                    all,
+                    ids.into_iter().zip(values).collect::<Vec<_>>(),
+                    Some(returned),
+                )
             }
             (None, mode) => {
                 let env = Env {
@@ -787,16 +804,18 @@ impl MlxExecutable {
                     writes: &writes,
                 };
                 let outs = evaluate(&self.graph, &env, &leaf)?;
-                (outs, writes.take_for(&self.graph))
+                (outs, writes.take_for(&self.graph), None)
             }
         };
         trace.mark("build");
         {
-            let list = ArrayList::from_arrays(
-                outs.iter()
-                    .map(|a| &**a)
-                    .chain(state.iter().map(|(_, v)| &**v)),
-            );
+            let list = returned.unwrap_or_else(|| {
+                ArrayList::from_arrays(
+                    outs.iter()
+                        .map(|a| &**a)
+                        .chain(state.iter().map(|(_, v)| &**v)),
+                )
+            });
             array::eval_list_spinning(&list, spin_us(array::thread_device_is_gpu())).map_err(
                 |e| {
                     PluginError::internal(format!(
@@ -810,7 +829,7 @@ impl MlxExecutable {
         // A kernel that failed on MLX's stream left its output zeroed and
         // said why here: the run fails with that.
         self.custom.check()?;
-        self.kept_inputs = leaves;
+        self.kept_inputs = given;
         // The run succeeded: its state writes become the params' values.
         for (id, v) in state {
             if let Some(b) = self.bound.get_mut(&id) {
