@@ -401,6 +401,14 @@ std::unique_ptr<Array> full(
     double v,
     DType dtype) {
   auto dt = to_mlx(dtype);
+  if (shape.empty()) {
+    // A 0-d constant is a leaf holding its value, as MLX makes a Python
+    // scalar: no Full primitive to evaluate on every run (inside an
+    // `mx::compile`d graph, MLX inlines such a leaf into the fused kernel;
+    // a Full node was evaluated on each call instead, two of them 13 % of
+    // a tiny graph's instructions).
+    return wrap(mx::array(v, dt));
+  }
   return wrap(mx::full(to_shape(shape), mx::array(v, dt), dt, target()));
 }
 
