@@ -519,8 +519,14 @@ impl MlxExecutable {
     /// element), for tests and diagnostics of buffer reuse; None before a
     /// run.
     pub fn input_buffer_address(&self, name: &str) -> Option<usize> {
-        let slot = self.inputs.iter().position(|(n, _)| n == name)?;
+        let slot = self.input_slot(name)?;
         array::array_data_ptr(self.kept_inputs.get(slot)?.as_ref()?).ok()
+    }
+
+    /// The position of the input called `name` in `inputs` (and so in a
+    /// run's input slots and `kept_inputs`).
+    fn input_slot(&self, name: &str) -> Option<usize> {
+        self.inputs.iter().position(|(n, _)| n == name)
     }
 
     /// Check a host tensor against a leaf and make an MLX array of it.
@@ -710,13 +716,9 @@ impl MlxExecutable {
         // tiny run).
         let mut given: Vec<Option<A>> = (0..self.inputs.len()).map(|_| None).collect();
         for (name, t) in inputs {
-            let slot = self
-                .inputs
-                .iter()
-                .position(|(n, _)| n == name)
-                .ok_or_else(|| {
-                    PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
-                })?;
+            let slot = self.input_slot(name).ok_or_else(|| {
+                PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
+            })?;
             let id = self.inputs[slot].1;
             if given[slot].is_some() {
                 return Err(PluginError::invalid_argument(format!(

@@ -474,11 +474,8 @@ std::size_t array_data_ptr(const Array& a) {
 
 std::size_t array_row_major_ptr(const Array& a) {
   const mx::array& x = a.a;
-  if (x.status() == mx::array::Status::unscheduled) {
-    evaluate({x});
-  } else if (!x.is_available()) {
-    const_cast<mx::array&>(x).wait();
-  }
+  // Already scheduled (a run's output): this only waits for it.
+  evaluate({x});
   std::int64_t want = 1;
   for (int i = static_cast<int>(x.ndim()) - 1; i >= 0; --i) {
     const auto d = x.shape(i);

@@ -148,16 +148,21 @@ fn main() {
         }
     };
     let keep = |a| *kept.borrow_mut() = Some(a);
-    let mlx_run = |use_compiled: bool, spin: u32| {
+    // `lap(k)` marks the end of phase k (inputs, build, eval, outputs).
+    let mlx_run = |use_compiled: bool, spin: u32, lap: &mut dyn FnMut(usize)| {
         let a = input();
+        lap(0);
         let outs = if use_compiled {
             compiled.call_arrays(&[&*a]).unwrap()
         } else {
             vec![lower(&a).unwrap()]
         };
+        lap(1);
         let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
         array::eval_list_spinning(&list, spin).unwrap();
+        lap(2);
         check(&outs[0].to_bytes().unwrap());
+        lap(3);
         drop((list, outs));
         keep(a);
     };
@@ -168,7 +173,11 @@ fn main() {
         ("lazy+spin", false, spin),
         ("comp+spin", true, spin),
     ] {
-        row("mlx", mode, time(runs, || mlx_run(use_compiled, spin)));
+        row(
+            "mlx",
+            mode,
+            time(runs, || mlx_run(use_compiled, spin, &mut |_| {})),
+        );
     }
     // The compiled MLX-alone run by phase, named as the plugin's
     // `RLX_MLX_TRACE_RUNS` names them, to set beside a traced plugin run.
@@ -181,17 +190,7 @@ fn main() {
             }
             t = Instant::now();
         };
-        let a = input();
-        lap(0);
-        let outs = compiled.call_arrays(&[&*a]).unwrap();
-        lap(1);
-        let list = ArrayList::from_arrays(outs.iter().map(|o| &**o as &Array));
-        array::eval_list_spinning(&list, spin).unwrap();
-        lap(2);
-        check(&outs[0].to_bytes().unwrap());
-        lap(3);
-        drop((list, outs));
-        keep(a);
+        mlx_run(true, spin, &mut lap);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
