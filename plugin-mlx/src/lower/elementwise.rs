@@ -59,7 +59,8 @@ pub fn entries() -> Vec<Lowering> {
             "Add Sub Mul Div Pow Atan2 native (numpy broadcasting); Max/Min \
              NaN-ignoring like f32::max; Mod = C fmod; bitwise/shift on \
              truncated i64 (floats) or natively (i64); i32/u32 computed in f32 \
-             and saturated back, as rlx-cpu does",
+             and saturated back, as rlx-cpu does; i64 Atan2 in f64 (on the \
+             CPU stream when building for a GPU, which has no f64)",
             binary
         ),
         row!(
@@ -445,6 +446,7 @@ fn i64_binary(op: BinaryOp, x: &Array, y: &Array) -> LResult {
         BinaryOp::Pow => ops::power(x, &*ops::maximum(y, &*c(0)?)?)?,
         // `atan2(a as f64, b as f64) as i64`.
         BinaryOp::Atan2 => {
+            let _cpu = super::f64_steps_on_cpu()?;
             let r = ops::arctan2(
                 &*ops::astype(x, MxDType::F64)?,
                 &*ops::astype(y, MxDType::F64)?,

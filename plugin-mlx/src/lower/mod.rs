@@ -65,6 +65,18 @@ impl From<&str> for LowerError {
 
 pub type LResult<T = A> = Result<T, LowerError>;
 
+/// While the returned guard lives, this thread's MLX ops go to the CPU when
+/// it was building for a GPU: for a lowering that computes in float64
+/// inside a node whose own values are not float64 (MLX's GPU backends have
+/// no float64; nodes with float64 values are moved by the executable).
+pub fn f64_steps_on_cpu() -> LResult<Option<rlx_mlx_shim::array::DeviceGuard>> {
+    use rlx_mlx_shim::array::{thread_device_is_gpu, Device, DeviceGuard};
+    if !thread_device_is_gpu() {
+        return Ok(None);
+    }
+    Ok(Some(DeviceGuard::set(Device::CPU)?))
+}
+
 /// What a lowering knows about the node it lowers.
 pub struct Ctx<'a> {
     pub graph: &'a Graph,
