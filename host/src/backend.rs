@@ -9,9 +9,9 @@
 //!    plugin's supported-op list as the claim set, so fusion and
 //!    legalization decompose whatever the plugin does not claim. One
 //!    adjustment: without `Concat` and `Narrow` claimed, the weight-concat
-//!    fusions are switched off (see [`Lowering::options`]);
+//!    fusions are switched off (see [`Pipeline::options`]);
 //! 2. the resulting graph goes through the post-fusion steps the built-in
-//!    backends use (control-flow lowering, skipped for the loops and
+//!    backends use (control-flow pipeline, skipped for the loops and
 //!    conditionals the plugin claims, backward-op decomposition, the
 //!    backend rewrite/legalize probe, cleanup);
 //! 3. it is checked once more against the claim set (so an op the plugin
@@ -202,7 +202,7 @@ pub fn explain(device: Device, graph: &Graph) -> Result<crate::partition::Plan, 
     let backend = crate::guard::catch_raw(make_backend_for(device))?;
     let options = CompileOptions::default();
     crate::guard::catch_quiet(|| {
-        backend.placed(&options, &|l: &Lowering, o: &CompileOptions| {
+        backend.placed(&options, &|l: &Pipeline, o: &CompileOptions| {
             Ok(l.lower(graph.clone(), o))
         })
     })?
@@ -265,12 +265,12 @@ fn make_plugin_backend(device: Device) -> PluginBackend {
         .get(&device)
         .cloned()
         .unwrap_or_else(|| panic!("no plugin is registered for device {device}"));
-    let lowering = Lowering {
+    let pipeline = Pipeline {
         device,
         ops: reg.ops,
         label: reg.plugin.descriptor().name.clone(),
     };
-    PluginBackend { reg, lowering }
+    PluginBackend { reg, pipeline }
 }
 
 macro_rules! factories {
@@ -291,20 +291,20 @@ fn factory_for(device: Device) -> rlx_runtime::registry::BackendFactory {
     TABLE[i]
 }
 
-// ---- lowering: rlx-runtime's pipeline for a claim set ----
+// ---- Pipeline: rlx-runtime's compile stages for a claim set ----
 
 /// rlx-runtime's compile pipeline for one device and one claim set, as
 /// the plugin backend runs it before handing the graph to the plugin.
 /// Failures panic with `"<label> plugin: <one line>"`.
 #[derive(Clone)]
-pub struct Lowering {
+pub struct Pipeline {
     pub device: Device,
     pub ops: &'static [OpKind],
     /// The plugin's name, for messages.
     pub label: String,
 }
 
-impl Lowering {
+impl Pipeline {
     fn fail(&self, msg: impl std::fmt::Display) -> ! {
         panic!("{} plugin: {msg}", self.label)
     }
@@ -442,7 +442,7 @@ pub fn lower_for_claims(
     ops: &'static [OpKind],
     label: &str,
 ) -> Result<Graph, String> {
-    let l = Lowering {
+    let l = Pipeline {
         device,
         ops,
         label: label.to_string(),
@@ -502,9 +502,9 @@ fn unclaimed_message(graph: &Graph, nodes: &[(rlx_ir::NodeId, OpKind)]) -> Strin
     )
 }
 
-/// rlx-runtime's pipeline for one claim set (a [`Lowering`]), from the
+/// The stages of a [`Pipeline`] for one claim set, from the
 /// input a compile entry point was given to the graph the plugin would get.
-type Staged<'a> = dyn Fn(&Lowering, &CompileOptions) -> Result<Graph, rlx_ir::hir::LowerError> + 'a;
+type Staged<'a> = dyn Fn(&Pipeline, &CompileOptions) -> Result<Graph, rlx_ir::hir::LowerError> + 'a;
 
 /// The plugin's claims and the CPU backend's together, leaked once per
 /// claim set (rlx-runtime wants a `&'static` list).
@@ -531,7 +531,7 @@ fn union_claims(plugin: &'static [OpKind]) -> &'static [OpKind] {
 
 struct PluginBackend {
     reg: Registration,
-    lowering: Lowering,
+    pipeline: Pipeline,
 }
 
 /// rlx-ir's `RngBackend` as the ABI numbers it (`tables::rng_policy`).
@@ -549,7 +549,7 @@ impl PluginBackend {
     /// May nodes the plugin does not take run on the CPU backend?
     fn falls_back(&self) -> bool {
         // A plugin registered for the CPU device itself has nothing to fall back to.
-        self.reg.fallback == Fallback::Cpu && self.lowering.device != Device::Cpu
+        self.reg.fallback == Fallback::Cpu && self.pipeline.device != Device::Cpu
     }
 
     /// The graph as rlx-runtime's pipeline prepares it, and where each of
@@ -566,18 +566,18 @@ impl PluginBackend {
         lower: &Staged<'_>,
     ) -> Result<(Graph, crate::partition::Plan), rlx_ir::hir::LowerError> {
         let g = if !self.falls_back() {
-            lower(&self.lowering, options)?
+            lower(&self.pipeline, options)?
         } else {
-            match crate::guard::catch_raw(|| lower(&self.lowering, options)) {
+            match crate::guard::catch_raw(|| lower(&self.pipeline, options)) {
                 Ok(r) => r?,
                 Err(why) => {
                     log::debug!(
                         "{} plugin cannot take the graph whole: {why}",
-                        self.lowering.label
+                        self.pipeline.label
                     );
-                    let both = Lowering {
+                    let both = Pipeline {
                         ops: union_claims(self.reg.ops),
-                        ..self.lowering.clone()
+                        ..self.pipeline.clone()
                     };
                     lower(&both, options)?
                 }
@@ -601,10 +601,10 @@ impl PluginBackend {
         }
         log::info!(
             "{} plugin: the graph runs split with the CPU backend:\n{plan}",
-            self.lowering.label
+            self.pipeline.label
         );
         let cpu = rlx_runtime::registry::backend_for(Device::Cpu).unwrap_or_else(|| {
-            self.lowering
+            self.pipeline
                 .fail("no CPU backend is registered to fall back to")
         });
         Ok(Box::new(crate::partition::SplitGraph::compile(
@@ -623,7 +623,7 @@ impl PluginBackend {
         options: &CompileOptions,
         stages: impl Fn(&CompileOptions) -> Result<rlx_opt::CompileResult, rlx_ir::hir::LowerError>,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
-        self.compile_placed(options, &|l: &Lowering, o: &CompileOptions| {
+        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
             let o = &rlx_runtime::stages::options_with_supported_ops(&l.options(o), l.ops);
             let result = l.stage(|| stages(o))?;
             rlx_runtime::stages::maybe_log_fusion(&result.fusion);
@@ -632,13 +632,13 @@ impl PluginBackend {
     }
 
     fn build(&self, graph: Graph, rng: rlx_ir::RngOptions) -> Box<dyn ExecutableGraph> {
-        let name = &self.lowering.label;
+        let name = &self.pipeline.label;
         let text = rlx_ir::rlxmodel::to_text(&graph).unwrap_or_else(|e| {
-            self.lowering
+            self.pipeline
                 .fail(format!("cannot write the graph as .rlxmodel: {e}"))
         });
         log::trace!("graph sent to plugin {name}:\n{text}");
-        let mode = plugin_mode(self.lowering.device).unwrap_or(self.reg.mode);
+        let mode = plugin_mode(self.pipeline.device).unwrap_or(self.reg.mode);
         log::debug!(
             "compiling {} nodes on plugin {name} in {} mode",
             graph.len(),
@@ -656,24 +656,24 @@ impl PluginBackend {
             memory_limit: registry()
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
-                .get(&self.lowering.device)
+                .get(&self.pipeline.device)
                 .and_then(|r| r.memory_limit),
         };
         let exe = self
             .reg
             .plugin
             .compile_with(&text, &options)
-            .unwrap_or_else(|e| self.lowering.fail(e));
+            .unwrap_or_else(|e| self.pipeline.fail(e));
         Box::new(PluginGraph::new(exe, name.clone()))
     }
 }
 
 impl Backend for PluginBackend {
     fn compile(&self, graph: Graph, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
-        self.compile_placed(options, &|l: &Lowering, o: &CompileOptions| {
+        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
             Ok(l.lower(graph.clone(), o))
         })
-        .unwrap_or_else(|e| self.lowering.fail(e))
+        .unwrap_or_else(|e| self.pipeline.fail(e))
     }
 
     fn compile_hir(
@@ -699,10 +699,10 @@ impl Backend for PluginBackend {
     }
 
     fn compile_lir(&self, lir: LirModule, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
-        self.compile_placed(options, &|l: &Lowering, o: &CompileOptions| {
+        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
             Ok(l.prepare(lir.clone(), o))
         })
-        .unwrap_or_else(|e| self.lowering.fail(e))
+        .unwrap_or_else(|e| self.pipeline.fail(e))
     }
 
     fn supported_ops(&self) -> &'static [OpKind] {
