@@ -24,6 +24,8 @@
 
 #[path = "../build-support/wheel.rs"]
 mod wheel;
+#[path = "build/wrappers.rs"]
+mod wrappers;
 
 use std::env;
 use std::fs;
@@ -59,7 +61,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=RLX_MLX_WHEEL");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../build-support/wheel.rs");
-    for dir in ["include", "src"] {
+    for dir in ["build", "include", "src"] {
         rerun_for_dir(Path::new(dir));
     }
 
@@ -78,6 +80,19 @@ fn main() {
         "src/kernels.rs",
         "src/host_kernel.rs",
     ];
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
+    for (bridge, op_prefix) in [
+        ("src/array.rs", ""),
+        ("src/ops.rs", ""),
+        ("src/fast.rs", ""),
+        ("src/info.rs", ""),
+        ("src/kernels.rs", ""),
+        ("src/fft.rs", "fft::"),
+        ("src/linalg.rs", "linalg::"),
+        ("src/random.rs", "random::"),
+    ] {
+        wrappers::generate(Path::new(bridge), op_prefix, &out_dir);
+    }
     let mut build = cxx_build::bridges(bridges);
     build
         .files([

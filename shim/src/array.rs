@@ -83,8 +83,11 @@ pub mod ffi {
         /// with this MLX build (false for the CPU allocator of MLX 0.32.4,
         /// which copies once at construction).
         fn borrow_is_zero_copy() -> Result<bool>;
+        /// A 0-d array holding `v` converted to `dtype`.
         fn scalar_f64(v: f64, dtype: DType) -> Result<UniquePtr<Array>>;
+        /// An array of `shape` filled with `v` converted to `dtype`.
         fn full(shape: &[i32], v: f64, dtype: DType) -> Result<UniquePtr<Array>>;
+        /// `[start, stop)` with `step`, as `dtype`.
         fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<UniquePtr<Array>>;
         /// A new handle to the same array (refcount copy).
         fn array_clone(a: &Array) -> Result<UniquePtr<Array>>;
@@ -106,8 +109,14 @@ pub mod ffi {
         /// the elements lie row-major and contiguous from there, else 0.
         fn array_row_major_ptr(a: &Array) -> Result<usize>;
 
+        /// Evaluates the array (runs its graph).
         fn eval(a: &Array) -> Result<()>;
+        /// Evaluates all arrays of the list together.
         fn eval_list(l: &ArrayList) -> Result<()>;
+        /// Evaluates all arrays of the list together, polling for up to
+        /// `spin_us` microseconds for them to finish before blocking (0: as
+        /// `eval_list`): a small graph's run is not delayed by the wake-up of a
+        /// sleeping thread.
         fn eval_list_spinning(l: &ArrayList, spin_us: u32) -> Result<()>;
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
@@ -307,48 +316,10 @@ impl std::fmt::Debug for ArrayList {
     }
 }
 
-wrappers! {
-    /// Makes the CPU MLX's default device (idempotent, optional).
-    fn init() -> ();
-    /// Copies `data` (row-major, native endian) into a new array; `data.len()`
-    /// must equal `product(shape) * dtype.size_of()`.
-    fn array_from_bytes(data: &[u8], shape: &[i32], dtype: DType) -> UniquePtr<Array>;
-    /// A 0-d array holding `v` converted to `dtype`.
-    fn scalar_f64(v: f64, dtype: DType) -> UniquePtr<Array>;
-    /// An array of `shape` filled with `v` converted to `dtype`.
-    fn full(shape: &[i32], v: f64, dtype: DType) -> UniquePtr<Array>;
-    /// `[start, stop)` with `step`, as `dtype`.
-    fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> UniquePtr<Array>;
-    /// Evaluates the array (runs its graph).
-    fn eval(a: &Array) -> ();
-    /// Writes `data` into `a`'s own buffer when nothing but this handle can
-    /// see it (an input array kept from the last run); false when it cannot.
-    fn array_overwrite(a: &Array, data: &[u8]) -> bool;
-    /// Evaluates all arrays of the list together.
-    fn eval_list(l: &ArrayList) -> ();
-    /// Evaluates all arrays of the list together, polling for up to
-    /// `spin_us` microseconds for them to finish before blocking (0: as
-    /// `eval_list`): a small graph's run is not delayed by the wake-up of a
-    /// sleeping thread.
-    fn eval_list_spinning(l: &ArrayList, spin_us: u32) -> ();
-    /// Evaluates `a` and copies it row-major into `out` (length must be
-    /// `array_nbytes(a)`); strided/broadcast arrays are made contiguous
-    /// first.
-    fn array_copy_into(a: &Array, out: &mut [u8]) -> ();
-    /// Evaluates `a` and returns the address of its first element.
-    fn array_data_ptr(a: &Array) -> usize;
-    /// Evaluates `a` and returns the address of its first element when its
-    /// elements lie row-major and contiguous from there (a dimension of
-    /// size 1 may have any stride), else 0: one call where a run hands an
-    /// output over in place.
-    fn array_row_major_ptr(a: &Array) -> usize;
-    /// Evaluates a one-element array and converts its value to f64.
-    fn array_item_f64(a: &Array) -> f64;
-    /// Whether [`array_from_borrowed`] shares the caller's memory with this
-    /// MLX build (it copies once, at construction, on MLX 0.32.4's CPU
-    /// allocator).
-    fn borrow_is_zero_copy() -> bool;
-}
+// The safe wrappers of `ffi`'s functions, generated from the bridge above
+// by build.rs (`build/wrappers.rs`): same name, arguments and docs, errors
+// as `ShimError`s naming the op.
+include!(concat!(env!("OUT_DIR"), "/array_wrappers.rs"));
 
 /// Wraps `nbytes` bytes of caller memory at address `ptr` as an array of
 /// `shape`/`dtype` through MLX's raw-pointer constructor with a do-nothing

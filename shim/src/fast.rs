@@ -31,6 +31,8 @@ pub mod ffi {
             bias: *const Array,
             eps: f32,
         ) -> Result<UniquePtr<Array>>;
+        /// Rotary position embedding on the last `dims` features
+        /// (`traditional`: rotate adjacent pairs instead of the two halves).
         fn rope(
             x: &Array,
             dims: i32,
@@ -39,6 +41,7 @@ pub mod ffi {
             scale: f32,
             offset: i32,
         ) -> Result<UniquePtr<Array>>;
+        /// [`rope`] with the position offset given as an array.
         fn rope_offset_array(
             x: &Array,
             dims: i32,
@@ -47,6 +50,7 @@ pub mod ffi {
             scale: f32,
             offset: &Array,
         ) -> Result<UniquePtr<Array>>;
+        /// [`rope`] with explicit frequencies instead of a base.
         fn rope_freqs(
             x: &Array,
             dims: i32,
@@ -139,26 +143,7 @@ pub fn scaled_dot_product_attention_sinks(
     .map_err(|e| ShimError::new("scaled_dot_product_attention", e))
 }
 
-wrappers! {
-    /// Rotary position embedding on the last `dims` features
-    /// (`traditional`: rotate adjacent pairs instead of the two halves).
-    fn rope(x: &Array, dims: i32, traditional: bool, base: f32, scale: f32, offset: i32) -> UniquePtr<Array>;
-    /// [`rope`] with the position offset given as an array.
-    fn rope_offset_array(
-        x: &Array,
-        dims: i32,
-        traditional: bool,
-        base: f32,
-        scale: f32,
-        offset: &Array
-    ) -> UniquePtr<Array>;
-    /// [`rope`] with explicit frequencies instead of a base.
-    fn rope_freqs(
-        x: &Array,
-        dims: i32,
-        traditional: bool,
-        scale: f32,
-        offset: i32,
-        freqs: &Array
-    ) -> UniquePtr<Array>;
-}
+// The safe wrappers of `ffi`'s functions, generated from the bridge above
+// by build.rs (`build/wrappers.rs`): same name, arguments and docs, errors
+// as `ShimError`s naming the op.
+include!(concat!(env!("OUT_DIR"), "/fast_wrappers.rs"));

@@ -22,6 +22,7 @@ pub mod ffi {
         fn peak_memory() -> usize;
         fn reset_peak_memory() -> Result<()>;
         fn cache_memory() -> usize;
+        /// Frees MLX's buffer cache.
         fn clear_cache() -> Result<()>;
         /// Returns the previous limit.
         fn set_memory_limit(limit: usize) -> Result<usize>;
@@ -57,10 +58,7 @@ info_strings! {
     fn blas_info;
 }
 
-wrappers! {
-    fn reset_peak_memory() -> ();
-    /// Frees MLX's buffer cache.
-    fn clear_cache() -> ();
-    fn set_memory_limit(limit: usize) -> usize;
-    fn set_cache_limit(limit: usize) -> usize;
-}
+// The safe wrappers of `ffi`'s functions, generated from the bridge above
+// by build.rs (`build/wrappers.rs`): same name, arguments and docs, errors
+// as `ShimError`s naming the op.
+include!(concat!(env!("OUT_DIR"), "/info_wrappers.rs"));

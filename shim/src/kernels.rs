@@ -19,10 +19,9 @@ pub mod ffi {
     }
 }
 
-wrappers! {
-    /// Erf-GELU of a float32 array on the CPU stream (errors for other
-    /// dtypes): `x/2 * (1 + erf(x/sqrt 2))` with A&S 7.1.26's erf.
-    fn gelu_erf_cpu(x: &Array) -> UniquePtr<Array>;
-}
+// The safe wrappers of `ffi`'s functions, generated from the bridge above
+// by build.rs (`build/wrappers.rs`): same name, arguments and docs, errors
+// as `ShimError`s naming the op.
+include!(concat!(env!("OUT_DIR"), "/kernels_wrappers.rs"));
 
 pub use ffi::kernels_vectorized;

@@ -3,7 +3,10 @@
 //!
 //! One cxx bridge per area, each in its module as `ffi` (raw; errors are
 //! `cxx::Exception`), plus safe wrappers of the same names whose errors are
-//! [`ShimError`]s naming the MLX op:
+//! [`ShimError`]s naming the MLX op. Each function is declared once in Rust,
+//! in its bridge, and defined once in C++ (`include/`); build.rs generates
+//! the plain wrappers from the bridges (`build/wrappers.rs`), and a module
+//! writes by hand only those with more to do:
 //!
 //! * [`array`](mod@array)  - the [`Array`] handle, [`DType`], construction from host
 //!   bytes (copied or borrowed), evaluation, read-out, [`ArrayList`];
@@ -29,21 +32,6 @@
 //! thread at a time.
 
 use std::fmt;
-
-/// Safe wrappers over an `ffi` module: same name and arguments, errors
-/// mapped to [`ShimError`] naming the op.
-macro_rules! wrappers {
-    ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*) => {
-        $(
-            $(#[$m])*
-            pub fn $name($($arg: $ty),*) -> ::std::result::Result<$ret, $crate::ShimError> {
-                ffi::$name($($arg),*).map_err(|e| {
-                    $crate::ShimError::new(stringify!($name).trim_end_matches('_'), e)
-                })
-            }
-        )*
-    };
-}
 
 pub mod array;
 pub mod compile;

@@ -2,7 +2,6 @@
 
 use crate::array::{Array, ArrayList};
 use cxx::UniquePtr;
-use ffi::*;
 
 #[cxx::bridge(namespace = "rlx")]
 pub mod ffi {
@@ -12,68 +11,53 @@ pub mod ffi {
         type Array = crate::array::ffi::Array;
         type ArrayList = crate::array::ffi::ArrayList;
 
-        fn linalg_solve(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
-        fn linalg_solve_triangular(a: &Array, b: &Array, upper: bool) -> Result<UniquePtr<Array>>;
-        fn linalg_inv(a: &Array) -> Result<UniquePtr<Array>>;
-        fn linalg_tri_inv(a: &Array, upper: bool) -> Result<UniquePtr<Array>>;
-        fn linalg_pinv(a: &Array) -> Result<UniquePtr<Array>>;
-        fn linalg_cholesky(a: &Array, upper: bool) -> Result<UniquePtr<Array>>;
-        fn linalg_cholesky_inv(a: &Array, upper: bool) -> Result<UniquePtr<Array>>;
-        fn linalg_qr(a: &Array) -> Result<UniquePtr<ArrayList>>;
-        fn linalg_svd(a: &Array, compute_uv: bool) -> Result<UniquePtr<ArrayList>>;
-        fn linalg_eigh(a: &Array, uplo: &str) -> Result<UniquePtr<ArrayList>>;
-        fn linalg_eigvalsh(a: &Array, uplo: &str) -> Result<UniquePtr<Array>>;
-        fn linalg_lu(a: &Array) -> Result<UniquePtr<ArrayList>>;
-        fn linalg_det(a: &Array) -> Result<UniquePtr<Array>>;
-        fn linalg_slogdet(a: &Array) -> Result<UniquePtr<ArrayList>>;
-        fn linalg_norm(a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
-        fn linalg_norm_ord(
-            a: &Array,
-            ord: f64,
-            axes: &[i32],
-            keepdims: bool,
-        ) -> Result<UniquePtr<Array>>;
-        fn linalg_cross(a: &Array, b: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        /// Solves `a x = b`.
+        #[cxx_name = "linalg_solve"]
+        fn solve(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_solve_triangular"]
+        fn solve_triangular(a: &Array, b: &Array, upper: bool) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_inv"]
+        fn inv(a: &Array) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_tri_inv"]
+        fn tri_inv(a: &Array, upper: bool) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_pinv"]
+        fn pinv(a: &Array) -> Result<UniquePtr<Array>>;
+        /// Cholesky factor (lower unless `upper`).
+        #[cxx_name = "linalg_cholesky"]
+        fn cholesky(a: &Array, upper: bool) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_cholesky_inv"]
+        fn cholesky_inv(a: &Array, upper: bool) -> Result<UniquePtr<Array>>;
+        /// `[Q, R]`.
+        #[cxx_name = "linalg_qr"]
+        fn qr(a: &Array) -> Result<UniquePtr<ArrayList>>;
+        /// `[U, S, Vt]` if `compute_uv`, else `[S]`.
+        #[cxx_name = "linalg_svd"]
+        fn svd(a: &Array, compute_uv: bool) -> Result<UniquePtr<ArrayList>>;
+        /// `[eigenvalues, eigenvectors]`; `uplo` is `"L"` or `"U"`.
+        #[cxx_name = "linalg_eigh"]
+        fn eigh(a: &Array, uplo: &str) -> Result<UniquePtr<ArrayList>>;
+        #[cxx_name = "linalg_eigvalsh"]
+        fn eigvalsh(a: &Array, uplo: &str) -> Result<UniquePtr<Array>>;
+        /// `[P, L, U]`.
+        #[cxx_name = "linalg_lu"]
+        fn lu(a: &Array) -> Result<UniquePtr<ArrayList>>;
+        #[cxx_name = "linalg_det"]
+        fn det(a: &Array) -> Result<UniquePtr<Array>>;
+        /// `[sign, log|det|]`.
+        #[cxx_name = "linalg_slogdet"]
+        fn slogdet(a: &Array) -> Result<UniquePtr<ArrayList>>;
+        /// 2-norm of the flattened array (empty `axes`) or vector/Frobenius norm
+        /// over `axes`.
+        #[cxx_name = "linalg_norm"]
+        fn norm(a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_norm_ord"]
+        fn norm_ord(a: &Array, ord: f64, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
+        #[cxx_name = "linalg_cross"]
+        fn cross(a: &Array, b: &Array, axis: i32) -> Result<UniquePtr<Array>>;
     }
 }
 
-macro_rules! linalg_wrappers {
-    ($( $(#[$m:meta])* fn $name:ident => $ffi:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*) => {
-        $(
-            $(#[$m])*
-            pub fn $name($($arg: $ty),*) -> Result<$ret, crate::ShimError> {
-                $ffi($($arg),*)
-                    .map_err(|e| crate::ShimError::new(concat!("linalg::", stringify!($name)), e))
-            }
-        )*
-    };
-}
-
-linalg_wrappers! {
-    /// Solves `a x = b`.
-    fn solve => linalg_solve(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn solve_triangular => linalg_solve_triangular(a: &Array, b: &Array, upper: bool) -> UniquePtr<Array>;
-    fn inv => linalg_inv(a: &Array) -> UniquePtr<Array>;
-    fn tri_inv => linalg_tri_inv(a: &Array, upper: bool) -> UniquePtr<Array>;
-    fn pinv => linalg_pinv(a: &Array) -> UniquePtr<Array>;
-    /// Cholesky factor (lower unless `upper`).
-    fn cholesky => linalg_cholesky(a: &Array, upper: bool) -> UniquePtr<Array>;
-    fn cholesky_inv => linalg_cholesky_inv(a: &Array, upper: bool) -> UniquePtr<Array>;
-    /// `[Q, R]`.
-    fn qr => linalg_qr(a: &Array) -> UniquePtr<ArrayList>;
-    /// `[U, S, Vt]` if `compute_uv`, else `[S]`.
-    fn svd => linalg_svd(a: &Array, compute_uv: bool) -> UniquePtr<ArrayList>;
-    /// `[eigenvalues, eigenvectors]`; `uplo` is `"L"` or `"U"`.
-    fn eigh => linalg_eigh(a: &Array, uplo: &str) -> UniquePtr<ArrayList>;
-    fn eigvalsh => linalg_eigvalsh(a: &Array, uplo: &str) -> UniquePtr<Array>;
-    /// `[P, L, U]`.
-    fn lu => linalg_lu(a: &Array) -> UniquePtr<ArrayList>;
-    fn det => linalg_det(a: &Array) -> UniquePtr<Array>;
-    /// `[sign, log|det|]`.
-    fn slogdet => linalg_slogdet(a: &Array) -> UniquePtr<ArrayList>;
-    /// 2-norm of the flattened array (empty `axes`) or vector/Frobenius norm
-    /// over `axes`.
-    fn norm => linalg_norm(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn norm_ord => linalg_norm_ord(a: &Array, ord: f64, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn cross => linalg_cross(a: &Array, b: &Array, axis: i32) -> UniquePtr<Array>;
-}
+// The safe wrappers of `ffi`'s functions, generated from the bridge above
+// by build.rs (`build/wrappers.rs`): same name, arguments and docs, errors
+// as `ShimError`s naming the op (`linalg::name`).
+include!(concat!(env!("OUT_DIR"), "/linalg_wrappers.rs"));

@@ -23,9 +23,12 @@ pub mod ffi {
         type ArrayList = crate::array::ffi::ArrayList;
         type DType = crate::array::ffi::DType;
 
+        /// Converts to `dtype` (numeric conversion).
         fn astype(a: &Array, dtype: DType) -> Result<UniquePtr<Array>>;
+        /// Reinterprets the bytes as `dtype`.
         fn view(a: &Array, dtype: DType) -> Result<UniquePtr<Array>>;
         fn copy(a: &Array) -> Result<UniquePtr<Array>>;
+        /// A row-major contiguous version of `a`.
         fn contiguous(a: &Array) -> Result<UniquePtr<Array>>;
 
         // unary
@@ -59,6 +62,7 @@ pub mod ffi {
         fn floor(a: &Array) -> Result<UniquePtr<Array>>;
         fn ceil(a: &Array) -> Result<UniquePtr<Array>>;
         fn trunc(a: &Array) -> Result<UniquePtr<Array>>;
+        /// Rounds half to even, to `decimals` decimal places.
         fn round(a: &Array, decimals: i32) -> Result<UniquePtr<Array>>;
         fn sign(a: &Array) -> Result<UniquePtr<Array>>;
         fn logical_not(a: &Array) -> Result<UniquePtr<Array>>;
@@ -79,6 +83,7 @@ pub mod ffi {
         fn maximum(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         fn minimum(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         fn power(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        /// Remainder with the sign of the divisor (Python `%`).
         fn remainder(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         fn floor_divide(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         fn arctan2(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
@@ -102,8 +107,11 @@ pub mod ffi {
         fn inner(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         fn kron(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
 
+        /// `cond ? a : b`, broadcasting.
         fn where_(cond: &Array, a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        /// Clamps to `[lo, hi]`; a NaN bound means "no bound" on that side.
         fn clip(a: &Array, lo: f64, hi: f64) -> Result<UniquePtr<Array>>;
+        /// `beta * c + alpha * (a @ b)`.
         fn addmm(
             c: &Array,
             a: &Array,
@@ -113,11 +121,14 @@ pub mod ffi {
         ) -> Result<UniquePtr<Array>>;
 
         // shape manipulation
+        /// Reshape; one entry may be -1.
         fn reshape(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
         fn flatten(a: &Array, start_axis: i32, end_axis: i32) -> Result<UniquePtr<Array>>;
+        /// Permutes axes; an empty `axes` reverses them.
         fn transpose(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
         fn swapaxes(a: &Array, axis1: i32, axis2: i32) -> Result<UniquePtr<Array>>;
         fn moveaxis(a: &Array, source: i32, destination: i32) -> Result<UniquePtr<Array>>;
+        /// Strided slice `a[start:stop:strides]` over all axes.
         fn slice(
             a: &Array,
             start: &[i32],
@@ -133,16 +144,20 @@ pub mod ffi {
         ) -> Result<UniquePtr<Array>>;
         fn concatenate(arrays: &ArrayList, axis: i32) -> Result<UniquePtr<Array>>;
         fn stack(arrays: &ArrayList, axis: i32) -> Result<UniquePtr<Array>>;
+        /// Splits into `num_splits` equal parts along `axis`.
         fn split_sections(a: &Array, num_splits: i32, axis: i32) -> Result<UniquePtr<ArrayList>>;
+        /// Splits at the given indices along `axis`.
         fn split_indices(a: &Array, indices: &[i32], axis: i32) -> Result<UniquePtr<ArrayList>>;
         fn broadcast_to(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
         fn expand_dims(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
         fn squeeze(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
+        /// Removes every singleton axis.
         fn squeeze_all(a: &Array) -> Result<UniquePtr<Array>>;
         fn flip(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
         fn roll(a: &Array, shift: &[i32], axes: &[i32]) -> Result<UniquePtr<Array>>;
         fn repeat(a: &Array, repeats: i32, axis: i32) -> Result<UniquePtr<Array>>;
         fn tile(a: &Array, reps: &[i32]) -> Result<UniquePtr<Array>>;
+        /// Constant padding of `axes` by `low`/`high` with `value`.
         fn pad(
             a: &Array,
             axes: &[i32],
@@ -150,6 +165,7 @@ pub mod ffi {
             high: &[i32],
             value: f64,
         ) -> Result<UniquePtr<Array>>;
+        /// Padding with an MLX mode (`"constant"`, `"edge"`, ...).
         fn pad_mode(
             a: &Array,
             axes: &[i32],
@@ -160,6 +176,8 @@ pub mod ffi {
         ) -> Result<UniquePtr<Array>>;
         fn tril(a: &Array, k: i32) -> Result<UniquePtr<Array>>;
         fn triu(a: &Array, k: i32) -> Result<UniquePtr<Array>>;
+        /// A view with explicit element strides and offset (no bounds checks
+        /// beyond MLX's own).
         fn as_strided(
             a: &Array,
             shape: &[i32],
@@ -169,7 +187,9 @@ pub mod ffi {
         fn diagonal(a: &Array, offset: i32, axis1: i32, axis2: i32) -> Result<UniquePtr<Array>>;
 
         // indexing
+        /// Slices at `indices` along `axis`.
         fn take(a: &Array, indices: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        /// Elements at `indices` of the flattened array.
         fn take_flat(a: &Array, indices: &Array) -> Result<UniquePtr<Array>>;
         fn take_along_axis(a: &Array, indices: &Array, axis: i32) -> Result<UniquePtr<Array>>;
         fn put_along_axis(
@@ -178,18 +198,22 @@ pub mod ffi {
             values: &Array,
             axis: i32,
         ) -> Result<UniquePtr<Array>>;
+        /// Like `put_along_axis` but adds (`values` has the shape of `indices`).
         fn scatter_add_axis(
             a: &Array,
             indices: &Array,
             values: &Array,
             axis: i32,
         ) -> Result<UniquePtr<Array>>;
+        /// `mx::scatter` with one index array on one axis (`updates` has shape
+        /// `indices.shape + a.shape` with the `axis` entry 1).
         fn scatter(
             a: &Array,
             indices: &Array,
             updates: &Array,
             axis: i32,
         ) -> Result<UniquePtr<Array>>;
+        /// `mx::scatter_add` with one index array on one axis.
         fn scatter_add(
             a: &Array,
             indices: &Array,
@@ -214,6 +238,7 @@ pub mod ffi {
             updates: &Array,
             axis: i32,
         ) -> Result<UniquePtr<Array>>;
+        /// `mx::gather` with one index array on one axis.
         fn gather(
             a: &Array,
             indices: &Array,
@@ -231,6 +256,7 @@ pub mod ffi {
         fn all(a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
         fn any(a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
         fn var(a: &Array, axes: &[i32], keepdims: bool, ddof: i32) -> Result<UniquePtr<Array>>;
+        /// Standard deviation (`mx::std`).
         fn std_(a: &Array, axes: &[i32], keepdims: bool, ddof: i32) -> Result<UniquePtr<Array>>;
         fn argmax(a: &Array, axis: i32, keepdims: bool) -> Result<UniquePtr<Array>>;
         fn argmin(a: &Array, axis: i32, keepdims: bool) -> Result<UniquePtr<Array>>;
@@ -261,9 +287,12 @@ pub mod ffi {
         fn argsort(a: &Array, axis: i32) -> Result<UniquePtr<Array>>;
         fn partition(a: &Array, kth: i32, axis: i32) -> Result<UniquePtr<Array>>;
         fn argpartition(a: &Array, kth: i32, axis: i32) -> Result<UniquePtr<Array>>;
+        /// The `k` largest elements along `axis` (unsorted, as MLX returns them).
         fn topk(a: &Array, k: i32, axis: i32) -> Result<UniquePtr<Array>>;
 
         // convolution / contraction
+        /// `mx::conv_general`: input `(N, *spatial, C_in)`, weight
+        /// `(C_out, *kernel, C_in / groups)` (MLX's channels-last layout).
         fn conv_general(
             input: &Array,
             weight: &Array,
@@ -284,6 +313,7 @@ pub mod ffi {
             output_padding: i32,
             groups: i32,
         ) -> Result<UniquePtr<Array>>;
+        /// `stride`, `padding`, `dilation`, `output_padding` each have 2 entries.
         fn conv_transpose2d(
             input: &Array,
             weight: &Array,
@@ -317,227 +347,10 @@ pub mod ffi {
     }
 }
 
-wrappers! {
-    /// Converts to `dtype` (numeric conversion).
-    fn astype(a: &Array, dtype: DType) -> UniquePtr<Array>;
-    /// Reinterprets the bytes as `dtype`.
-    fn view(a: &Array, dtype: DType) -> UniquePtr<Array>;
-    fn copy(a: &Array) -> UniquePtr<Array>;
-    /// A row-major contiguous version of `a`.
-    fn contiguous(a: &Array) -> UniquePtr<Array>;
-
-    fn abs(a: &Array) -> UniquePtr<Array>;
-    fn negative(a: &Array) -> UniquePtr<Array>;
-    fn exp(a: &Array) -> UniquePtr<Array>;
-    fn expm1(a: &Array) -> UniquePtr<Array>;
-    fn log(a: &Array) -> UniquePtr<Array>;
-    fn log1p(a: &Array) -> UniquePtr<Array>;
-    fn log2(a: &Array) -> UniquePtr<Array>;
-    fn log10(a: &Array) -> UniquePtr<Array>;
-    fn sqrt(a: &Array) -> UniquePtr<Array>;
-    fn rsqrt(a: &Array) -> UniquePtr<Array>;
-    fn square(a: &Array) -> UniquePtr<Array>;
-    fn reciprocal(a: &Array) -> UniquePtr<Array>;
-    fn sin(a: &Array) -> UniquePtr<Array>;
-    fn cos(a: &Array) -> UniquePtr<Array>;
-    fn tan(a: &Array) -> UniquePtr<Array>;
-    fn arcsin(a: &Array) -> UniquePtr<Array>;
-    fn arccos(a: &Array) -> UniquePtr<Array>;
-    fn arctan(a: &Array) -> UniquePtr<Array>;
-    fn sinh(a: &Array) -> UniquePtr<Array>;
-    fn cosh(a: &Array) -> UniquePtr<Array>;
-    fn tanh(a: &Array) -> UniquePtr<Array>;
-    fn arcsinh(a: &Array) -> UniquePtr<Array>;
-    fn arccosh(a: &Array) -> UniquePtr<Array>;
-    fn arctanh(a: &Array) -> UniquePtr<Array>;
-    fn sigmoid(a: &Array) -> UniquePtr<Array>;
-    fn erf(a: &Array) -> UniquePtr<Array>;
-    fn erfinv(a: &Array) -> UniquePtr<Array>;
-    fn floor(a: &Array) -> UniquePtr<Array>;
-    fn ceil(a: &Array) -> UniquePtr<Array>;
-    fn trunc(a: &Array) -> UniquePtr<Array>;
-    /// Rounds half to even, to `decimals` decimal places.
-    fn round(a: &Array, decimals: i32) -> UniquePtr<Array>;
-    fn sign(a: &Array) -> UniquePtr<Array>;
-    fn logical_not(a: &Array) -> UniquePtr<Array>;
-    fn stop_gradient(a: &Array) -> UniquePtr<Array>;
-    fn isnan(a: &Array) -> UniquePtr<Array>;
-    fn isinf(a: &Array) -> UniquePtr<Array>;
-    fn isfinite(a: &Array) -> UniquePtr<Array>;
-    fn bitwise_invert(a: &Array) -> UniquePtr<Array>;
-    fn real(a: &Array) -> UniquePtr<Array>;
-    fn imag(a: &Array) -> UniquePtr<Array>;
-    fn conjugate(a: &Array) -> UniquePtr<Array>;
-
-    fn add(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn subtract(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn multiply(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn divide(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn maximum(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn minimum(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn power(a: &Array, b: &Array) -> UniquePtr<Array>;
-    /// Remainder with the sign of the divisor (Python `%`).
-    fn remainder(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn floor_divide(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn arctan2(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn logaddexp(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn logical_and(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn logical_or(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn logical_xor(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn bitwise_and(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn bitwise_or(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn bitwise_xor(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn left_shift(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn right_shift(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn equal(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn not_equal(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn less(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn less_equal(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn greater(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn greater_equal(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn matmul(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn outer(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn inner(a: &Array, b: &Array) -> UniquePtr<Array>;
-    fn kron(a: &Array, b: &Array) -> UniquePtr<Array>;
-
-    /// `cond ? a : b`, broadcasting.
-    fn where_(cond: &Array, a: &Array, b: &Array) -> UniquePtr<Array>;
-    /// Clamps to `[lo, hi]`; a NaN bound means "no bound" on that side.
-    fn clip(a: &Array, lo: f64, hi: f64) -> UniquePtr<Array>;
-    /// `beta * c + alpha * (a @ b)`.
-    fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> UniquePtr<Array>;
-
-    /// Reshape; one entry may be -1.
-    fn reshape(a: &Array, shape: &[i32]) -> UniquePtr<Array>;
-    fn flatten(a: &Array, start_axis: i32, end_axis: i32) -> UniquePtr<Array>;
-    /// Permutes axes; an empty `axes` reverses them.
-    fn transpose(a: &Array, axes: &[i32]) -> UniquePtr<Array>;
-    fn swapaxes(a: &Array, axis1: i32, axis2: i32) -> UniquePtr<Array>;
-    fn moveaxis(a: &Array, source: i32, destination: i32) -> UniquePtr<Array>;
-    /// Strided slice `a[start:stop:strides]` over all axes.
-    fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> UniquePtr<Array>;
-    fn slice_update(
-        src: &Array,
-        update: &Array,
-        start: &[i32],
-        stop: &[i32],
-        strides: &[i32]
-    ) -> UniquePtr<Array>;
-    fn concatenate(arrays: &ArrayList, axis: i32) -> UniquePtr<Array>;
-    fn stack(arrays: &ArrayList, axis: i32) -> UniquePtr<Array>;
-    /// Splits into `num_splits` equal parts along `axis`.
-    fn split_sections(a: &Array, num_splits: i32, axis: i32) -> UniquePtr<ArrayList>;
-    /// Splits at the given indices along `axis`.
-    fn split_indices(a: &Array, indices: &[i32], axis: i32) -> UniquePtr<ArrayList>;
-    fn broadcast_to(a: &Array, shape: &[i32]) -> UniquePtr<Array>;
-    fn expand_dims(a: &Array, axes: &[i32]) -> UniquePtr<Array>;
-    fn squeeze(a: &Array, axes: &[i32]) -> UniquePtr<Array>;
-    /// Removes every singleton axis.
-    fn squeeze_all(a: &Array) -> UniquePtr<Array>;
-    fn flip(a: &Array, axes: &[i32]) -> UniquePtr<Array>;
-    fn roll(a: &Array, shift: &[i32], axes: &[i32]) -> UniquePtr<Array>;
-    fn repeat(a: &Array, repeats: i32, axis: i32) -> UniquePtr<Array>;
-    fn tile(a: &Array, reps: &[i32]) -> UniquePtr<Array>;
-    /// Constant padding of `axes` by `low`/`high` with `value`.
-    fn pad(a: &Array, axes: &[i32], low: &[i32], high: &[i32], value: f64) -> UniquePtr<Array>;
-    /// Padding with an MLX mode (`"constant"`, `"edge"`, ...).
-    fn pad_mode(
-        a: &Array,
-        axes: &[i32],
-        low: &[i32],
-        high: &[i32],
-        value: f64,
-        mode: &str
-    ) -> UniquePtr<Array>;
-    fn tril(a: &Array, k: i32) -> UniquePtr<Array>;
-    fn triu(a: &Array, k: i32) -> UniquePtr<Array>;
-    /// A view with explicit element strides and offset (no bounds checks
-    /// beyond MLX's own).
-    fn as_strided(a: &Array, shape: &[i32], strides: &[i64], offset: usize) -> UniquePtr<Array>;
-    fn diagonal(a: &Array, offset: i32, axis1: i32, axis2: i32) -> UniquePtr<Array>;
-
-    /// Slices at `indices` along `axis`.
-    fn take(a: &Array, indices: &Array, axis: i32) -> UniquePtr<Array>;
-    /// Elements at `indices` of the flattened array.
-    fn take_flat(a: &Array, indices: &Array) -> UniquePtr<Array>;
-    fn take_along_axis(a: &Array, indices: &Array, axis: i32) -> UniquePtr<Array>;
-    fn put_along_axis(a: &Array, indices: &Array, values: &Array, axis: i32) -> UniquePtr<Array>;
-    /// Like `put_along_axis` but adds (`values` has the shape of `indices`).
-    fn scatter_add_axis(a: &Array, indices: &Array, values: &Array, axis: i32) -> UniquePtr<Array>;
-    /// `mx::scatter` with one index array on one axis (`updates` has shape
-    /// `indices.shape + a.shape` with the `axis` entry 1).
-    fn scatter(a: &Array, indices: &Array, updates: &Array, axis: i32) -> UniquePtr<Array>;
-    /// `mx::scatter_add` with one index array on one axis.
-    fn scatter_add(a: &Array, indices: &Array, updates: &Array, axis: i32) -> UniquePtr<Array>;
-    fn scatter_prod(a: &Array, indices: &Array, updates: &Array, axis: i32) -> UniquePtr<Array>;
-    fn scatter_max(a: &Array, indices: &Array, updates: &Array, axis: i32) -> UniquePtr<Array>;
-    fn scatter_min(a: &Array, indices: &Array, updates: &Array, axis: i32) -> UniquePtr<Array>;
-    /// `mx::gather` with one index array on one axis.
-    fn gather(a: &Array, indices: &Array, axis: i32, slice_sizes: &[i32]) -> UniquePtr<Array>;
-
-    fn sum(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn mean(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn max(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn min(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn prod(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn logsumexp(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn all(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn any(a: &Array, axes: &[i32], keepdims: bool) -> UniquePtr<Array>;
-    fn var(a: &Array, axes: &[i32], keepdims: bool, ddof: i32) -> UniquePtr<Array>;
-    /// Standard deviation (`mx::std`).
-    fn std_(a: &Array, axes: &[i32], keepdims: bool, ddof: i32) -> UniquePtr<Array>;
-    fn argmax(a: &Array, axis: i32, keepdims: bool) -> UniquePtr<Array>;
-    fn argmin(a: &Array, axis: i32, keepdims: bool) -> UniquePtr<Array>;
-    fn softmax(a: &Array, axes: &[i32], precise: bool) -> UniquePtr<Array>;
-
-    fn cumsum(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> UniquePtr<Array>;
-    fn cumprod(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> UniquePtr<Array>;
-    fn cummax(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> UniquePtr<Array>;
-    fn cummin(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> UniquePtr<Array>;
-    fn logcumsumexp(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> UniquePtr<Array>;
-
-    fn sort(a: &Array, axis: i32) -> UniquePtr<Array>;
-    fn argsort(a: &Array, axis: i32) -> UniquePtr<Array>;
-    fn partition(a: &Array, kth: i32, axis: i32) -> UniquePtr<Array>;
-    fn argpartition(a: &Array, kth: i32, axis: i32) -> UniquePtr<Array>;
-    /// The `k` largest elements along `axis` (unsorted, as MLX returns them).
-    fn topk(a: &Array, k: i32, axis: i32) -> UniquePtr<Array>;
-
-    /// `mx::conv_general`: input `(N, *spatial, C_in)`, weight
-    /// `(C_out, *kernel, C_in / groups)` (MLX's channels-last layout).
-    fn conv_general(
-        input: &Array,
-        weight: &Array,
-        stride: &[i32],
-        padding_lo: &[i32],
-        padding_hi: &[i32],
-        kernel_dilation: &[i32],
-        input_dilation: &[i32],
-        groups: i32,
-        flip: bool
-    ) -> UniquePtr<Array>;
-    fn conv_transpose1d(
-        input: &Array,
-        weight: &Array,
-        stride: i32,
-        padding: i32,
-        dilation: i32,
-        output_padding: i32,
-        groups: i32
-    ) -> UniquePtr<Array>;
-    /// `stride`, `padding`, `dilation`, `output_padding` each have 2 entries.
-    fn conv_transpose2d(
-        input: &Array,
-        weight: &Array,
-        stride: &[i32],
-        padding: &[i32],
-        dilation: &[i32],
-        output_padding: &[i32],
-        groups: i32
-    ) -> UniquePtr<Array>;
-    fn tensordot(a: &Array, b: &Array, axes_a: &[i32], axes_b: &[i32]) -> UniquePtr<Array>;
-    fn einsum(subscripts: &str, operands: &ArrayList) -> UniquePtr<Array>;
-}
+// The safe wrappers of `ffi`'s functions, generated from the bridge above
+// by build.rs (`build/wrappers.rs`): same name, arguments and docs, errors
+// as `ShimError`s naming the op.
+include!(concat!(env!("OUT_DIR"), "/ops_wrappers.rs"));
 
 /// `mx::quantized_matmul`: `x @ dequantize(w)` (or `x @ dequantize(w)^T`
 /// with `transpose`), `w` packed as `mx::quantize` packs it (uint32 words
