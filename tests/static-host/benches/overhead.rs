@@ -19,6 +19,9 @@
 //! cargo bench -p rlx-static-host --bench overhead [-- --runs N --len N]
 //! ```
 //!
+//! `--only "abi compiled,session compiled"` times only the rows named
+//! (layer and mode), for a profiler.
+//!
 //! and read `docs/PERFORMANCE.md` ("Where a tiny run's time goes").
 
 use rlx_ir::infer::GraphExt;
@@ -68,6 +71,21 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Whether `--only` (comma-separated "LAYER MODE" rows) leaves the row in.
+fn wanted(layer: &str, mode: &str) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    match args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+    {
+        Some(only) => only
+            .split(',')
+            .any(|r| r.trim() == format!("{layer} {mode}")),
+        None => true,
+    }
+}
+
 fn main() {
     let runs = arg("--runs", 2000).max(1);
     let len = arg("--len", 4).max(1);
@@ -100,8 +118,12 @@ fn main() {
         "{:<10} {:<9} {:>10} {:>10}",
         "LAYER", "MODE", "MEDIAN US", "MIN US"
     );
-    let row = |layer: &str, mode: &str, (med, min): (f64, f64)| {
-        println!("{layer:<10} {mode:<9} {med:>10.2} {min:>10.2}");
+    // Times `f` and prints its row, unless `--only` leaves the row out.
+    let row = |layer: &str, mode: &str, f: &mut dyn FnMut()| {
+        if wanted(layer, mode) {
+            let (med, min) = time(runs, f);
+            println!("{layer:<10} {mode:<9} {med:>10.2} {min:>10.2}");
+        }
     };
 
     let check = |out: &[u8]| {
@@ -173,16 +195,15 @@ fn main() {
         ("lazy+spin", false, spin),
         ("comp+spin", true, spin),
     ] {
-        row(
-            "mlx",
-            mode,
-            time(runs, || mlx_run(use_compiled, spin, &mut |_| {})),
-        );
+        row("mlx", mode, &mut || {
+            mlx_run(use_compiled, spin, &mut |_| {})
+        });
     }
     // The compiled MLX-alone run by phase, named as the plugin's
     // `RLX_MLX_TRACE_RUNS` names them, to set beside a traced plugin run.
     let mut phases: [Vec<f64>; 4] = Default::default();
-    for i in 0..runs + runs / 10 + 3 {
+    let phase_runs = if wanted("mlx", "comp+spin") { runs } else { 0 };
+    for i in 0..phase_runs + phase_runs / 10 + 3 {
         let mut t = Instant::now();
         let mut lap = |k: usize| {
             if i >= runs / 10 + 3 {
@@ -196,53 +217,43 @@ fn main() {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    println!(
-        "mlx comp+spin by phase, median us: inputs {:.2} build {:.2} eval {:.2} outputs {:.2}",
-        median(&mut phases[0]),
-        median(&mut phases[1]),
-        median(&mut phases[2]),
-        median(&mut phases[3])
-    );
+    if phase_runs > 0 {
+        println!(
+            "mlx comp+spin by phase, median us: inputs {:.2} build {:.2} eval {:.2} outputs {:.2}",
+            median(&mut phases[0]),
+            median(&mut phases[1]),
+            median(&mut phases[2]),
+            median(&mut phases[3])
+        );
+    }
     drop(_on);
 
     let text = rlx_ir::rlxmodel::to_text(&graph(len)).unwrap();
     for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
         let mut exe = plugin.compile(&text, mode).unwrap();
         let shape = [len];
-        row(
-            "abi",
-            mode.name(),
-            time(runs, || {
-                let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &x_bytes).unwrap();
-                let out = exe.run_refs(&[("x", t)]).unwrap();
-                check(&out[0].data);
-            }),
-        );
+        row("abi", mode.name(), &mut || {
+            let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &x_bytes).unwrap();
+            let out = exe.run_refs(&[("x", t)]).unwrap();
+            check(&out[0].data);
+        });
     }
     for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
         let mut exe =
             rlx_plugin_host::with_mode(mode, || Session::new(Device::Mlx).compile(graph(len)));
-        row(
-            "session",
-            mode.name(),
-            time(runs, || {
-                let out = exe.run(&[("x", &x[..])]);
-                assert!((out[0][1] - x[1].exp()).abs() <= 1e-6 * x[1].exp().abs().max(1.0));
-            }),
-        );
+        row("session", mode.name(), &mut || {
+            let out = exe.run(&[("x", &x[..])]);
+            assert!((out[0][1] - x[1].exp()).abs() <= 1e-6 * x[1].exp().abs().max(1.0));
+        });
     }
     let mib = arg("--bind-mib", 0);
     if mib > 0 {
         bind_ladder(&plugin, mib, arg("--bind-runs", 5).max(1));
     }
     let mut cpu = Session::new(Device::Cpu).compile(graph(len));
-    row(
-        "cpu",
-        "-",
-        time(runs, || {
-            cpu.run(&[("x", &x[..])]);
-        }),
-    );
+    row("cpu", "-", &mut || {
+        cpu.run(&[("x", &x[..])]);
+    });
 }
 
 /// Binding a param of `mib` MiB (f32), at each layer: MLX's own copy of
