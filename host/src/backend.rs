@@ -49,8 +49,10 @@ use rlx_ir::lir::LirModule;
 use rlx_ir::{Graph, OpKind};
 use rlx_opt::pass::Pass as _;
 use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
+use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{convert, DType, HostTensorRef, Mode, Role, TensorRef, ValueInfo};
 use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -757,7 +759,9 @@ pub fn ir_dtype(d: DType) -> rlx_ir::DType {
 pub struct PluginGraph {
     exe: PluginExecutable,
     plugin: String,
-    inputs: HashMap<String, ValueInfo>,
+    /// By position; a run looks each name up (a graph has few inputs,
+    /// and a scan costs less than hashing the name).
+    inputs: Vec<ValueInfo>,
     params: HashMap<String, ValueInfo>,
     outputs: Vec<ValueInfo>,
 }
@@ -767,7 +771,7 @@ impl PluginGraph {
         let by_role = |r: Role| -> HashMap<String, ValueInfo> {
             exe.values(r).map(|v| (v.name.clone(), v.clone())).collect()
         };
-        let inputs = by_role(Role::Input);
+        let inputs = exe.values(Role::Input).cloned().collect();
         let params = by_role(Role::Param);
         let outputs = exe.values(Role::Output).cloned().collect();
         PluginGraph {
@@ -797,7 +801,7 @@ impl PluginGraph {
         info: &ValueInfo,
         data: Cow<'d, [u8]>,
         have: rlx_ir::DType,
-    ) -> (Vec<usize>, Cow<'d, [u8]>) {
+    ) -> (Dims<usize>, Cow<'d, [u8]>) {
         let n = data.len() / have.size_bytes().max(1);
         let shape = self.concrete_shape(kind, info, n);
         let bytes = match abi_dtype(have) {
@@ -814,7 +818,7 @@ impl PluginGraph {
     }
 
     /// `info`'s shape with at most one run-time size filled in from `n`.
-    fn concrete_shape(&self, kind: &str, info: &ValueInfo, n: usize) -> Vec<usize> {
+    fn concrete_shape(&self, kind: &str, info: &ValueInfo, n: usize) -> Dims<usize> {
         let known: usize = info.shape.iter().flatten().product();
         let unknown = info.shape.iter().filter(|d| d.is_none()).count();
         let shape_str = || {
@@ -867,10 +871,10 @@ impl PluginGraph {
     ) -> Vec<T> {
         // Inputs in the dtype the plugin wants are lent to it as they are
         // (it copies them into its own arrays); only converted ones are new.
-        type Input<'n, 'd> = (&'n str, DType, Vec<usize>, Cow<'d, [u8]>);
-        let mut given: Vec<Input<'_, '_>> = Vec::with_capacity(inputs.len());
+        type Input<'n, 'd> = (&'n str, DType, Dims<usize>, Cow<'d, [u8]>);
+        let mut given: SmallVec<[Input<'_, '_>; 4]> = SmallVec::with_capacity(inputs.len());
         for (name, data, dt) in inputs {
-            match self.inputs.get(name) {
+            match self.inputs.iter().find(|i| i.name == name) {
                 Some(info) => {
                     let (shape, bytes) = self.converted("input", info, data, dt);
                     given.push((name, info.dtype, shape, bytes));
@@ -883,12 +887,13 @@ impl PluginGraph {
         }
         if let Some(missing) = self
             .inputs
-            .keys()
+            .iter()
+            .map(|i| &i.name)
             .find(|k| !given.iter().any(|(n, ..)| n == k))
         {
             self.fail(format!("input {missing:?} was not given"));
         }
-        let named: Vec<(&str, HostTensorRef<'_>)> = given
+        let named: SmallVec<[(&str, HostTensorRef<'_>); 4]> = given
             .iter()
             .map(|(n, dtype, shape, bytes)| {
                 let t = HostTensorRef::new(*dtype, shape, bytes)

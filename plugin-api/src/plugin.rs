@@ -321,7 +321,7 @@ pub trait Executable: Send {
             name,
             BoundParam {
                 dtype: param.dtype,
-                shape: param.shape,
+                shape: param.shape.to_vec(),
                 bytes,
             },
         )

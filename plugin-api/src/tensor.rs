@@ -278,7 +278,7 @@ impl HostTensor {
         let view = TensorRef::from_raw(raw)?;
         Ok(HostTensor {
             dtype: view.dtype,
-            shape: view.shape.clone(),
+            shape: view.shape.to_vec(),
             data: view.to_compact_bytes()?,
         })
     }
@@ -348,26 +348,26 @@ impl OwnedTensor {
     ) -> OwnedTensor {
         struct Kept<K> {
             _keeper: K,
-            _shape: Vec<i64>,
+            shape: Dims<i64>,
         }
         unsafe extern "C" fn drop_kept<K>(ctx: *mut c_void) {
             if !ctx.is_null() {
                 drop(Box::from_raw(ctx as *mut Kept<K>));
             }
         }
-        let mut dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        // One allocation: the shape (inline up to rank 4) lives in the box
+        // with the keeper, and the box does not move until it is dropped.
+        let kept = Box::into_raw(Box::new(Kept {
+            _keeper: keeper,
+            shape: shape.iter().map(|&d| d as i64).collect(),
+        }));
         let mut raw = RlxTensor::empty();
         raw.ownership = ownership::OWNED;
         raw.dl.data = data as *mut c_void;
-        raw.dl.ndim = dims.len() as i32;
+        raw.dl.ndim = (*kept).shape.len() as i32;
         raw.dl.dtype = dtype.to_dl();
-        raw.dl.shape = dims.as_mut_ptr();
-        // Moving the Vec into the box keeps its heap buffer where it is.
-        let kept = Box::new(Kept {
-            _keeper: keeper,
-            _shape: dims,
-        });
-        raw.manager_ctx = Box::into_raw(kept) as *mut c_void;
+        raw.dl.shape = (*kept).shape.as_mut_ptr();
+        raw.manager_ctx = kept as *mut c_void;
         raw.deleter = Some(drop_kept::<K>);
         OwnedTensor(raw)
     }
@@ -536,13 +536,16 @@ pub fn borrow_named_refs<'a>(inputs: &[(&'a str, HostTensorRef<'a>)]) -> Borrowe
     }
 }
 
+/// A shape or strides: up to rank 4 inline, without a heap allocation.
+pub type Dims<T> = smallvec::SmallVec<[T; 4]>;
+
 /// A validated, read-only view of a descriptor's memory.
 #[derive(Debug)]
 pub struct TensorRef<'a> {
     pub dtype: DType,
-    pub shape: Vec<usize>,
+    pub shape: Dims<usize>,
     /// Element strides (compact row-major when the descriptor had none).
-    pub strides: Vec<i64>,
+    pub strides: Dims<i64>,
     /// Base of element 0.
     base: *const u8,
     /// The smallest byte range containing every element, relative to base.
@@ -591,11 +594,11 @@ impl<'a> TensorRef<'a> {
                 "tensor shape {dims:?} has a negative size {d}"
             )));
         }
-        let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-        let strides: Vec<i64> = if dl.strides.is_null() {
+        let shape: Dims<usize> = dims.iter().map(|&d| d as usize).collect();
+        let strides: Dims<i64> = if dl.strides.is_null() {
             compact_strides(&shape)
         } else {
-            std::slice::from_raw_parts(dl.strides, ndim).to_vec()
+            Dims::from_slice(std::slice::from_raw_parts(dl.strides, ndim))
         };
         // Checked: a shape or strides from a peer may be anything, and a
         // wrapped product would describe memory that is not there.
@@ -722,10 +725,10 @@ impl<'a> TensorRef<'a> {
 }
 
 /// Row-major strides, in elements.
-pub fn compact_strides(shape: &[usize]) -> Vec<i64> {
+pub fn compact_strides(shape: &[usize]) -> Dims<i64> {
     // Saturating: only an empty tensor's strides can get that large
     // (a non-empty one fits in memory), and they address nothing.
-    let mut strides = vec![1i64; shape.len()];
+    let mut strides: Dims<i64> = smallvec::smallvec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1].saturating_mul(shape[i + 1].min(i64::MAX as usize) as i64);
     }

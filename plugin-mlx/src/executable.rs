@@ -9,12 +9,17 @@ use crate::trace::RunTrace;
 use rlx_ir::{Graph, NodeId, Op, OpKind};
 use rlx_mlx_shim::array::{Device, DeviceGuard};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
+use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{
     BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, OwnedTensor, PluginError,
     PluginResult, Role, TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// A run's inputs by slot (`MlxExecutable::inputs` order), inline for up
+/// to four.
+type InputSlots = smallvec::SmallVec<[Option<A>; 4]>;
 
 /// How [`evaluate`] builds a graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -351,7 +356,7 @@ pub struct MlxExecutable {
     /// (`array_overwrite`): no allocation per run, and on a GPU the buffer
     /// stays where the last run's kernels read it instead of being a fresh
     /// allocation each time.
-    kept_inputs: Vec<Option<A>>,
+    kept_inputs: InputSlots,
     compiled: Option<Compiled>,
     /// Where it runs: its ops are built (and so run) on this device.
     device: DeviceInfo,
@@ -446,7 +451,7 @@ impl MlxExecutable {
             inputs,
             params,
             bound: HashMap::new(),
-            kept_inputs: Vec::new(),
+            kept_inputs: InputSlots::new(),
             compiled,
             device,
             custom,
@@ -656,13 +661,16 @@ impl Executable for MlxExecutable {
             .into_iter()
             .zip(&self.graph.outputs)
             .map(|(a, id)| {
-                let lent = lend
-                    .then(|| {
-                        let (dtype, dims) = self.output_layout(*id);
-                        lent_output(&a, dtype, &dims)
-                    })
-                    .flatten();
-                lent.unwrap_or_else(|| self.host_output(&a, *id).map(OwnedTensor::from_host))
+                let a = if lend {
+                    let (dtype, dims) = self.output_layout(*id);
+                    match lent_output(a, dtype, &dims) {
+                        Ok(lent) => return lent,
+                        Err(a) => a,
+                    }
+                } else {
+                    a
+                };
+                self.host_output(&a, *id).map(OwnedTensor::from_host)
             })
             .collect();
         trace.mark("outputs");
@@ -675,12 +683,13 @@ impl Executable for MlxExecutable {
 /// buffer, kept alive by a reference to the array until the host releases
 /// it: no copy. The buffer is MLX's (the plugin never wraps host memory in
 /// an array), and the reference held keeps MLX from donating it to a later
-/// op. None for a strided or broadcast view (copied out instead).
+/// op. The array comes back (`Err`) for a strided or broadcast view, to be
+/// copied out instead.
 fn lent_output(
-    a: &A,
+    a: A,
     dtype: rlx_plugin_api::DType,
     dims: &[usize],
-) -> Option<PluginResult<OwnedTensor>> {
+) -> Result<PluginResult<OwnedTensor>, A> {
     /// An array reference that may be dropped on any thread (MLX's arrays
     /// are reference counted atomically).
     struct Keep(#[allow(dead_code)] A);
@@ -688,18 +697,18 @@ fn lent_output(
     unsafe impl Send for Keep {}
     let n = a.nbytes();
     if n == 0 {
-        return None;
+        return Err(a);
     }
-    let ptr = match array::array_row_major_ptr(a) {
+    let ptr = match array::array_row_major_ptr(&a) {
         Ok(p) if p != 0 => p as *const u8,
-        _ => return None,
+        _ => return Err(a),
     };
-    let keep = Keep(array::array_clone(a));
     // SAFETY: `ptr` is the evaluated array's first element, `n` bytes of
-    // row-major elements (checked above) in a buffer the kept reference
-    // holds; MLX arrays are immutable once evaluated.
+    // row-major elements (checked above) in a buffer the kept handle
+    // holds (moved in, not copied: the run's own handle); MLX arrays are
+    // immutable once evaluated.
     // (`kept_by` checks that `n` is the bytes of the declared shape.)
-    Some(unsafe { OwnedTensor::kept_by(dtype, dims, ptr, n, keep) })
+    Ok(unsafe { OwnedTensor::kept_by(dtype, dims, ptr, n, Keep(a)) })
 }
 
 impl MlxExecutable {
@@ -714,7 +723,7 @@ impl MlxExecutable {
         // One slot per graph input, in `self.inputs` order: a run has a
         // handful, found by a scan (hashing cost more than it saved on a
         // tiny run).
-        let mut given: Vec<Option<A>> = (0..self.inputs.len()).map(|_| None).collect();
+        let mut given: InputSlots = (0..self.inputs.len()).map(|_| None).collect();
         for (name, t) in inputs {
             let slot = self.input_slot(name).ok_or_else(|| {
                 PluginError::invalid_argument(format!("the graph has no input named {name:?}"))
@@ -853,7 +862,7 @@ impl MlxExecutable {
     }
 
     /// Output `id`'s declared dtype and dims.
-    fn output_layout(&self, id: NodeId) -> (rlx_plugin_api::DType, Vec<usize>) {
+    fn output_layout(&self, id: NodeId) -> (rlx_plugin_api::DType, Dims<usize>) {
         let s = self.graph.shape(id);
         (
             ir_to_abi(s.dtype()).expect("checked"),
@@ -867,6 +876,6 @@ impl MlxExecutable {
             .to_bytes()
             .map_err(|e| PluginError::internal(e.to_string()))?;
         let (dtype, dims) = self.output_layout(id);
-        HostTensor::new(dtype, dims, data)
+        HostTensor::new(dtype, dims.to_vec(), data)
     }
 }

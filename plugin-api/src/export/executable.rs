@@ -264,7 +264,7 @@ pub(super) unsafe extern "C" fn executable_bind_param(
             name,
             BoundParam {
                 dtype,
-                shape,
+                shape: shape.to_vec(),
                 bytes,
             },
         )
@@ -298,7 +298,7 @@ pub(super) unsafe extern "C" fn executable_run(
     guard(|| {
         let mut exe = enter(exe, "executable_run")?;
         let named = slice_or_empty(inputs, n_inputs, "inputs")?;
-        let mut views = Vec::with_capacity(named.len());
+        let mut views: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::with_capacity(named.len());
         for nt in named {
             if nt.struct_size != std::mem::size_of::<RlxNamedTensor>() {
                 return Err(PluginError::invalid_argument(format!(

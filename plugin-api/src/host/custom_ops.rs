@@ -320,7 +320,7 @@ unsafe fn views<'a>(
         .map(|(i, r)| TensorRef::from_raw(r).map_err(|e| e.context(format!("input {i}"))))
         .collect::<PluginResult<_>>()?;
     for r in &refs {
-        shapes.push(r.shape.clone());
+        shapes.push(r.shape.to_vec());
         if r.compact_bytes().is_none() {
             keep.push(r.to_compact_bytes()?);
         }

@@ -660,7 +660,7 @@ impl PluginExecutable {
         self.run_refs_with(inputs, |t| {
             Ok(HostTensor {
                 dtype: t.dtype,
-                shape: t.shape.clone(),
+                shape: t.shape.to_vec(),
                 data: t.to_compact_bytes()?,
             })
         })
@@ -679,7 +679,8 @@ impl PluginExecutable {
         let borrowed = crate::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
         let n_out = self.values(Role::Output).count();
-        let mut slots = vec![RlxTensor::empty(); n_out];
+        let mut slots: smallvec::SmallVec<[RlxTensor; 4]> =
+            smallvec::smallvec![RlxTensor::empty(); n_out];
         // SAFETY: `exe` is live; the inputs point into `borrowed`, alive for the call; `slots` has exactly the output count.
         self.plugin.check(unsafe {
             (self.plugin.api.executable_run.unwrap())(

@@ -436,7 +436,7 @@ impl Executable for FixtureExecutable {
                         PluginError::invalid_argument(format!("missing input {name:?}"))
                     })?;
                     let want = static_dims(g, n.id)?;
-                    if t.shape != want || t.dtype != DType::F32 {
+                    if t.shape[..] != want[..] || t.dtype != DType::F32 {
                         return Err(PluginError::invalid_argument(format!(
                             "input {name:?} is f32{want:?}, got {}{:?}",
                             t.dtype, t.shape
