@@ -3,12 +3,11 @@
 
 use crate::custom::CustomScope;
 use crate::dtype::{ir_to_abi, ir_to_mx};
-use crate::graph_check::{describe, leaves, lowering_for, parse_and_check, shape_str};
-use crate::lower::{static_dims, Ctx, A};
+use crate::graph_check::{leaves, parse_and_check, shape_str};
+use crate::lower::{static_dims, A};
 use crate::trace::RunTrace;
-use rlx_ir::{Graph, NodeId, Op, OpKind};
-use rlx_mlx_shim::array::{Device, DeviceGuard};
-use rlx_mlx_shim::{array, ops, Array, ArrayList, Compiled};
+use rlx_ir::{Graph, NodeId, OpKind};
+use rlx_mlx_shim::{array, ArrayList, Compiled};
 use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{
     BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, OwnedTensor, PluginError,
@@ -21,141 +20,13 @@ use std::sync::Arc;
 /// to four.
 type InputSlots = smallvec::SmallVec<[Option<A>; 4]>;
 
-/// How [`evaluate`] builds a graph.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Eval {
-    /// Build every node once, on placeholder values, computing nothing:
-    /// the compile-time check. Loops build their bodies once.
-    Check,
-    /// Build the whole graph; the caller evaluates its outputs.
-    Lazy,
-    /// Evaluate each node as soon as it is built, so an error names it.
-    Eager,
-}
+mod device;
+mod evaluate;
 
-/// Values an op writes back into one of the graph's params when the run
-/// ends (a recurrent layer's final states with `carry`, as rlx-cpu writes
-/// them into its arena): `(graph, param node, value)`. Only writes into the
-/// executable's own graph are applied; inputs are the caller's and
-/// read-only under the ABI.
-#[derive(Default)]
-pub struct StateWrites(std::cell::RefCell<Vec<(usize, NodeId, A)>>);
-
-impl StateWrites {
-    pub fn record(&self, graph: &Graph, id: NodeId, value: A) {
-        if matches!(graph.node(id).op, Op::Param { .. }) {
-            self.0
-                .borrow_mut()
-                .push((graph as *const Graph as usize, id, value));
-        }
-    }
-    /// The writes into `graph`'s params, in order (a later write to the
-    /// same param wins).
-    pub fn take_for(&self, graph: &Graph) -> Vec<(NodeId, A)> {
-        let key = graph as *const Graph as usize;
-        self.0
-            .borrow_mut()
-            .drain(..)
-            .filter(|(g, _, _)| *g == key)
-            .map(|(_, id, v)| (id, v))
-            .collect()
-    }
-}
-
-/// What every node of one evaluation shares.
-pub struct Env<'a> {
-    pub rng: rlx_ir::RngOptions,
-    pub custom: &'a CustomScope,
-    pub how: Eval,
-    pub writes: &'a StateWrites,
-}
-
-/// Evaluate every node of `graph` in order. `leaf` supplies Input and Param
-/// values. Returns the outputs (unevaluated unless `env.how` is eager).
-pub fn evaluate(
-    graph: &Graph,
-    env: &Env,
-    leaf: &dyn Fn(NodeId) -> PluginResult<A>,
-) -> PluginResult<Vec<A>> {
-    let (rng, custom, how) = (env.rng, env.custom, env.how);
-    let eager = how == Eval::Eager;
-    // Drop each intermediate after its last use.
-    let mut uses = vec![0usize; graph.len()];
-    for n in graph.nodes() {
-        for i in &n.inputs {
-            uses[i.0 as usize] += 1;
-        }
-    }
-    for o in &graph.outputs {
-        uses[o.0 as usize] += 1;
-    }
-    let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
-    let on_gpu = rlx_mlx_shim::array::thread_device_is_gpu();
-    for n in graph.nodes() {
-        // MLX's GPU backends have no float64: such a node is built on the
-        // CPU stream (MLX moves data between streams itself).
-        let _cpu = if on_gpu && touches_f64(graph, n) {
-            Some(DeviceGuard::set(Device::CPU).map_err(|e| PluginError::internal(e.to_string()))?)
-        } else {
-            None
-        };
-        let v = match &n.op {
-            Op::Input { .. } | Op::Param { .. } => leaf(n.id)?,
-            _ => {
-                let l = lowering_for(graph, n)?;
-                let lower = l.lower.ok_or_else(|| {
-                    PluginError::internal(format!("{}: no lowering function", describe(graph, n)))
-                })?;
-                let args: Vec<&Array> = n
-                    .inputs
-                    .iter()
-                    .map(|i| vals[i.0 as usize].as_deref().expect("inputs precede users"))
-                    .collect();
-                let cx = Ctx {
-                    graph,
-                    node: n,
-                    rng,
-                    custom,
-                    how,
-                    writes: env.writes,
-                };
-                let out = lower(&cx, &args).map_err(|e| {
-                    PluginError::new(
-                        if e.0.contains("not lowered") || e.0.contains("not supported") {
-                            rlx_plugin_api::StatusCode::Unsupported
-                        } else {
-                            rlx_plugin_api::StatusCode::InvalidArgument
-                        },
-                        format!("{}: {}", describe(graph, n), e.0),
-                    )
-                })?;
-                conform(graph, n.id, out)?
-            }
-        };
-        if eager {
-            array::eval_list_spinning(&ArrayList::from_arrays([&*v]), spin_us(on_gpu)).map_err(
-                |e| PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e))),
-            )?;
-            custom.check()?;
-        }
-        for i in &n.inputs {
-            let k = i.0 as usize;
-            uses[k] -= 1;
-            if uses[k] == 0 {
-                vals[k] = None;
-            }
-        }
-        vals[n.id.0 as usize] = Some(v);
-    }
-    graph
-        .outputs
-        .iter()
-        .map(|o| {
-            let v = vals[o.0 as usize].as_deref().expect("outputs are nodes");
-            Ok(v.clone_handle())
-        })
-        .collect()
-}
+use device::spin_us;
+pub use device::{on_device, OnDevice};
+use evaluate::zeros_like;
+pub use evaluate::{evaluate, Env, Eval, StateWrites};
 
 /// Whether runs write their inputs into the last run's arrays (see
 /// `MlxExecutable::kept_inputs`); `RLX_MLX_REUSE_INPUTS=0`, read once,
@@ -164,94 +35,6 @@ pub fn evaluate(
 fn reuse_inputs() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("RLX_MLX_REUSE_INPUTS").map_or(true, |v| v != "0"))
-}
-
-/// How long a run polls for its outputs before it sleeps until MLX wakes
-/// it (`eval_list_spinning`): being woken costs tens of microseconds (on
-/// the CPU a futex wake of MLX's stream thread's waiter, on a VM more; on
-/// a CUDA GPU the driver's interrupt after a blocking-sync event), more
-/// than a small graph's work. `RLX_MLX_SPIN_US` (read once) sets it for
-/// every device; 0 always sleeps, as MLX's eval does. The defaults cover
-/// a small graph's run and cost a larger one at most this much of one
-/// core: on a GPU, where the caller only waits, a longer window, so that a
-/// run of a millisecond or so is not woken late either.
-fn spin_us(on_gpu: bool) -> u32 {
-    static US: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let set = *US.get_or_init(|| {
-        std::env::var("RLX_MLX_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-    });
-    set.unwrap_or(if on_gpu {
-        DEFAULT_GPU_SPIN_US
-    } else {
-        DEFAULT_SPIN_US
-    })
-}
-
-/// See [`spin_us`].
-const DEFAULT_SPIN_US: u32 = 50;
-const DEFAULT_GPU_SPIN_US: u32 = 2000;
-
-/// Does the node read or make a float64 value?
-fn touches_f64(graph: &Graph, n: &rlx_ir::Node) -> bool {
-    std::iter::once(n.id)
-        .chain(n.inputs.iter().copied())
-        .any(|i| graph.shape(i).dtype() == rlx_ir::DType::F64)
-}
-
-/// This thread's MLX ops go to a device while it lives; on a GPU it also
-/// holds the process's GPU lock. Fields drop in order: the device is
-/// restored before the lock is released.
-pub struct OnDevice {
-    _device: DeviceGuard,
-    _gpu: Option<GpuTurn>,
-}
-
-/// One thread's turn on the GPU. MLX's CUDA backend is not safe for
-/// concurrent graph building and evaluation from several threads: the
-/// op suites run on eight test threads crashed the process (SIGFPE inside
-/// MLX) or computed wrong values, and pass one thread at a time. So GPU
-/// work is serialised per process; the GPU runs one stream at a time
-/// anyway. A thread that already holds the turn (nested calls) does not
-/// take it again.
-struct GpuTurn(Option<std::sync::MutexGuard<'static, ()>>);
-
-thread_local! {
-    static HOLDS_GPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-impl GpuTurn {
-    fn take() -> GpuTurn {
-        if HOLDS_GPU.with(|h| h.get()) {
-            return GpuTurn(None);
-        }
-        static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        // A panic while holding it poisons nothing we rely on: the lock
-        // guards no data, only MLX's global state.
-        let guard = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        HOLDS_GPU.with(|h| h.set(true));
-        GpuTurn(Some(guard))
-    }
-}
-
-impl Drop for GpuTurn {
-    fn drop(&mut self) {
-        if self.0.is_some() {
-            HOLDS_GPU.with(|h| h.set(false));
-        }
-    }
-}
-
-/// Build and run this thread's MLX ops on `device` while the guard lives.
-pub fn on_device(device: &DeviceInfo) -> PluginResult<OnDevice> {
-    let gpu = (device.kind == rlx_plugin_api::DeviceKind::Gpu).then(GpuTurn::take);
-    let device_guard = DeviceGuard::set(crate::devices::shim_device(device))
-        .map_err(|e| PluginError::unsupported(format!("cannot run on {}: {e}", device.label())))?;
-    Ok(OnDevice {
-        _device: device_guard,
-        _gpu: gpu,
-    })
 }
 
 /// MLX's message, with what it means for an rlx graph where MLX's wording
@@ -294,33 +77,6 @@ fn explain(graph: &Graph, e: impl std::fmt::Display) -> String {
         why.push("a singular matrix".into());
     }
     format!("{} (MLX reported: {msg})", why.join(", or "))
-}
-
-/// Hold a lowering to the node's declared shape and dtype.
-fn conform(graph: &Graph, id: NodeId, out: A) -> PluginResult<A> {
-    let n = graph.node(id);
-    let want = static_dims(graph.shape(id).dims());
-    let got = out.shape();
-    if got != want {
-        return Err(PluginError::internal(format!(
-            "{}: the lowering produced shape {got:?} but the node declares {}",
-            describe(graph, n),
-            shape_str(graph, id)
-        )));
-    }
-    let dt = ir_to_mx(graph.shape(id).dtype()).expect("checked");
-    if out.dtype() != dt {
-        return ops::astype(&out, dt)
-            .map_err(|e| PluginError::internal(format!("{}: {e}", describe(graph, n))));
-    }
-    Ok(out)
-}
-
-/// Zeros of a node's declared shape and dtype (for the compile-time trial).
-fn zeros_like(graph: &Graph, id: NodeId) -> PluginResult<A> {
-    let dims = static_dims(graph.shape(id).dims());
-    let dt = ir_to_mx(graph.shape(id).dtype()).expect("checked");
-    array::full(&dims, 0.0, dt).map_err(|e| PluginError::internal(e.to_string()))
 }
 
 /// rlx's `RngOptions` from the ABI's compile options.

@@ -1,0 +1,185 @@
+//! The graph to MLX: every node lowered in order, built lazily, eagerly
+//! (evaluated as it is built, so an error names it) or once on zeros (the
+//! compile-time check); with the per-node fixes every lowering shares
+//! (declared shape and dtype, float64 on the CPU stream).
+
+use super::device::spin_us;
+use super::explain;
+use crate::custom::CustomScope;
+use crate::dtype::ir_to_mx;
+use crate::graph_check::{describe, lowering_for, shape_str};
+use crate::lower::{static_dims, Ctx, A};
+use rlx_ir::{Graph, NodeId, Op};
+use rlx_mlx_shim::array::{Device, DeviceGuard};
+use rlx_mlx_shim::{array, ops, Array, ArrayList};
+use rlx_plugin_api::{PluginError, PluginResult};
+
+/// How [`evaluate`] builds a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eval {
+    /// Build every node once, on placeholder values, computing nothing:
+    /// the compile-time check. Loops build their bodies once.
+    Check,
+    /// Build the whole graph; the caller evaluates its outputs.
+    Lazy,
+    /// Evaluate each node as soon as it is built, so an error names it.
+    Eager,
+}
+
+/// Values an op writes back into one of the graph's params when the run
+/// ends (a recurrent layer's final states with `carry`, as rlx-cpu writes
+/// them into its arena): `(graph, param node, value)`. Only writes into the
+/// executable's own graph are applied; inputs are the caller's and
+/// read-only under the ABI.
+#[derive(Default)]
+pub struct StateWrites(std::cell::RefCell<Vec<(usize, NodeId, A)>>);
+
+impl StateWrites {
+    pub fn record(&self, graph: &Graph, id: NodeId, value: A) {
+        if matches!(graph.node(id).op, Op::Param { .. }) {
+            self.0
+                .borrow_mut()
+                .push((graph as *const Graph as usize, id, value));
+        }
+    }
+    /// The writes into `graph`'s params, in order (a later write to the
+    /// same param wins).
+    pub fn take_for(&self, graph: &Graph) -> Vec<(NodeId, A)> {
+        let key = graph as *const Graph as usize;
+        self.0
+            .borrow_mut()
+            .drain(..)
+            .filter(|(g, _, _)| *g == key)
+            .map(|(_, id, v)| (id, v))
+            .collect()
+    }
+}
+
+/// What every node of one evaluation shares.
+pub struct Env<'a> {
+    pub rng: rlx_ir::RngOptions,
+    pub custom: &'a CustomScope,
+    pub how: Eval,
+    pub writes: &'a StateWrites,
+}
+
+/// Evaluate every node of `graph` in order. `leaf` supplies Input and Param
+/// values. Returns the outputs (unevaluated unless `env.how` is eager).
+pub fn evaluate(
+    graph: &Graph,
+    env: &Env,
+    leaf: &dyn Fn(NodeId) -> PluginResult<A>,
+) -> PluginResult<Vec<A>> {
+    let (rng, custom, how) = (env.rng, env.custom, env.how);
+    let eager = how == Eval::Eager;
+    // Drop each intermediate after its last use.
+    let mut uses = vec![0usize; graph.len()];
+    for n in graph.nodes() {
+        for i in &n.inputs {
+            uses[i.0 as usize] += 1;
+        }
+    }
+    for o in &graph.outputs {
+        uses[o.0 as usize] += 1;
+    }
+    let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
+    let on_gpu = rlx_mlx_shim::array::thread_device_is_gpu();
+    for n in graph.nodes() {
+        // MLX's GPU backends have no float64: such a node is built on the
+        // CPU stream (MLX moves data between streams itself).
+        let _cpu = if on_gpu && touches_f64(graph, n) {
+            Some(DeviceGuard::set(Device::CPU).map_err(|e| PluginError::internal(e.to_string()))?)
+        } else {
+            None
+        };
+        let v = match &n.op {
+            Op::Input { .. } | Op::Param { .. } => leaf(n.id)?,
+            _ => {
+                let l = lowering_for(graph, n)?;
+                let lower = l.lower.ok_or_else(|| {
+                    PluginError::internal(format!("{}: no lowering function", describe(graph, n)))
+                })?;
+                let args: Vec<&Array> = n
+                    .inputs
+                    .iter()
+                    .map(|i| vals[i.0 as usize].as_deref().expect("inputs precede users"))
+                    .collect();
+                let cx = Ctx {
+                    graph,
+                    node: n,
+                    rng,
+                    custom,
+                    how,
+                    writes: env.writes,
+                };
+                let out = lower(&cx, &args).map_err(|e| {
+                    PluginError::new(
+                        if e.0.contains("not lowered") || e.0.contains("not supported") {
+                            rlx_plugin_api::StatusCode::Unsupported
+                        } else {
+                            rlx_plugin_api::StatusCode::InvalidArgument
+                        },
+                        format!("{}: {}", describe(graph, n), e.0),
+                    )
+                })?;
+                conform(graph, n.id, out)?
+            }
+        };
+        if eager {
+            array::eval_list_spinning(&ArrayList::from_arrays([&*v]), spin_us(on_gpu)).map_err(
+                |e| PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e))),
+            )?;
+            custom.check()?;
+        }
+        for i in &n.inputs {
+            let k = i.0 as usize;
+            uses[k] -= 1;
+            if uses[k] == 0 {
+                vals[k] = None;
+            }
+        }
+        vals[n.id.0 as usize] = Some(v);
+    }
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let v = vals[o.0 as usize].as_deref().expect("outputs are nodes");
+            Ok(v.clone_handle())
+        })
+        .collect()
+}
+
+/// Does the node read or make a float64 value?
+fn touches_f64(graph: &Graph, n: &rlx_ir::Node) -> bool {
+    std::iter::once(n.id)
+        .chain(n.inputs.iter().copied())
+        .any(|i| graph.shape(i).dtype() == rlx_ir::DType::F64)
+}
+
+/// Hold a lowering to the node's declared shape and dtype.
+fn conform(graph: &Graph, id: NodeId, out: A) -> PluginResult<A> {
+    let n = graph.node(id);
+    let want = static_dims(graph.shape(id).dims());
+    let got = out.shape();
+    if got != want {
+        return Err(PluginError::internal(format!(
+            "{}: the lowering produced shape {got:?} but the node declares {}",
+            describe(graph, n),
+            shape_str(graph, id)
+        )));
+    }
+    let dt = ir_to_mx(graph.shape(id).dtype()).expect("checked");
+    if out.dtype() != dt {
+        return ops::astype(&out, dt)
+            .map_err(|e| PluginError::internal(format!("{}: {e}", describe(graph, n))));
+    }
+    Ok(out)
+}
+
+/// Zeros of a node's declared shape and dtype (for the compile-time trial).
+pub(super) fn zeros_like(graph: &Graph, id: NodeId) -> PluginResult<A> {
+    let dims = static_dims(graph.shape(id).dims());
+    let dt = ir_to_mx(graph.shape(id).dtype()).expect("checked");
+    array::full(&dims, 0.0, dt).map_err(|e| PluginError::internal(e.to_string()))
+}
