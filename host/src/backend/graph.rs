@@ -1,0 +1,253 @@
+//! A plugin executable as rlx-runtime's `ExecutableGraph`: buffers
+//! converted to and from the dtypes its signature declares.
+
+use rlx_plugin_api::host::PluginExecutable;
+use rlx_plugin_api::tensor::Dims;
+use rlx_plugin_api::{convert, DType, HostTensorRef, Role, TensorRef, ValueInfo};
+use rlx_runtime::ExecutableGraph;
+use smallvec::SmallVec;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+// ---- dtypes ----
+
+/// The plugin-ABI dtype of an rlx-ir dtype (`None`: no ABI equivalent).
+pub fn abi_dtype(d: rlx_ir::DType) -> Option<DType> {
+    use rlx_ir::DType as D;
+    Some(match d {
+        D::F32 => DType::F32,
+        D::F16 => DType::F16,
+        D::BF16 => DType::BF16,
+        D::F64 => DType::F64,
+        D::I8 => DType::I8,
+        D::I16 => DType::I16,
+        D::I32 => DType::I32,
+        D::I64 => DType::I64,
+        D::U8 => DType::U8,
+        D::U32 => DType::U32,
+        D::Bool => DType::Bool,
+        D::C64 => DType::C64,
+        D::C128 => return None,
+    })
+}
+
+/// The rlx-ir dtype of a plugin-ABI dtype.
+pub fn ir_dtype(d: DType) -> rlx_ir::DType {
+    use rlx_ir::DType as D;
+    match d {
+        DType::F32 => D::F32,
+        DType::F16 => D::F16,
+        DType::BF16 => D::BF16,
+        DType::F64 => D::F64,
+        DType::I8 => D::I8,
+        DType::I16 => D::I16,
+        DType::I32 => D::I32,
+        DType::I64 => D::I64,
+        DType::U8 => D::U8,
+        DType::U32 => D::U32,
+        DType::Bool => D::Bool,
+        DType::C64 => D::C64,
+    }
+}
+
+// ---- the executable ----
+
+/// A plugin executable as an rlx-runtime [`ExecutableGraph`].
+pub struct PluginGraph {
+    exe: PluginExecutable,
+    plugin: String,
+    /// By position; a run looks each name up (a graph has few inputs,
+    /// and a scan costs less than hashing the name).
+    inputs: Vec<ValueInfo>,
+    params: HashMap<String, ValueInfo>,
+    outputs: Vec<ValueInfo>,
+}
+
+impl PluginGraph {
+    pub fn new(exe: PluginExecutable, plugin: String) -> PluginGraph {
+        let by_role = |r: Role| -> HashMap<String, ValueInfo> {
+            exe.values(r).map(|v| (v.name.clone(), v.clone())).collect()
+        };
+        let inputs = exe.values(Role::Input).cloned().collect();
+        let params = by_role(Role::Param);
+        let outputs = exe.values(Role::Output).cloned().collect();
+        PluginGraph {
+            exe,
+            plugin,
+            inputs,
+            params,
+            outputs,
+        }
+    }
+
+    /// The executable's signature (inputs, params, outputs).
+    pub fn signature(&self) -> &[ValueInfo] {
+        self.exe.signature()
+    }
+
+    pub(super) fn fail(&self, msg: impl std::fmt::Display) -> ! {
+        panic!("{} plugin: {msg}", self.plugin)
+    }
+
+    /// `info`'s concrete shape and the bytes in its dtype: `data` itself
+    /// (borrowed stays borrowed) when `have` is that dtype, else converted
+    /// through f32.
+    pub(super) fn converted<'d>(
+        &self,
+        kind: &str,
+        info: &ValueInfo,
+        data: Cow<'d, [u8]>,
+        have: rlx_ir::DType,
+    ) -> (Dims<usize>, Cow<'d, [u8]>) {
+        let n = data.len() / have.size_bytes().max(1);
+        let shape = self.concrete_shape(kind, info, n);
+        let bytes = match abi_dtype(have) {
+            Some(d) if d == info.dtype => data,
+            _ => {
+                let wide = rlx_runtime::backend::widen_bytes_to_f32(&data, have);
+                Cow::Owned(
+                    rlx_plugin_api::convert::f32_to_bytes(info.dtype, &wide)
+                        .unwrap_or_else(|e| self.fail(format!("{kind} {:?}: {e}", info.name))),
+                )
+            }
+        };
+        (shape, bytes)
+    }
+
+    /// `info`'s shape with at most one run-time size filled in from `n`.
+    pub(super) fn concrete_shape(&self, kind: &str, info: &ValueInfo, n: usize) -> Dims<usize> {
+        let known: usize = info.shape.iter().flatten().product();
+        let unknown = info.shape.iter().filter(|d| d.is_none()).count();
+        let shape_str = || {
+            let dims: Vec<String> = info
+                .shape
+                .iter()
+                .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                .collect();
+            format!("{}[{}]", info.dtype, dims.join(", "))
+        };
+        match unknown {
+            0 if known == n => info.shape.iter().map(|d| d.unwrap()).collect(),
+            1 if known > 0 && n.is_multiple_of(known) => {
+                info.shape.iter().map(|d| d.unwrap_or(n / known)).collect()
+            }
+            _ => self.fail(format!(
+                "{kind} {:?} is {} but {n} elements were given",
+                info.name,
+                shape_str()
+            )),
+        }
+    }
+
+    pub(super) fn bind(&mut self, name: &str, data: Cow<'_, [u8]>, have: rlx_ir::DType) {
+        let Some(info) = self.params.get(name) else {
+            // The optimizer may have removed a param the original graph
+            // declared (rlx-runtime already checked the name against it).
+            log::debug!(
+                "{} plugin: the compiled graph has no param {name:?}; ignored",
+                self.plugin
+            );
+            return;
+        };
+        // Lent for the call, like run inputs: the plugin copies what it
+        // keeps, so a borrowed param of the right dtype is never copied here.
+        let (shape, bytes) = self.converted("param", info, data, have);
+        let t = HostTensorRef::new(info.dtype, &shape, &bytes)
+            .unwrap_or_else(|e| self.fail(format!("param {name:?}: {e}")));
+        if let Err(e) = self.exe.bind_param_ref(name, t) {
+            self.fail(e)
+        }
+    }
+
+    /// Run with `inputs` (converted to the dtypes the plugin wants where
+    /// they differ) and read each output with `read`, in place.
+    pub(super) fn run_bytes<T>(
+        &mut self,
+        inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
+        read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<T>,
+    ) -> Vec<T> {
+        // Inputs in the dtype the plugin wants are lent to it as they are
+        // (it copies them into its own arrays); only converted ones are new.
+        type Input<'n, 'd> = (&'n str, DType, Dims<usize>, Cow<'d, [u8]>);
+        let mut given: SmallVec<[Input<'_, '_>; 4]> = SmallVec::with_capacity(inputs.len());
+        for (name, data, dt) in inputs {
+            match self.inputs.iter().find(|i| i.name == name) {
+                Some(info) => {
+                    let (shape, bytes) = self.converted("input", info, data, dt);
+                    given.push((name, info.dtype, shape, bytes));
+                }
+                None => log::debug!(
+                    "{} plugin: the compiled graph has no input {name:?}; ignored",
+                    self.plugin
+                ),
+            }
+        }
+        if let Some(missing) = self
+            .inputs
+            .iter()
+            .map(|i| &i.name)
+            .find(|k| !given.iter().any(|(n, ..)| n == k))
+        {
+            self.fail(format!("input {missing:?} was not given"));
+        }
+        let named: SmallVec<[(&str, HostTensorRef<'_>); 4]> = given
+            .iter()
+            .map(|(n, dtype, shape, bytes)| {
+                let t = HostTensorRef::new(*dtype, shape, bytes)
+                    .unwrap_or_else(|e| self.fail(format!("input {n:?}: {e}")));
+                (*n, t)
+            })
+            .collect();
+        let outs = self
+            .exe
+            .run_refs_with(&named, read)
+            .unwrap_or_else(|e| self.fail(e));
+        if outs.len() != self.outputs.len() {
+            self.fail(format!(
+                "run returned {} outputs, the signature declares {}",
+                outs.len(),
+                self.outputs.len()
+            ));
+        }
+        outs
+    }
+}
+
+impl ExecutableGraph for PluginGraph {
+    fn capabilities(&self) -> rlx_runtime::ExecutableCapabilities {
+        rlx_runtime::ExecutableCapabilities {
+            typed_io: true,
+            ..rlx_runtime::ExecutableCapabilities::NONE
+        }
+    }
+
+    fn set_param(&mut self, name: &str, data: &[f32]) {
+        // Lent as it is: the plugin makes the one copy it keeps.
+        self.bind(name, convert::f32_le_bytes(data), rlx_ir::DType::F32);
+    }
+
+    fn set_param_typed(&mut self, name: &str, data: &[u8], dtype: rlx_ir::DType) {
+        self.bind(name, Cow::Borrowed(data), dtype);
+    }
+
+    fn run(&mut self, inputs: &[(&str, &[f32])]) -> Vec<Vec<f32>> {
+        let owned = inputs
+            .iter()
+            .map(|(n, v)| (*n, convert::f32_le_bytes(v), rlx_ir::DType::F32))
+            .collect();
+        // Each output is converted straight from the plugin's buffer: one
+        // copy (the plugin lends MLX's own on the CPU).
+        self.run_bytes(owned, |t| convert::bytes_to_f32(t.dtype, &t.compact_cow()?))
+    }
+
+    fn run_typed(
+        &mut self,
+        inputs: &[(&str, &[u8], rlx_ir::DType)],
+    ) -> Vec<(Vec<u8>, rlx_ir::DType)> {
+        let borrowed = inputs
+            .iter()
+            .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
+            .collect();
+        self.run_bytes(borrowed, |t| Ok((t.to_compact_bytes()?, ir_dtype(t.dtype))))
+    }
+}

@@ -1,0 +1,190 @@
+//! The rlx-runtime `Backend` a registered plugin is: compile through the
+//! pipeline, then the plugin (or, with fallback, a split with the CPU).
+
+use super::*;
+use rlx_ir::lir::LirModule;
+use rlx_ir::{Graph, OpKind};
+use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
+
+// ---- the backend ----
+
+pub(super) struct PluginBackend {
+    pub(super) reg: Registration,
+    pub(super) pipeline: Pipeline,
+}
+
+/// rlx-ir's `RngBackend` as the ABI numbers it (`tables::rng_policy`).
+pub fn rng_policy_number(b: rlx_ir::RngBackend) -> u32 {
+    use rlx_plugin_api::tables::rng_policy;
+    match b {
+        rlx_ir::RngBackend::Philox => rng_policy::PHILOX,
+        rlx_ir::RngBackend::Ort => rng_policy::ORT,
+        rlx_ir::RngBackend::Bnns => rng_policy::BNNS,
+        rlx_ir::RngBackend::Zero => rng_policy::ZERO,
+    }
+}
+
+impl PluginBackend {
+    /// May nodes the plugin does not take run on the CPU backend?
+    pub(super) fn falls_back(&self) -> bool {
+        // A plugin registered for the CPU device itself has nothing to fall back to.
+        self.reg.fallback == Fallback::Cpu && self.pipeline.device != Device::Cpu
+    }
+
+    /// The graph as rlx-runtime's pipeline prepares it, and where each of
+    /// its nodes runs. `lower` runs the pipeline for a claim set. The
+    /// plugin's claims come first: a graph the pipeline can fit to them
+    /// (decomposing what the plugin lacks) goes to the plugin whole, unless
+    /// a node's dtype is not claimed. When it cannot, and fallback is
+    /// allowed, the pipeline runs again for the plugin's and the CPU
+    /// backend's claims together, and the nodes the plugin does not take go
+    /// to the CPU.
+    pub(super) fn placed(
+        &self,
+        options: &CompileOptions,
+        lower: &Staged<'_>,
+    ) -> Result<(Graph, crate::partition::Plan), rlx_ir::hir::LowerError> {
+        let g = if !self.falls_back() {
+            lower(&self.pipeline, options)?
+        } else {
+            match crate::guard::catch_raw(|| lower(&self.pipeline, options)) {
+                Ok(r) => r?,
+                Err(why) => {
+                    log::debug!(
+                        "{} plugin cannot take the graph whole: {why}",
+                        self.pipeline.label
+                    );
+                    let both = Pipeline {
+                        ops: union_claims(self.reg.ops),
+                        ..self.pipeline.clone()
+                    };
+                    lower(&both, options)?
+                }
+            }
+        };
+        let plan = crate::partition::Plan::new(&g, &self.reg.claims);
+        Ok((g, plan))
+    }
+
+    /// The plan's executable: the plugin's alone when it takes every node
+    /// (or fallback is off: then its compile names the first node it
+    /// refuses), else the partitions on the plugin and the CPU backend.
+    pub(super) fn compile_placed(
+        &self,
+        options: &CompileOptions,
+        lower: &Staged<'_>,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        let (graph, plan) = self.placed(options, lower)?;
+        if plan.is_whole() || !self.falls_back() {
+            return Ok(self.build(graph, options.rng));
+        }
+        log::info!(
+            "{} plugin: the graph runs split with the CPU backend:\n{plan}",
+            self.pipeline.label
+        );
+        let cpu = rlx_runtime::registry::backend_for(Device::Cpu).unwrap_or_else(|| {
+            self.pipeline
+                .fail("no CPU backend is registered to fall back to")
+        });
+        Ok(Box::new(crate::partition::SplitGraph::compile(
+            &graph,
+            &plan,
+            |sub| self.build(sub, options.rng),
+            |sub| cpu.compile(sub, options),
+        )))
+    }
+
+    /// [`Self::compile_placed`] for `compile_hir` and `compile_module`:
+    /// rlx-runtime's stages for the input under the plugin's options and
+    /// the claim set tried, then the post-fusion steps.
+    pub(super) fn compile_staged(
+        &self,
+        options: &CompileOptions,
+        stages: impl Fn(&CompileOptions) -> Result<rlx_opt::CompileResult, rlx_ir::hir::LowerError>,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
+            let o = &rlx_runtime::stages::options_with_supported_ops(&l.options(o), l.ops);
+            let result = l.stage(|| stages(o))?;
+            rlx_runtime::stages::maybe_log_fusion(&result.fusion);
+            Ok(l.prepare(result.lir, o))
+        })
+    }
+
+    pub(super) fn build(&self, graph: Graph, rng: rlx_ir::RngOptions) -> Box<dyn ExecutableGraph> {
+        let name = &self.pipeline.label;
+        let text = rlx_ir::rlxmodel::to_text(&graph).unwrap_or_else(|e| {
+            self.pipeline
+                .fail(format!("cannot write the graph as .rlxmodel: {e}"))
+        });
+        log::trace!("graph sent to plugin {name}:\n{text}");
+        let mode = plugin_mode(self.pipeline.device).unwrap_or(self.reg.mode);
+        log::debug!(
+            "compiling {} nodes on plugin {name} in {} mode",
+            graph.len(),
+            mode.name()
+        );
+        // rlx-runtime's RNG options travel in the compile options (ABI 1.2),
+        // so random ops draw the stream the CPU backend would.
+        let options = rlx_plugin_api::CompileOptions {
+            mode,
+            rng_policy: rng_policy_number(rng.backend),
+            rng_seed: rng.seed,
+            // The plugin's default device (ABI 1.4): its GPU when it has one.
+            device: None,
+            // The per-tensor limit (ABI 1.7) as set for the device now.
+            memory_limit: registry()
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&self.pipeline.device)
+                .and_then(|r| r.memory_limit),
+        };
+        let exe = self
+            .reg
+            .plugin
+            .compile_with(&text, &options)
+            .unwrap_or_else(|e| self.pipeline.fail(e));
+        Box::new(PluginGraph::new(exe, name.clone()))
+    }
+}
+
+impl Backend for PluginBackend {
+    fn compile(&self, graph: Graph, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
+        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
+            Ok(l.lower(graph.clone(), o))
+        })
+        .unwrap_or_else(|e| self.pipeline.fail(e))
+    }
+
+    fn compile_hir(
+        &self,
+        hir: rlx_ir::hir::HirModule,
+        device: Device,
+        options: &CompileOptions,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        self.compile_staged(options, |o| {
+            rlx_runtime::stages::compile_hir_stages(device, hir.clone(), o)
+        })
+    }
+
+    fn compile_module(
+        &self,
+        module: rlx_ir::GraphModule,
+        device: Device,
+        options: &CompileOptions,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        self.compile_staged(options, |o| {
+            rlx_runtime::stages::compile_module_stages(device, module.clone(), o)
+        })
+    }
+
+    fn compile_lir(&self, lir: LirModule, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
+        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
+            Ok(l.prepare(lir.clone(), o))
+        })
+        .unwrap_or_else(|e| self.pipeline.fail(e))
+    }
+
+    fn supported_ops(&self) -> &'static [OpKind] {
+        self.reg.ops
+    }
+}
