@@ -104,7 +104,7 @@ typedef struct RlxStatus RlxStatus;
 #define RLX_STATUS_RESOURCE_EXHAUSTED 8u
 
 /* ======================================================================
- * 3. Tensors                                      ABI.md §7 (tensor.rs)
+ * 3. Tensors                                      ABI.md §7 (tensor/mod.rs)
  * ====================================================================== */
 
 /* DLPack DLDataType. Frozen. */
