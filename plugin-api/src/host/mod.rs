@@ -4,6 +4,7 @@ mod custom_ops;
 pub mod deps;
 pub mod discover;
 mod elf_check;
+pub mod executable;
 pub mod load;
 mod log_sink;
 pub mod manifest;
@@ -16,8 +17,9 @@ pub use discover::{
     discover, library_file_name, plugin_library, Candidate, DiscoveryConfig, Source, ENV_HOME,
     ENV_PLUGINS,
 };
+pub use executable::PluginExecutable;
 pub use load::{load_plugin, load_plugin_with, load_static, LoadError};
 pub use manifest::{read_manifest, read_manifest_file, ManifestReadError};
-pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport, PluginExecutable};
+pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport};
 pub use set::{CandidateReport, CandidateState, PluginSet};
 pub use trusted::{TrustPolicy, ENV_ALLOW_INSECURE};

@@ -1,0 +1,323 @@
+//! A compiled graph in a loaded plugin: params bound, runs made, outputs
+//! read in place and released, every status an error value.
+
+use super::plugin::{read_sized, read_written, LoadedPlugin};
+use crate::error::{PluginError, PluginResult};
+use crate::plugin::{DeviceInfo, DeviceKind, Role, ValueInfo};
+use crate::sized::AbiStruct;
+use crate::strings::RlxStr;
+use crate::tables::*;
+use crate::tensor::{ownership, DType, HostTensor, HostTensorRef, RlxTensor, TensorRef};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A compiled graph in a plugin. Released on drop.
+pub struct PluginExecutable {
+    plugin: Arc<LoadedPlugin>,
+    exe: *mut RlxExecutable,
+    signature: Vec<ValueInfo>,
+    /// Params bound without a copy; dropped after the executable.
+    keep_alive: Vec<Arc<HostTensor>>,
+}
+
+// SAFETY: one call at a time per executable is the ABI's contract and `&mut self` enforces it, so moving the handle between threads is fine.
+unsafe impl Send for PluginExecutable {}
+
+/// The most dimensions a value in a signature may have (`RLX_MAX_NDIM`).
+const MAX_NDIM: i32 = 64;
+
+unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) {
+    // A panic must not unwind into the plugin.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `ctx` is the Vec this host passed with the visitor; `info`
+        // is null or the plugin's record, readable for its struct_size.
+        let (Some(out), Some(i)) = (
+            unsafe { (ctx as *mut Vec<PluginResult<ValueInfo>>).as_mut() },
+            unsafe { read_sized(info) },
+        ) else {
+            return;
+        };
+        // SAFETY: the record's name is borrowed for this call.
+        let name = unsafe { i.name.to_string_lossy() };
+        let role = match i.role {
+            role::INPUT => Role::Input,
+            role::PARAM => Role::Param,
+            role::OUTPUT => Role::Output,
+            other => {
+                log::warn!(
+                    "signature value {name:?} has role {other}, which this host does not know \
+                     (a newer ABI minor?); skipping it"
+                );
+                return;
+            }
+        };
+        if !(0..=MAX_NDIM).contains(&i.ndim) || (i.ndim > 0 && i.shape.is_null()) {
+            out.push(Err(PluginError::internal(format!(
+                "signature value {name:?} has ndim {} and {} shape",
+                i.ndim,
+                if i.shape.is_null() { "a null" } else { "a" }
+            ))));
+            return;
+        }
+        let shape = if i.ndim == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-null, ndim checked; borrowed for this call.
+            unsafe { std::slice::from_raw_parts(i.shape, i.ndim as usize) }
+                .iter()
+                .map(|&d| (d >= 0).then_some(d as usize))
+                .collect()
+        };
+        out.push(
+            DType::from_dl(i.dtype)
+                .map(|dtype| ValueInfo {
+                    role,
+                    name: name.clone(),
+                    dtype,
+                    shape,
+                })
+                .map_err(|e| e.context(format!("signature value {name:?}"))),
+        );
+    }));
+}
+
+impl PluginExecutable {
+    /// Owns `exe`, a handle `plugin` just compiled, and reads its signature.
+    pub(super) fn adopt(
+        plugin: Arc<LoadedPlugin>,
+        exe: *mut RlxExecutable,
+    ) -> PluginResult<PluginExecutable> {
+        let mut pe = PluginExecutable {
+            plugin,
+            exe,
+            signature: Vec::new(),
+            keep_alive: Vec::new(),
+        };
+        pe.signature = pe.read_signature()?;
+        Ok(pe)
+    }
+
+    fn read_signature(&self) -> PluginResult<Vec<ValueInfo>> {
+        let mut out: Vec<PluginResult<ValueInfo>> = Vec::new();
+        let visitor = RlxValueVisitor {
+            struct_size: RlxValueVisitor::STRUCT_SIZE,
+            ctx: &mut out as *mut _ as *mut c_void,
+            visit: Some(collect_value),
+        };
+        // SAFETY: `exe` is live; the visitor is borrowed for the call and its ctx is `out`.
+        self.plugin.check(unsafe {
+            (self.plugin.api.executable_signature.unwrap())(self.exe, &visitor)
+        })?;
+        out.into_iter().collect()
+    }
+
+    pub fn signature(&self) -> &[ValueInfo] {
+        &self.signature
+    }
+
+    pub fn values(&self, role: Role) -> impl Iterator<Item = &ValueInfo> {
+        self.signature.iter().filter(move |v| v.role == role)
+    }
+
+    fn bind_raw(&mut self, name: &str, raw: &RlxTensor) -> PluginResult<()> {
+        // SAFETY: `exe` is live; name and descriptor are borrowed for the call (or outlive the executable, when BORROWED_PERSISTENT: keep_alive).
+        self.plugin.check(unsafe {
+            (self.plugin.api.executable_bind_param.unwrap())(self.exe, RlxStr::from_str(name), raw)
+        })
+    }
+
+    /// Bind a param; the plugin copies it.
+    pub fn bind_param(&mut self, name: &str, t: &HostTensor) -> PluginResult<()> {
+        self.bind_param_ref(name, HostTensorRef::from(t))
+    }
+
+    /// Bind a param borrowed from the caller for the call; the plugin
+    /// copies it (so the caller needs no copy of its own first).
+    pub fn bind_param_ref(&mut self, name: &str, t: HostTensorRef<'_>) -> PluginResult<()> {
+        let view = crate::tensor::RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED);
+        self.bind_raw(name, &view.raw)
+    }
+
+    /// Bind a param without a copy: the tensor is kept alive here until
+    /// after the executable is destroyed.
+    pub fn bind_param_shared(&mut self, name: &str, t: Arc<HostTensor>) -> PluginResult<()> {
+        let view = t.as_raw(ownership::BORROWED_PERSISTENT);
+        self.bind_raw(name, &view.raw)?;
+        self.keep_alive.push(t);
+        Ok(())
+    }
+
+    /// The plugin's handle, for a caller that drives the raw table itself
+    /// (tests of the ABI). Calls through it obey the ABI's rules: one
+    /// call at a time (docs/ABI.md §14), and no use after this drops.
+    pub fn raw_handle(&self) -> *mut RlxExecutable {
+        self.exe
+    }
+
+    /// Run with named inputs.
+    pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> PluginResult<Vec<HostTensor>> {
+        let refs: Vec<(&str, HostTensorRef<'_>)> = inputs
+            .iter()
+            .map(|(n, t)| (*n, HostTensorRef::from(*t)))
+            .collect();
+        self.run_refs(&refs)
+    }
+
+    /// Run with named inputs borrowed from the caller: the plugin reads them
+    /// in place (it copies what it keeps), so nothing is copied here.
+    pub fn run_refs(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+    ) -> PluginResult<Vec<HostTensor>> {
+        self.run_refs_with(inputs, |t| {
+            Ok(HostTensor {
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                data: t.to_compact_bytes()?,
+            })
+        })
+    }
+
+    /// As [`PluginExecutable::run_refs`], with each output read in place by
+    /// `read` (in order, once its dtype and shape are checked against the
+    /// signature) and then released: a caller that converts the outputs
+    /// anyway (to f32 values, into its own buffers) copies each once.
+    pub fn run_refs_with<T>(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+        mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<Vec<T>> {
+        // Keep the views alive: the descriptors point into them.
+        let borrowed = crate::tensor::borrow_named_refs(inputs);
+        let named = &borrowed.named;
+        let n_out = self.values(Role::Output).count();
+        let mut slots: smallvec::SmallVec<[RlxTensor; 4]> =
+            smallvec::smallvec![RlxTensor::empty(); n_out];
+        // SAFETY: `exe` is live; the inputs point into `borrowed`, alive for the call; `slots` has exactly the output count.
+        self.plugin.check(unsafe {
+            (self.plugin.api.executable_run.unwrap())(
+                self.exe,
+                named.as_ptr(),
+                named.len(),
+                slots.as_mut_ptr(),
+                slots.len(),
+            )
+        })?;
+        // Every slot is read, then released, before an error is reported.
+        let mut first_error = None;
+        let mut outs = Vec::with_capacity(n_out);
+        for (i, (slot, info)) in slots.into_iter().zip(self.values(Role::Output)).enumerate() {
+            // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in each slot.
+            let got = unsafe { TensorRef::from_raw(&slot) }
+                .map_err(|e| {
+                    // The call succeeded: an output that cannot be read is
+                    // the plugin's fault, not the caller's.
+                    PluginError::internal(format!(
+                        "plugin {} reported success but returned a malformed output {i}: {}",
+                        self.plugin.descriptor.name, e.message
+                    ))
+                })
+                .and_then(|t| {
+                    self.check_output(i, info, &t)?;
+                    read(&t)
+                });
+            // SAFETY: each slot is released once, here, after its last read.
+            unsafe { crate::tensor::release(slot) };
+            match got {
+                Ok(v) => outs.push(v),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outs),
+        }
+    }
+
+    /// Each output must have the dtype and shape the executable's
+    /// signature declares: a plugin that returns something else is reported
+    /// (naming the output, what came and what was declared) rather than
+    /// handed on to be misread.
+    fn check_output(&self, i: usize, v: &ValueInfo, o: &TensorRef<'_>) -> PluginResult<()> {
+        let shape_ok = o.shape.len() == v.shape.len()
+            && o.shape
+                .iter()
+                .zip(&v.shape)
+                .all(|(g, w)| w.is_none_or(|w| w == *g));
+        if o.dtype != v.dtype || !shape_ok {
+            let declared: Vec<String> = v
+                .shape
+                .iter()
+                .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                .collect();
+            return Err(PluginError::internal(format!(
+                "plugin {} returned output {i} {:?} as {}{:?}, but its signature declares \
+                 {}[{}]",
+                self.plugin.descriptor.name,
+                v.name,
+                o.dtype,
+                o.shape,
+                v.dtype,
+                declared.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn plugin(&self) -> &Arc<LoadedPlugin> {
+        &self.plugin
+    }
+
+    /// (ABI 1.4) The device the executable runs on, as the plugin says;
+    /// None from a plugin that does not say (before 1.4, or no answer).
+    pub fn device(&self) -> Option<DeviceInfo> {
+        let f = self.plugin.api.executable_device?;
+        let mut out = RlxDeviceInfo {
+            struct_size: RlxDeviceInfo::STRUCT_SIZE,
+            kind: 0,
+            ordinal: 0,
+            name: RlxStr::EMPTY,
+            memory_bytes: 0,
+        };
+        // SAFETY: `exe` is live; `out` is a writable out-struct sized here.
+        if let Err(e) = self.plugin.check(unsafe { f(self.exe, &mut out) }) {
+            log::warn!(
+                "plugin {}: executable_device failed: {e}",
+                self.plugin.descriptor.name
+            );
+            return None;
+        }
+        let out = read_written(&out);
+        let Some(kind) = DeviceKind::from_raw(out.kind) else {
+            // Kind 0 is what this host wrote: the plugin wrote nothing.
+            log::warn!(
+                "plugin {}: executable_device succeeded but wrote device kind {}{}",
+                self.plugin.descriptor.name,
+                out.kind,
+                if out.kind == 0 {
+                    " (nothing written)"
+                } else {
+                    ", unknown to this host"
+                }
+            );
+            return None;
+        };
+        Some(DeviceInfo {
+            kind,
+            ordinal: out.ordinal,
+            // SAFETY: valid until the executable is destroyed; copied now.
+            name: unsafe { out.name.to_string_lossy() },
+            memory_bytes: out.memory_bytes,
+        })
+    }
+}
+
+impl Drop for PluginExecutable {
+    fn drop(&mut self) {
+        // SAFETY: `exe` came from this plugin's compile and is destroyed once.
+        unsafe { (self.plugin.api.executable_destroy.unwrap())(self.exe) };
+        // keep_alive drops after this body: the plugin no longer aliases it.
+    }
+}
