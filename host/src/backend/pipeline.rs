@@ -8,8 +8,6 @@ use rlx_runtime::{CompileOptions, Device};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-// ---- Pipeline: rlx-runtime's compile stages for a claim set ----
-
 /// rlx-runtime's compile pipeline for one device and one claim set, as
 /// the plugin backend runs it before handing the graph to the plugin.
 /// Failures panic with `"<label> plugin: <one line>"`.

@@ -6,8 +6,6 @@ use rlx_ir::lir::LirModule;
 use rlx_ir::{Graph, OpKind};
 use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
 
-// ---- the backend ----
-
 pub(super) struct PluginBackend {
     pub(super) reg: Registration,
     pub(super) pipeline: Pipeline,
