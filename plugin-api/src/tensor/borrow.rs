@@ -59,11 +59,15 @@ pub fn borrow_all(tensors: &[HostTensor]) -> BorrowedTensors<'_> {
     }
 }
 
-/// Borrowed named descriptors (run inputs), with the shape arrays they
-/// point at kept alive alongside.
+/// Borrowed named descriptors (run inputs), with the shapes they point at
+/// kept alive alongside: every shape in one buffer, and the descriptors
+/// inline for up to four inputs (a run of a tiny graph makes no other
+/// allocation here).
 pub struct BorrowedNamed<'a> {
-    _views: Vec<RawView<'a>>,
-    pub named: Vec<RlxNamedTensor>,
+    /// Never grown after the descriptors point into it.
+    _dims: Vec<i64>,
+    pub named: smallvec::SmallVec<[RlxNamedTensor; 4]>,
+    _data: std::marker::PhantomData<&'a [u8]>,
 }
 
 /// `BORROWED` named descriptors of `inputs`, in order, for one run. The
@@ -78,21 +82,37 @@ pub fn borrow_named<'a>(inputs: &[(&'a str, &'a HostTensor)]) -> BorrowedNamed<'
 
 /// As [`borrow_named`], for borrowed tensors.
 pub fn borrow_named_refs<'a>(inputs: &[(&'a str, HostTensorRef<'a>)]) -> BorrowedNamed<'a> {
-    let views: Vec<RawView<'a>> = inputs
-        .iter()
-        .map(|(_, t)| RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED))
-        .collect();
+    // All shapes first, at their final size: the descriptors point into
+    // this buffer, which must not move afterwards.
+    let mut dims: Vec<i64> = Vec::with_capacity(inputs.iter().map(|(_, t)| t.shape.len()).sum());
+    for (_, t) in inputs {
+        dims.extend(t.shape.iter().map(|&d| d as i64));
+    }
+    let mut at = 0;
     let named = inputs
         .iter()
-        .zip(&views)
-        .map(|((n, _), v)| RlxNamedTensor {
-            struct_size: std::mem::size_of::<RlxNamedTensor>(),
-            name: crate::RlxStr::from_str(n),
-            tensor: v.raw,
+        .map(|(n, t)| {
+            let mut raw = RlxTensor::empty();
+            raw.ownership = ownership::BORROWED;
+            // `*mut` as DLPack's is; a run's inputs are never written.
+            raw.dl.data = t.data.as_ptr() as *mut c_void;
+            raw.dl.ndim = t.shape.len() as i32;
+            raw.dl.dtype = t.dtype.to_dl();
+            // SAFETY: `at + ndim <= dims.len()`: the shapes were pushed in
+            // this order. The pointer stays valid while `dims` is neither
+            // grown nor dropped, which BorrowedNamed guarantees.
+            raw.dl.shape = unsafe { dims.as_mut_ptr().add(at) };
+            at += t.shape.len();
+            RlxNamedTensor {
+                struct_size: std::mem::size_of::<RlxNamedTensor>(),
+                name: crate::RlxStr::from_str(n),
+                tensor: raw,
+            }
         })
         .collect();
     BorrowedNamed {
-        _views: views,
+        _dims: dims,
         named,
+        _data: std::marker::PhantomData,
     }
 }
