@@ -114,6 +114,10 @@ pub struct MlxExecutable {
     /// allocation each time.
     kept_inputs: InputSlots,
     compiled: Option<Compiled>,
+    /// The compiled call's argument list, kept so that a run does not
+    /// allocate one; empty between runs, so that it holds no input a
+    /// later run wants to write over.
+    args: rlx_mlx_shim::UniquePtr<ArrayList>,
     /// Where it runs: its ops are built (and so run) on this device.
     device: DeviceInfo,
     /// Its custom ops, resolved at compile and kept.
@@ -209,6 +213,7 @@ impl MlxExecutable {
             bound: HashMap::new(),
             kept_inputs: InputSlots::new(),
             compiled,
+            args: rlx_mlx_shim::array::new_array_list(),
             device,
             custom,
             compiled_writes,
@@ -534,12 +539,20 @@ impl MlxExecutable {
         // outputs, then its state writes): kept rather than built again.
         let (outs, state, returned) = match (&self.compiled, self.mode) {
             (Some(c), _) => {
-                let args = ArrayList::from_arrays(
-                    (0..self.inputs.len())
-                        .map(|slot| &**input(slot))
-                        .chain(self.params.iter().map(|(_, id)| &*self.bound[id])),
-                );
-                let returned = c.call(&args).map_err(|e| {
+                let args = &mut self.args;
+                // Empty unless an earlier run failed while filling it.
+                args.pin_mut().clear();
+                for a in (0..self.inputs.len())
+                    .map(|slot| &**input(slot))
+                    .chain(self.params.iter().map(|(_, id)| &*self.bound[id]))
+                {
+                    args.pin_mut()
+                        .push(a)
+                        .map_err(|e| PluginError::internal(format!("argument list: {e}")))?;
+                }
+                let returned = c.call(args);
+                args.pin_mut().clear();
+                let returned = returned.map_err(|e| {
                     PluginError::internal(format!(
                         "compiled graph: {} (run in eager mode to find the node)",
                         explain(&self.graph, e)
