@@ -283,13 +283,19 @@ std::size_t device_input_bytes() {
   return n;
 }
 
+// Whether `n` host bytes for this thread's run are worth the driver's
+// copy: a GPU run's, from `device_input_bytes()` on.
+bool large_for_gpu(std::size_t n) {
+  return thread_device_is_gpu() && n >= device_input_bytes();
+}
+
 // Whether host bytes for the GPU array `x` go in with the driver's copy:
-// always into device memory; into managed memory only from
-// `device_input_bytes()` on (a few bytes the host writes in place, as
-// MLX's own path does, without the copy's round trip to the driver).
+// always into device memory; into managed memory only when large for the
+// GPU (a few bytes the host writes in place, as MLX's own path does,
+// without the copy's round trip to the driver).
 bool copy_in(const mx::array& x, const void* src, std::size_t n) {
-  return thread_device_is_gpu() &&
-      (n >= device_input_bytes() || cuda_copy::in_device_memory(x)) &&
+  return (large_for_gpu(n) ||
+          (thread_device_is_gpu() && cuda_copy::in_device_memory(x))) &&
       cuda_copy::from_host(x, src, n);
 }
 }  // namespace
@@ -314,8 +320,8 @@ std::unique_ptr<Array> array_from_bytes(
   // `array_overwrite`), and its bytes go there with one DMA. A CPU run
   // (the CPU device of the CUDA build too) reads them where the host
   // wrote them. float64 has no GPU kernels.
-  if (thread_device_is_gpu() && n > 0 && n >= device_input_bytes() &&
-      dt != mx::float64 && cuda_copy::enabled()) {
+  if (n > 0 && large_for_gpu(n) && dt != mx::float64 &&
+      cuda_copy::enabled()) {
     std::optional<mx::array> x;
     try {
       x = mx::zeros(sh, dt, target());
@@ -476,13 +482,9 @@ std::size_t array_row_major_ptr(const Array& a) {
   const mx::array& x = a.a;
   // Already scheduled (a run's output): this only waits for it.
   evaluate({x});
-  std::int64_t want = 1;
-  for (int i = static_cast<int>(x.ndim()) - 1; i >= 0; --i) {
-    const auto d = x.shape(i);
-    if (d != 1 && x.strides(i) != want) {
-      return 0;
-    }
-    want *= d;
+  // MLX's own flag: row-major strides, a dimension of size 1 with any.
+  if (!x.flags().row_contiguous) {
+    return 0;
   }
   return reinterpret_cast<std::size_t>(
       const_cast<mx::array&>(x).data<std::uint8_t>());

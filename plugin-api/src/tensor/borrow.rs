@@ -25,12 +25,7 @@ impl<'a> RawView<'a> {
 
     fn at(dtype: DType, shape: &[usize], data: *mut c_void, own: u32) -> RawView<'a> {
         let mut shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-        let mut raw = RlxTensor::empty();
-        raw.ownership = own;
-        raw.dl.data = data;
-        raw.dl.ndim = shape.len() as i32;
-        raw.dl.dtype = dtype.to_dl();
-        raw.dl.shape = shape.as_mut_ptr();
+        let raw = RlxTensor::compact(dtype, data, shape.as_mut_ptr(), shape.len(), own);
         RawView {
             raw,
             _shape: shape,
@@ -92,21 +87,22 @@ pub fn borrow_named_refs<'a>(inputs: &[(&'a str, HostTensorRef<'a>)]) -> Borrowe
     let named = inputs
         .iter()
         .map(|(n, t)| {
-            let mut raw = RlxTensor::empty();
-            raw.ownership = ownership::BORROWED;
-            // `*mut` as DLPack's is; a run's inputs are never written.
-            raw.dl.data = t.data.as_ptr() as *mut c_void;
-            raw.dl.ndim = t.shape.len() as i32;
-            raw.dl.dtype = t.dtype.to_dl();
             // SAFETY: `at + ndim <= dims.len()`: the shapes were pushed in
             // this order. The pointer stays valid while `dims` is neither
             // grown nor dropped, which BorrowedNamed guarantees.
-            raw.dl.shape = unsafe { dims.as_mut_ptr().add(at) };
+            let shape = unsafe { dims.as_mut_ptr().add(at) };
             at += t.shape.len();
             RlxNamedTensor {
                 struct_size: std::mem::size_of::<RlxNamedTensor>(),
                 name: crate::RlxStr::from_str(n),
-                tensor: raw,
+                // `*mut` as DLPack's is; a run's inputs are never written.
+                tensor: RlxTensor::compact(
+                    t.dtype,
+                    t.data.as_ptr() as *mut c_void,
+                    shape,
+                    t.shape.len(),
+                    ownership::BORROWED,
+                ),
             }
         })
         .collect();

@@ -133,12 +133,14 @@ impl OwnedTensor {
             _keeper: keeper,
             shape: shape.iter().map(|&d| d as i64).collect(),
         }));
-        let mut raw = RlxTensor::empty();
-        raw.ownership = ownership::OWNED;
-        raw.dl.data = data as *mut c_void;
-        raw.dl.ndim = (*kept).shape.len() as i32;
-        raw.dl.dtype = dtype.to_dl();
-        raw.dl.shape = (*kept).shape.as_mut_ptr();
+        let shape = &mut (*kept).shape;
+        let mut raw = RlxTensor::compact(
+            dtype,
+            data as *mut c_void,
+            shape.as_mut_ptr(),
+            shape.len(),
+            ownership::OWNED,
+        );
         raw.manager_ctx = kept as *mut c_void;
         raw.deleter = Some(drop_kept::<K>);
         OwnedTensor(raw)

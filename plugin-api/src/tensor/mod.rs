@@ -111,6 +111,25 @@ impl RlxTensor {
             deleter: None,
         }
     }
+
+    /// A compact row-major descriptor of `data`, with `ownership` and no
+    /// manager: its `ndim` sizes are read at `shape`, which the caller
+    /// keeps alive (and in place) as long as the descriptor is used.
+    pub fn compact(
+        dtype: DType,
+        data: *mut c_void,
+        shape: *mut i64,
+        ndim: usize,
+        ownership: u32,
+    ) -> RlxTensor {
+        let mut raw = RlxTensor::empty();
+        raw.ownership = ownership;
+        raw.dl.data = data;
+        raw.dl.ndim = ndim as i32;
+        raw.dl.dtype = dtype.to_dl();
+        raw.dl.shape = shape;
+        raw
+    }
 }
 
 /// A named tensor (run inputs).

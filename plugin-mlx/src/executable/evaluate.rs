@@ -10,7 +10,6 @@ use crate::dtype::ir_to_mx;
 use crate::graph_check::{describe, lowering_for, shape_str};
 use crate::lower::{static_dims, Ctx, A};
 use rlx_ir::{Graph, NodeId, Op};
-use rlx_mlx_shim::array::{Device, DeviceGuard};
 use rlx_mlx_shim::{array, ops, Array, ArrayList};
 use rlx_plugin_api::{PluginError, PluginResult};
 
@@ -87,8 +86,8 @@ pub fn evaluate(
     for n in graph.nodes() {
         // MLX's GPU backends have no float64: such a node is built on the
         // CPU stream (MLX moves data between streams itself).
-        let _cpu = if on_gpu && touches_f64(graph, n) {
-            Some(DeviceGuard::set(Device::CPU).map_err(|e| PluginError::internal(e.to_string()))?)
+        let _cpu = if touches_f64(graph, n) {
+            crate::lower::f64_steps_on_cpu().map_err(|e| PluginError::internal(e.0))?
         } else {
             None
         };

@@ -398,45 +398,23 @@ impl Executable for MlxExecutable {
     }
 
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
-        let mut trace = RunTrace::start();
-        let _on = on_device(&self.device)?;
-        trace.mark("device");
-        let outs = self.run_arrays(inputs, &mut trace)?;
-        let host = outs
-            .iter()
-            .zip(&self.graph.outputs)
-            .map(|(a, id)| self.host_output(a, *id))
-            .collect();
-        trace.mark("outputs");
-        trace.finish(|| self.trace_label());
-        host
+        self.traced_run(inputs, |exe, a, id| exe.host_output(&a, id))
     }
 
     fn run_owned(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<OwnedTensor>> {
-        let mut trace = RunTrace::start();
-        let _on = on_device(&self.device)?;
-        trace.mark("device");
-        let outs = self.run_arrays(inputs, &mut trace)?;
         let lend = self.device.kind == rlx_plugin_api::DeviceKind::Cpu;
-        let owned = outs
-            .into_iter()
-            .zip(&self.graph.outputs)
-            .map(|(a, id)| {
-                let a = if lend {
-                    let (dtype, dims) = self.output_layout(*id);
-                    match lent_output(a, dtype, &dims) {
-                        Ok(lent) => return lent,
-                        Err(a) => a,
-                    }
-                } else {
-                    a
-                };
-                self.host_output(&a, *id).map(OwnedTensor::from_host)
-            })
-            .collect();
-        trace.mark("outputs");
-        trace.finish(|| self.trace_label());
-        owned
+        self.traced_run(inputs, |exe, a, id| {
+            let a = if lend {
+                let (dtype, dims) = exe.output_layout(id);
+                match lent_output(a, dtype, &dims) {
+                    Ok(lent) => return lent,
+                    Err(a) => a,
+                }
+            } else {
+                a
+            };
+            exe.host_output(&a, id).map(OwnedTensor::from_host)
+        })
     }
 }
 
@@ -473,6 +451,27 @@ fn lent_output(
 }
 
 impl MlxExecutable {
+    /// One run on the executable's device, each output handed over by
+    /// `hand_over`, traced by phase when `RLX_MLX_TRACE_RUNS` asks.
+    fn traced_run<T>(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        hand_over: impl Fn(&Self, A, NodeId) -> PluginResult<T>,
+    ) -> PluginResult<Vec<T>> {
+        let mut trace = RunTrace::start();
+        let _on = on_device(&self.device)?;
+        trace.mark("device");
+        let outs = self.run_arrays(inputs, &mut trace)?;
+        let handed = outs
+            .into_iter()
+            .zip(&self.graph.outputs)
+            .map(|(a, id)| hand_over(self, a, *id))
+            .collect();
+        trace.mark("outputs");
+        trace.finish(|| self.trace_label());
+        handed
+    }
+
     /// Bind, evaluate and check one run: its outputs as evaluated arrays.
     fn run_arrays(
         &mut self,

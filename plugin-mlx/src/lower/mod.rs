@@ -66,9 +66,10 @@ impl From<&str> for LowerError {
 pub type LResult<T = A> = Result<T, LowerError>;
 
 /// While the returned guard lives, this thread's MLX ops go to the CPU when
-/// it was building for a GPU: for a lowering that computes in float64
-/// inside a node whose own values are not float64 (MLX's GPU backends have
-/// no float64; nodes with float64 values are moved by the executable).
+/// it was building for a GPU, for float64 steps (MLX's GPU backends have
+/// no float64): every node with float64 values (the executable takes it
+/// for those), and a lowering that computes in float64 inside a node whose
+/// own values are not.
 pub fn f64_steps_on_cpu() -> LResult<Option<rlx_mlx_shim::array::DeviceGuard>> {
     use rlx_mlx_shim::array::{thread_device_is_gpu, Device, DeviceGuard};
     if !thread_device_is_gpu() {

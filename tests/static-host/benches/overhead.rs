@@ -59,11 +59,14 @@ fn time(runs: usize, mut f: impl FnMut()) -> (f64, f64) {
     (us[us.len() / 2], us[0])
 }
 
+/// The value after the flag `name`, if given.
+fn flag(name: &str) -> Option<String> {
+    let mut args = std::env::args().skip_while(|a| a != name);
+    args.next().and(args.next())
+}
+
 fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
+    flag(name)
         .map(|v| {
             v.parse()
                 .unwrap_or_else(|_| panic!("{name} takes a number"))
@@ -73,17 +76,10 @@ fn arg(name: &str, default: usize) -> usize {
 
 /// Whether `--only` (comma-separated "LAYER MODE" rows) leaves the row in.
 fn wanted(layer: &str, mode: &str) -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    match args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-    {
-        Some(only) => only
-            .split(',')
-            .any(|r| r.trim() == format!("{layer} {mode}")),
-        None => true,
-    }
+    flag("--only").is_none_or(|only| {
+        only.split(',')
+            .any(|r| r.trim() == format!("{layer} {mode}"))
+    })
 }
 
 fn main() {
