@@ -621,10 +621,11 @@ impl MlxExecutable {
 
     /// The device and mode a traced run names.
     fn trace_label(&self) -> String {
-        let mode = if self.compiled.is_some() {
-            "compiled"
-        } else {
-            self.mode.name()
+        // What ran: compiled mode without a compiled function (a host loop,
+        // an unusable kernel cache) builds the graph lazily.
+        let mode = match (&self.compiled, self.mode) {
+            (None, Mode::Compiled) => "lazy",
+            (_, m) => m.name(),
         };
         format!("{} {mode}", self.device.label())
     }
