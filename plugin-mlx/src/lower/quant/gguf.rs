@@ -110,6 +110,21 @@ fn base3_digits(blk: &Array, elems: usize, pos: impl Fn(usize) -> (usize, usize)
     lut(&idx, &digits)
 }
 
+/// Element `y`'s (byte, digit) in llama.cpp's staged ternary packing:
+/// `stages` are consecutive `(bytes, digits per byte)` runs, each stage's
+/// digit `n` of all its bytes before digit `n + 1`.
+fn staged_trit(y: usize, stages: &[(usize, usize)]) -> (usize, usize) {
+    let (mut first, mut offset) = (0, 0);
+    for &(bytes, digits) in stages {
+        if y < first + bytes * digits {
+            return (offset + (y - first) % bytes, (y - first) / bytes);
+        }
+        first += bytes * digits;
+        offset += bytes;
+    }
+    unreachable!("element {y} is past the block's {first} digits")
+}
+
 /// Parts of the 7-bit sign index `l` packed in the little-endian u32 at
 /// byte `base` (bits 7l..7l+7; may straddle two bytes).
 fn sign7(base: usize, l: usize) -> Vec<Part> {
@@ -457,16 +472,7 @@ fn gguf_dequant(bytes: &Array, nblocks: i32, s: &QuantScheme) -> LResult {
             // qs[48] and qh[4] hold base-3 trits (5 per qs byte, 4 per qh
             // byte), f16 d at 52. Trit n of byte b is
             // ((b * 3^n mod 256) * 3) >> 8; value = (trit - 1) * d.
-            let pos = |y: usize| -> (usize, usize) {
-                if y < 160 {
-                    (y % 32, y / 32)
-                } else if y < 240 {
-                    (32 + (y - 160) % 16, (y - 160) / 16)
-                } else {
-                    (48 + (y - 240) % 4, (y - 240) / 4)
-                }
-            };
-            let t = base3_digits(&blk, 256, pos)?;
+            let t = base3_digits(&blk, 256, |y| staged_trit(y, &[(32, 5), (16, 5), (4, 4)]))?;
             let d = block_view(&blk8, nb, 52, 2, Mx::F16)?;
             mul(&*sub(&t, 1.0)?, &d)?
         }
@@ -474,16 +480,7 @@ fn gguf_dequant(bytes: &Array, nblocks: i32, s: &QuantScheme) -> LResult {
             // qs[24] (a 16-byte then an 8-byte stage, 5 trits per byte),
             // qh[2] (4 trits per byte), f16 d at 26; value = trit * d with
             // trit in {-1, 0, 1}.
-            let pos = |y: usize| -> (usize, usize) {
-                if y < 80 {
-                    (y % 16, y / 16)
-                } else if y < 120 {
-                    (16 + (y - 80) % 8, (y - 80) / 8)
-                } else {
-                    (24 + (y - 120) % 2, (y - 120) / 2)
-                }
-            };
-            let t = base3_digits(&blk, 128, pos)?;
+            let t = base3_digits(&blk, 128, |y| staged_trit(y, &[(16, 5), (8, 5), (2, 4)]))?;
             let d = block_view(&blk8, nb, 26, 2, Mx::F16)?;
             mul(&*sub(&t, 1.0)?, &d)?
         }

@@ -139,47 +139,28 @@ fn table(f: impl Fn(u8) -> f32, n: usize) -> Vec<f32> {
     (0..n).map(|c| f(c as u8)).collect()
 }
 
-/// rlx-cpu's `fp8_e4m3_to_f32` (Fp8E4m3 scheme): IEEE-style, exponent 15 is
-/// inf/NaN (not the OCP E4M3FN convention).
-fn fp8_e4m3_rlx(b: u8) -> f32 {
+/// rlx-cpu's IEEE-style FP8 decoders (`fp8_e4m3_to_f32`: `MANT` 3, `BIAS`
+/// 7; `fp8_e5m2_to_f32`: 2, 15): the all-ones exponent is inf/NaN (not the
+/// OCP E4M3FN convention), subnormals below it.
+fn fp8_rlx<const MANT: u32, const BIAS: i32>(b: u8) -> f32 {
     let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-    let exp = (b >> 3) & 0x0F;
-    let mant = b & 0x07;
+    let exp_max = (1u8 << (7 - MANT)) - 1;
+    let exp = (b >> MANT) & exp_max;
+    let mant = b & ((1u8 << MANT) - 1);
     if exp == 0 {
         if mant == 0 {
             return 0.0;
         }
-        return sign * (mant as f32) * 2f32.powi(-9);
+        return sign * (mant as f32) * 2f32.powi(1 - BIAS - MANT as i32);
     }
-    if exp == 0x0F {
+    if exp == exp_max {
         return if mant == 0 {
             sign * f32::INFINITY
         } else {
             f32::NAN
         };
     }
-    sign * (1.0 + mant as f32 / 8.0) * 2f32.powi(exp as i32 - 7)
-}
-
-/// rlx-cpu's `fp8_e5m2_to_f32`.
-fn fp8_e5m2_rlx(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-    let exp = (b >> 2) & 0x1F;
-    let mant = b & 0x03;
-    if exp == 0 {
-        if mant == 0 {
-            return 0.0;
-        }
-        return sign * (mant as f32) * 2f32.powi(-16);
-    }
-    if exp == 0x1F {
-        return if mant == 0 {
-            sign * f32::INFINITY
-        } else {
-            f32::NAN
-        };
-    }
-    sign * (1.0 + mant as f32 / 4.0) * 2f32.powi(exp as i32 - 15)
+    sign * (1.0 + mant as f32 / (1u32 << MANT) as f32) * 2f32.powi(exp as i32 - BIAS)
 }
 
 /// rlx-mlx-io's OCP E4M3 decode (MLX mxfp8 codes and 16-group scales):
@@ -395,9 +376,9 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             // w [k, n] FP8 codes (rlx-cpu's decoders) times a per-column
             // scale (the first n scale values).
             let t = if matches!(scheme, QuantScheme::Fp8E4m3) {
-                table(fp8_e4m3_rlx, 256)
+                table(fp8_rlx::<3, 7>, 256)
             } else {
-                table(fp8_e5m2_rlx, 256)
+                table(fp8_rlx::<2, 15>, 256)
             };
             let q = lut(&*ops::reshape(a[1], &[k, n])?, &t)?;
             if numel(&cx.in_dims(2)) < n as i64 {
