@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.7.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.8.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 7
+#define RLX_ABI_VERSION_MINOR 8
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -325,17 +325,37 @@ typedef struct RlxPluginApi {
      * valid until executable_destroy(exe). */
     RlxStatus* (*executable_device)(const RlxExecutable* exe,
                                     RlxDeviceInfo* out);
+
+    /* --- 1.8 --- */
+    /* Optional. As executable_run, with outputs written into the caller's
+     * memory where it lends some. outputs points at n_outputs slots,
+     * exactly the output count. A slot whose dl.data is non-NULL is the
+     * caller's: a BORROWED tensor of the frozen size, compact row-major,
+     * in host memory, of the output's dtype and exact shape, writable for
+     * the call and overlapping no input and no other slot; the plugin
+     * writes the output's bytes there and leaves the slot as it was (an
+     * output that comes out otherwise fails the call with
+     * INVALID_ARGUMENT). A slot whose dl.data is NULL receives an OWNED
+     * tensor, as from executable_run. On error no slot holds an OWNED
+     * tensor and the lent buffers' bytes are unspecified. Absent (NULL, or
+     * beyond struct_size), a host calls executable_run and copies. */
+    RlxStatus* (*executable_run_into)(RlxExecutable* exe,
+                                      const RlxNamedTensor* inputs,
+                                      size_t n_inputs, RlxTensor* outputs,
+                                      size_t n_outputs);
 } RlxPluginApi;
 #define RLX_PLUGIN_API_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxPluginApi, executable_device)
+    RLX_STRUCT_SIZE(RlxPluginApi, executable_run_into)
 #define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
 /* The least struct_size a plugin claiming 1.minor may declare: every field
  * that minor defines (a smaller table is refused). */
 #define RLX_PLUGIN_API_SIZE_1_0 offsetof(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_1 RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_4 RLX_STRUCT_SIZE(RlxPluginApi, executable_device)
-/* 1.5 added no root-table field: a 1.5 plugin declares at least
+/* 1.5 to 1.7 added no root-table field: such a plugin declares at least
  * RLX_PLUGIN_API_SIZE_1_4. */
+#define RLX_PLUGIN_API_SIZE_1_8 \
+    RLX_STRUCT_SIZE(RlxPluginApi, executable_run_into)
 
 /* RlxDeviceInfo.kind and RlxCompileOptions.device_kind. */
 #define RLX_DEVICE_DEFAULT 0u /* compile options only: the default device */

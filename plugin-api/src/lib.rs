@@ -45,7 +45,8 @@ pub use custom_ops::{
 pub use error::{PluginError, PluginResult, RlxStatus, StatusCode};
 pub use plugin::{
     parse_device, BoundParam, CompileOptions, Descriptor, DeviceInfo, DeviceKind, Executable,
-    ExecuteOp, LoweringEntry, Mode, ParamBytes, Plugin, Role, Strategy, ValueInfo,
+    ExecuteOp, LoweringEntry, Mode, OutputBuf, OutputSlot, ParamBytes, Plugin, Role, Strategy,
+    ValueInfo,
 };
 pub use sized::AbiStruct;
 pub use strings::{RlxKeyValue, RlxStr};

@@ -2,8 +2,9 @@
 //! an implementation into the C ABI (see `export.rs`).
 
 use crate::custom_ops::CustomOpRegistry;
+use crate::error::PluginError;
 use crate::error::PluginResult;
-use crate::tensor::{DType, HostTensor, OwnedTensor, TensorRef};
+use crate::tensor::{DType, Dims, HostTensor, OwnedTensor, TensorRef};
 use std::sync::Arc;
 
 /// Who the plugin is (published once, at load).
@@ -338,9 +339,92 @@ pub trait Executable: Send {
             .map(OwnedTensor::from_host)
             .collect())
     }
+    /// (ABI 1.8) Run, writing each output whose slot lends memory
+    /// ([`OutputSlot::Into`]) there and handing the others back in their
+    /// slots ([`OutputSlot::Owned`]). `slots` has one entry per output. The
+    /// default runs [`Executable::run_owned`] and copies; a plugin whose
+    /// results must be copied to the host anyway (from a GPU) overrides it
+    /// to make that one copy straight into the caller's memory.
+    fn run_into(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        slots: &mut [OutputSlot<'_>],
+    ) -> PluginResult<()> {
+        let outs = self.run_owned(inputs)?;
+        if outs.len() != slots.len() {
+            return Err(PluginError::internal(format!(
+                "the run made {} outputs for {} slots",
+                outs.len(),
+                slots.len()
+            )));
+        }
+        for (i, (out, slot)) in outs.into_iter().zip(slots.iter_mut()).enumerate() {
+            slot.put(i, out)?;
+        }
+        Ok(())
+    }
     /// (ABI 1.4) The device it runs on; None if the plugin does not say.
     fn device(&self) -> Option<DeviceInfo> {
         None
+    }
+}
+
+/// (ABI 1.8) Memory a caller lends for one output of
+/// [`Executable::run_into`]: room for exactly the compact row-major bytes
+/// of `dtype` and `shape`.
+#[derive(Debug)]
+pub struct OutputBuf<'a> {
+    pub dtype: DType,
+    pub shape: Dims<usize>,
+    pub bytes: &'a mut [u8],
+}
+
+impl OutputBuf<'_> {
+    /// Whether output `i`, made as `dtype` and `shape`, is what this buffer
+    /// was lent for: the caller sized it from the signature, so a run whose
+    /// output came out otherwise (a size known only at run time) is refused
+    /// rather than written short or past the end.
+    pub fn check(&self, i: usize, dtype: DType, shape: &[usize]) -> PluginResult<()> {
+        if dtype != self.dtype || shape != self.shape.as_slice() {
+            return Err(PluginError::invalid_argument(format!(
+                "output {i} is {dtype}{shape:?}, but the caller's buffer for it is {}{:?};                  leave its slot's data null to receive it as an owned tensor",
+                self.dtype, self.shape
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copy output `i`, viewed as `t`, into this buffer.
+    pub fn fill_from(&mut self, i: usize, t: &TensorRef<'_>) -> PluginResult<()> {
+        self.check(i, t.dtype, &t.shape)?;
+        match t.compact_bytes() {
+            Some(b) => self.bytes.copy_from_slice(b),
+            None => self.bytes.copy_from_slice(&t.to_compact_bytes()?),
+        }
+        Ok(())
+    }
+}
+
+/// (ABI 1.8) Where [`Executable::run_into`] puts one output.
+#[derive(Debug)]
+pub enum OutputSlot<'a> {
+    /// Written into the caller's memory.
+    Into(OutputBuf<'a>),
+    /// Handed back as an owned tensor; `None` until the run fills it.
+    Owned(Option<OwnedTensor>),
+}
+
+impl OutputSlot<'_> {
+    /// Put output `i`, made as an owned tensor, in this slot: copied into
+    /// the caller's buffer (and released), or kept to hand back.
+    pub fn put(&mut self, i: usize, out: OwnedTensor) -> PluginResult<()> {
+        match self {
+            OutputSlot::Into(buf) => buf.fill_from(i, &out.view()?),
+            OutputSlot::Owned(slot) => {
+                *slot = Some(out);
+                Ok(())
+            }
+        }
     }
 }
 

@@ -42,7 +42,7 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxPluginApi, compile) F(RlxPluginApi, executable_destroy)
         F(RlxPluginApi, executable_signature) F(RlxPluginApi, executable_bind_param)
         F(RlxPluginApi, executable_run) F(RlxPluginApi, custom_ops)
-        F(RlxPluginApi, executable_device)
+        F(RlxPluginApi, executable_device) F(RlxPluginApi, executable_run_into)
     S(RlxPluginDescriptor) F(RlxPluginDescriptor, struct_size)
         F(RlxPluginDescriptor, name) F(RlxPluginDescriptor, version)
         F(RlxPluginDescriptor, description) F(RlxPluginDescriptor, devices)

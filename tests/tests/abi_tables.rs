@@ -43,8 +43,9 @@ fn struct_sizes_and_header_are_as_documented() {
     assert_eq!(size_of::<RlxAbiVersion>(), 12);
     assert_eq!(size_of::<RlxStr>(), 2 * size_of::<usize>());
     // ABI 1.0 ends where 1.1's custom_ops begins; 1.1-1.3 end where 1.4's
-    // executable_device begins; 1.4 is the whole table, and 1.5 added no
-    // root-table field (its additions are in the custom-op registry).
+    // executable_device begins; 1.4-1.7 end where 1.8's
+    // executable_run_into begins (1.5-1.7 added no root-table field); 1.8
+    // is the whole table.
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
     assert_eq!(
         plugin_api_min_size(1),
@@ -52,13 +53,18 @@ fn struct_sizes_and_header_are_as_documented() {
     );
     assert_eq!(plugin_api_min_size(2), plugin_api_min_size(1));
     assert_eq!(plugin_api_min_size(3), plugin_api_min_size(1));
-    assert_eq!(plugin_api_min_size(4), size_of::<RlxPluginApi>());
-    assert_eq!(plugin_api_min_size(5), plugin_api_min_size(4));
+    assert_eq!(
+        plugin_api_min_size(4),
+        offset_of!(RlxPluginApi, executable_run_into)
+    );
+    for m in 5..=7 {
+        assert_eq!(plugin_api_min_size(m), plugin_api_min_size(4));
+    }
+    assert_eq!(plugin_api_min_size(8), size_of::<RlxPluginApi>());
     assert_eq!(
         plugin_api_min_size(ABI_VERSION.minor),
         size_of::<RlxPluginApi>()
     );
-    assert_eq!(plugin_api_min_size(7), size_of::<RlxPluginApi>());
     // DLPack layout: RlxDlTensor is DLTensor field for field.
     use rlx_plugin_api::tensor::RlxDlTensor;
     assert_eq!(offset_of!(RlxDlTensor, data), 0);

@@ -1,7 +1,7 @@
 //! The host half of the version-skew matrix: `rlx-c-host`, a host written
 //! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
 //! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
-//! 1.0 ..= 1.7 and drives a real plugin through the whole table: handshake,
+//! 1.0 ..= 1.8 and drives a real plugin through the whole table: handshake,
 //! descriptor, init, op list, lowering table (one eager op), compile in
 //! every mode, signature, bind, run (compact and strided inputs), error
 //! paths, and from 1.1 the custom-op registry with a kernel written in C.
@@ -121,6 +121,23 @@ fn assert_ok(run: &Run, claim: &str) {
     ] {
         assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
     }
+    // 1.8's run_into, used only when both sides know it (every plugin
+    // these cells load is 1.8).
+    let run_into = if claim == "1.8" {
+        "run_into: output written into the host's buffer"
+    } else {
+        "run_into: not offered"
+    };
+    assert!(run.stdout.contains(run_into), "{}", run.transcript());
+    if claim == "1.8" {
+        for line in [
+            "run_into: a NULL-data slot received an OWNED output",
+            "error path: run_into with a lent f32[4, 1] for an f32[2, 2] output -> \
+             INVALID_ARGUMENT",
+        ] {
+            assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
+        }
+    }
 }
 
 // ------------------------------------------------------------ the MLX plugin
@@ -138,7 +155,7 @@ fn mlx_cell(claim: &str, mode: &str) {
     assert_ok(&run, claim);
     // The plugin's RESOURCE_EXHAUSTED (1.6) as each host reads it: a host
     // before 1.6 does not know the code and reads INTERNAL.
-    let code = if matches!(claim, "1.6" | "1.7") {
+    let code = if matches!(claim, "1.6" | "1.7" | "1.8") {
         "RESOURCE_EXHAUSTED (8)"
     } else {
         "INTERNAL (4)"
@@ -198,6 +215,9 @@ mlx_cells! {
     mlx_host_1_7_lazy: "1.7", "lazy";
     mlx_host_1_7_eager: "1.7", "eager";
     mlx_host_1_7_compiled: "1.7", "compiled";
+    mlx_host_1_8_lazy: "1.8", "lazy";
+    mlx_host_1_8_eager: "1.8", "eager";
+    mlx_host_1_8_compiled: "1.8", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -291,7 +311,7 @@ fn fixture_cell(claim: &str) {
         }
         // A 1.5 (or later) host reads the 1.5 fields of the fixture's
         // records, an older host does not know them.
-        let knows_1_5 = matches!(claim, "1.5" | "1.6" | "1.7");
+        let knows_1_5 = matches!(claim, "1.5" | "1.6" | "1.7" | "1.8");
         let with_rule = "custom op fixture.scale2 (plugin, 1 in, 1 out) kind kernel, \
                          shape same as input 0\n";
         assert_eq!(
@@ -350,6 +370,11 @@ fn fixture_host_1_6() {
 #[test]
 fn fixture_host_1_7() {
     fixture_cell("1.7");
+}
+
+#[test]
+fn fixture_host_1_8() {
+    fixture_cell("1.8");
 }
 
 /// A host of an older major than the plugin is refused too; the message

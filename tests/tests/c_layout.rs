@@ -73,7 +73,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             rust_layout, descriptor, status_new, status_code, status_message, status_free,
             init, supported_ops, lowering_table, compile, executable_destroy,
             executable_signature, executable_bind_param, executable_run, custom_ops,
-            executable_device,
+            executable_device, executable_run_into,
         },
         RlxPluginDescriptor {
             struct_size, name, version, description, devices, n_devices, build_info,
@@ -244,7 +244,7 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
     assert_eq!(RlxDeviceInfo::STRUCT_SIZE, 40);
     assert_eq!(
         RlxPluginApi::STRUCT_SIZE,
-        offset_of!(RlxPluginApi, executable_device) + 8
+        offset_of!(RlxPluginApi, executable_run_into) + 8
     );
     // 1.0/1.1 hosts' options: {struct_size, mode} and 4 bytes of padding.
     assert_eq!(

@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.7).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.8).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -465,7 +465,7 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.7, this host.
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.8, this host.
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -508,6 +508,31 @@ fn every_c_build_loads_into_this_host_and_runs() {
                 out[0].to_f32_vec().unwrap(),
                 affine_relu_ref(&X, &W, &B),
                 "1.{minor} [{}]",
+                mode.name()
+            );
+            // Into a buffer the host lends: the 1.8 build writes it (its
+            // run_into), older ones hand the output over and the host
+            // copies. Either way the same values, and 0xAB where nothing
+            // was written would show.
+            assert_eq!(p.has_run_into(), minor >= 8, "1.{minor}");
+            let mut y = [0xABu8; 16];
+            let x = t(&[2, 3], &X);
+            let got = exe
+                .run_refs_into(
+                    &[("x", (&x).into())],
+                    &mut [Some(&mut y[..])],
+                    |_| -> rlx_plugin_api::PluginResult<()> { unreachable!("no owned slot") },
+                )
+                .unwrap();
+            assert!(got[0].is_none());
+            let y: Vec<f32> = y
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(
+                y,
+                affine_relu_ref(&X, &W, &B),
+                "1.{minor} [{}] into",
                 mode.name()
             );
         }
@@ -1035,6 +1060,7 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
         let want_size = match minor {
             0 => std::mem::offset_of!(RlxPluginApi, custom_ops),
             1..=3 => std::mem::offset_of!(RlxPluginApi, executable_device),
+            4..=7 => std::mem::offset_of!(RlxPluginApi, executable_run_into),
             _ => std::mem::size_of::<RlxPluginApi>(),
         };
         assert_eq!(api.struct_size, want_size, "1.{minor}");
@@ -1537,7 +1563,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.7 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.8 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
@@ -1589,11 +1615,18 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
                 claim >= 5 && minor >= 5,
                 "host 1.{claim} x plugin 1.{minor}:\n{out}"
             );
+            // 1.8's run_into: used only when both sides know it.
+            assert_eq!(
+                out.contains("run_into: output written into the host's buffer"),
+                claim >= 8 && minor >= 8,
+                "host 1.{claim} x plugin 1.{minor}:\n{out}"
+            );
         }
     }
     for mode in ["eager", "compiled"] {
         run(4, 4, mode);
         run(5, 5, mode);
         run(6, 6, mode);
+        run(8, 8, mode);
     }
 }

@@ -64,3 +64,189 @@ fn outputs_outlive_later_runs_and_the_executable() {
         }
     }
 }
+
+/// One raw `executable_run_into` call with `x`, `b` and the given slots;
+/// the status as a result.
+fn run_into_raw(
+    plugin: &rlx_plugin_api::host::LoadedPlugin,
+    exe: &mut rlx_plugin_api::host::PluginExecutable,
+    x: &HostTensor,
+    b: &HostTensor,
+    slots: &mut [RlxTensor; 3],
+) -> rlx_plugin_api::PluginResult<()> {
+    let api = plugin.raw_api();
+    let borrowed = rlx_plugin_api::tensor::borrow_named(&[("x", x), ("b", b)]);
+    // SAFETY: the executable is live and used by this thread only; the
+    // inputs, the slots and the memory they lend outlive the call.
+    unsafe {
+        plugin.take_status((api.executable_run_into.expect("a 1.8 plugin"))(
+            exe.raw_handle(),
+            borrowed.named.as_ptr(),
+            borrowed.named.len(),
+            slots.as_mut_ptr(),
+            3,
+        ))
+    }
+}
+
+/// A lent, compact f32 slot over `buf` with shape `dims`.
+fn lent(buf: &mut [f32], dims: &mut [i64]) -> RlxTensor {
+    RlxTensor::compact(
+        rlx_plugin_api::DType::F32,
+        buf.as_mut_ptr().cast(),
+        dims.as_mut_ptr(),
+        dims.len(),
+        rlx_plugin_api::tensor::ownership::BORROWED,
+    )
+}
+
+/// ABI 1.8: outputs written into memory the caller lends, in every mode,
+/// beside a slot left to receive an owned output; the lent slots are left
+/// as they were. Reference as above (exact).
+#[test]
+fn run_into_writes_lent_buffers_and_hands_over_the_rest() {
+    let plugin = mlx();
+    assert!(plugin.has_run_into());
+    for mode in MODES {
+        let mut exe = plugin.compile(GRAPH, mode).expect("compile");
+        let w = values(24, 1, 2);
+        exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &w).unwrap())
+            .unwrap();
+        for i in 0..3 {
+            let x = values(32, 3, i);
+            let b = values(12, 4, i);
+            let xt = HostTensor::from_f32(vec![4, 8], &x).unwrap();
+            let bt = HostTensor::from_f32(vec![4, 3], &b).unwrap();
+            // NaN-filled: an element the plugin did not write shows.
+            let (mut y, mut xo) = (vec![f32::NAN; 12], vec![f32::NAN; 32]);
+            let (mut dy, mut dx) = ([4i64, 3], [4i64, 8]);
+            let mut slots = [
+                lent(&mut y, &mut dy),
+                RlxTensor::empty(),
+                lent(&mut xo, &mut dx),
+            ];
+            run_into_raw(&plugin, &mut exe, &xt, &bt, &mut slots)
+                .unwrap_or_else(|e| panic!("{mode:?} run {i}: {e}"));
+            assert_eq!(slots[0].dl.data, y.as_mut_ptr().cast());
+            assert_eq!(
+                slots[0].ownership,
+                rlx_plugin_api::tensor::ownership::BORROWED
+            );
+            // SAFETY: slot 1 is an owned output of a successful run, read
+            // and released once here.
+            let yt = unsafe { HostTensor::take_raw(slots[1]) }.expect("an owned output");
+            let want = reference(&x, &w, &b);
+            assert_eq!(y, want, "{mode:?} run {i}: relu(x·w + b), written in place");
+            assert_eq!(
+                yt.to_f32_vec().unwrap(),
+                transposed(&want),
+                "{mode:?} run {i}"
+            );
+            assert_eq!(xo, x, "{mode:?} run {i}: the input, written in place");
+        }
+    }
+}
+
+/// Lent slots the plugin must not write are refused with INVALID_ARGUMENT
+/// before anything runs, and a failed call leaves no owned tensor.
+#[test]
+fn run_into_refuses_bad_lent_buffers() {
+    use rlx_plugin_api::StatusCode;
+    let plugin = mlx();
+    let mut exe = plugin
+        .compile(GRAPH, rlx_plugin_api::Mode::Lazy)
+        .expect("compile");
+    exe.bind_param(
+        "w",
+        &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap(),
+    )
+    .unwrap();
+    let x = values(32, 3, 0);
+    let xt = HostTensor::from_f32(vec![4, 8], &x).unwrap();
+    let bt = HostTensor::from_f32(vec![4, 3], &values(12, 4, 0)).unwrap();
+    let mut big = vec![0f32; 64];
+    let (mut d43, mut d34, mut d48, mut d12) = ([4i64, 3], [3i64, 4], [4i64, 8], [12i64, 1]);
+    let mut expect = |what: &str, mut slots: [RlxTensor; 3], needle: &str| {
+        let e = run_into_raw(&plugin, &mut exe, &xt, &bt, &mut slots).unwrap_err();
+        assert_eq!(e.code, StatusCode::InvalidArgument, "{what}: {e}");
+        assert!(e.message.contains(needle), "{what}: {e}");
+        assert!(
+            slots[1].dl.data.is_null(),
+            "{what}: an owned output was left behind"
+        );
+    };
+    let (a, rest) = big.split_at_mut(12);
+    // The output is f32[4, 3]: a buffer of another shape is refused.
+    expect(
+        "wrong shape",
+        [lent(a, &mut d12), RlxTensor::empty(), RlxTensor::empty()],
+        "but the caller's buffer for it is f32[12, 1]",
+    );
+    // A lent buffer is the caller's: OWNED is not a loan.
+    let mut owned = lent(a, &mut d43);
+    owned.ownership = rlx_plugin_api::tensor::ownership::OWNED;
+    expect(
+        "owned",
+        [owned, RlxTensor::empty(), RlxTensor::empty()],
+        "BORROWED",
+    );
+    // Strided (column-major) memory is refused.
+    let mut strides = [1i64, 4];
+    let mut strided = lent(a, &mut d43);
+    strided.dl.strides = strides.as_mut_ptr();
+    expect(
+        "strided",
+        [strided, RlxTensor::empty(), RlxTensor::empty()],
+        "strided",
+    );
+    // Two slots over the same memory, and a slot over an input.
+    let (b, _) = rest.split_at_mut(12);
+    let over = lent(b, &mut d34);
+    expect(
+        "overlap",
+        [lent(b, &mut d43), RlxTensor::empty(), over],
+        "lend overlapping memory",
+    );
+    let input = RlxTensor::compact(
+        rlx_plugin_api::DType::F32,
+        xt.data.as_ptr() as *mut _,
+        d48.as_mut_ptr(),
+        2,
+        rlx_plugin_api::tensor::ownership::BORROWED,
+    );
+    expect(
+        "over an input",
+        [RlxTensor::empty(), RlxTensor::empty(), input],
+        "that input \"x\" is read from",
+    );
+}
+
+/// Through the host library: a buffer whose size does not match the
+/// signature is refused before the plugin is called.
+#[test]
+fn run_refs_into_checks_buffer_sizes_against_the_signature() {
+    let plugin = mlx();
+    let mut exe = plugin
+        .compile(GRAPH, rlx_plugin_api::Mode::Lazy)
+        .expect("compile");
+    exe.bind_param(
+        "w",
+        &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap(),
+    )
+    .unwrap();
+    let xt = HostTensor::from_f32(vec![4, 8], &values(32, 3, 0)).unwrap();
+    let bt = HostTensor::from_f32(vec![4, 3], &values(12, 4, 0)).unwrap();
+    let mut short = [0u8; 44];
+    let e = exe
+        .run_refs_into(
+            &[("x", (&xt).into()), ("b", (&bt).into())],
+            &mut [Some(&mut short[..]), None, None],
+            |t| t.to_compact_bytes(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, rlx_plugin_api::StatusCode::InvalidArgument);
+    assert!(
+        e.message.contains("has 44 bytes; f32[4, 3] needs 48"),
+        "{e}"
+    );
+}

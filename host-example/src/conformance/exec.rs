@@ -82,10 +82,11 @@ pub(super) fn base(p: &LoadedPlugin) -> Result<Base, String> {
 }
 
 const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
-const STEPS: [&str; 5] = [
+const STEPS: [&str; 6] = [
     "compile",
     "signature",
     "bind_param + run",
+    "run_into",
     "destroy",
     "bind_param_shared + run",
 ];
@@ -137,6 +138,12 @@ fn mode_checks(kit: &mut Kit, b: &Base, mode: Mode) {
     });
     kit.record(format!("exec {m}: bind_param + run"), |_| {
         bind_and_run(&mut exe, b).into()
+    });
+    kit.record(format!("exec {m}: run_into"), |p| {
+        if !p.has_run_into() {
+            return Outcome::Skip("no executable_run_into (ABI 1.8, optional)".into());
+        }
+        run_into(&mut exe, b).into()
     });
     kit.record(format!("exec {m}: destroy"), |_| {
         drop(exe);
@@ -234,6 +241,43 @@ fn bind_and_run(exe: &mut PluginExecutable, b: &Base) -> Result<(), String> {
         compare(&b.graph, &got, &b.want).map_err(|e| format!("{run} run of {}: {e}", b.what))?;
     }
     Ok(())
+}
+
+/// (1.8) The params bound above; the outputs of fixed shape written into
+/// buffers the kit lends (filled with 0xAB first, so an element the plugin
+/// did not write shows), the others handed over; against the CPU.
+fn run_into(exe: &mut PluginExecutable, b: &Base) -> Result<(), String> {
+    let outs: Vec<ValueInfo> = exe.values(Role::Output).cloned().collect();
+    let mut bufs: Vec<Option<Vec<u8>>> = outs
+        .iter()
+        .map(|v| {
+            let dims: Option<Vec<usize>> = v.shape.iter().copied().collect();
+            dims.map(|d| vec![0xABu8; d.iter().product::<usize>() * v.dtype.size_bytes()])
+        })
+        .collect();
+    let inputs = b.inputs();
+    let named: Vec<(&str, rlx_plugin_api::HostTensorRef<'_>)> =
+        inputs.iter().map(|(n, t)| (n.as_str(), t.into())).collect();
+    let mut into: Vec<Option<&mut [u8]>> = bufs.iter_mut().map(|v| v.as_deref_mut()).collect();
+    let handed = exe
+        .run_refs_into(&named, &mut into, |t| {
+            HostTensor::new(t.dtype, t.shape.to_vec(), t.to_compact_bytes()?)
+        })
+        .map_err(|e| format!("run_into: {e}"))?;
+    let got = outs
+        .iter()
+        .zip(bufs)
+        .zip(handed)
+        .map(|((v, lent), handed)| match (lent, handed) {
+            (Some(data), None) => {
+                let shape = v.shape.iter().map(|d| d.unwrap_or(0)).collect();
+                HostTensor::new(v.dtype, shape, data).map_err(|e| e.to_string())
+            }
+            (None, Some(t)) => Ok(t),
+            _ => Err(format!("output {:?} both lent and handed over", v.name)),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    compare(&b.graph, &got, &b.want).map_err(|e| format!("run_into of {}: {e}", b.what))
 }
 
 /// Bind the params without a copy, run, destroy; afterwards nothing may

@@ -52,6 +52,31 @@ pub fn ir_dtype(d: DType) -> rlx_ir::DType {
 
 // ---- the executable ----
 
+/// Marks the element types for which all-zero bytes are a valid value.
+trait ZeroValid: Copy {}
+impl ZeroValid for f32 {}
+impl ZeroValid for u8 {}
+
+/// `n` zeroed elements for an output buffer, or None when the memory
+/// cannot be had (the output is then handed over by the plugin, and a copy
+/// that cannot be made is an error there, never an abort). Allocated
+/// zeroed, not zero-filled: a large buffer's pages are the kernel's zero
+/// pages until the plugin writes them.
+fn zeroed<T: ZeroValid>(n: usize) -> Option<Vec<T>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n > 0, and T is f32 or u8).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was allocated by the global allocator with `T`'s layout
+    // for `n` elements, all initialised (zero is a valid `T`).
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
 /// A plugin executable as an rlx-runtime [`ExecutableGraph`].
 pub struct PluginGraph {
     exe: PluginExecutable,
@@ -159,13 +184,25 @@ impl PluginGraph {
         }
     }
 
+    /// The element count of output `i` when its signature fixes every
+    /// size: the outputs whose buffers the host can allocate before a run.
+    fn fixed_numel(&self, i: usize) -> Option<usize> {
+        self.outputs[i]
+            .shape
+            .iter()
+            .try_fold(1usize, |n, d| d.and_then(|d| n.checked_mul(d)))
+    }
+
     /// Run with `inputs` (converted to the dtypes the plugin wants where
-    /// they differ) and read each output with `read`, in place.
+    /// they differ): output `i` is written into `into[i]` where that is
+    /// `Some` (the plugin's one copy out, ABI 1.8), else read with `read`,
+    /// in place, and returned in its place.
     pub(super) fn run_bytes<T>(
         &mut self,
         inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
+        into: &mut [Option<&mut [u8]>],
         read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<T>,
-    ) -> Vec<T> {
+    ) -> Vec<Option<T>> {
         // Inputs in the dtype the plugin wants are lent to it as they are
         // (it copies them into its own arrays); only converted ones are new.
         type Input<'n, 'd> = (&'n str, DType, Dims<usize>, Cow<'d, [u8]>);
@@ -200,7 +237,7 @@ impl PluginGraph {
             .collect();
         let outs = self
             .exe
-            .run_refs_with(&named, read)
+            .run_refs_into(&named, into, read)
             .unwrap_or_else(|e| self.fail(e));
         if outs.len() != self.outputs.len() {
             self.fail(format!(
@@ -235,9 +272,30 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, v)| (*n, convert::f32_le_bytes(v), rlx_ir::DType::F32))
             .collect();
-        // Each output is converted straight from the plugin's buffer: one
-        // copy (the plugin lends MLX's own on the CPU).
-        self.run_bytes(owned, |t| convert::bytes_to_f32(t.dtype, &t.compact_cow()?))
+        // An f32 output of fixed shape is written by the plugin straight
+        // into the Vec handed on (on a GPU: its one copy from device
+        // memory); any other is converted from the plugin's buffer, one
+        // copy as well (the plugin lends MLX's own on the CPU).
+        let mut made: SmallVec<[Option<Vec<f32>>; 4]> = (0..self.outputs.len())
+            .map(|i| {
+                (self.outputs[i].dtype == DType::F32)
+                    .then(|| self.fixed_numel(i))
+                    .flatten()
+                    .and_then(zeroed::<f32>)
+            })
+            .collect();
+        let mut into: SmallVec<[Option<&mut [u8]>; 4]> = made
+            .iter_mut()
+            .map(|v| v.as_deref_mut().and_then(convert::f32_le_bytes_mut))
+            .collect();
+        let read = self.run_bytes(owned, &mut into, |t| {
+            convert::bytes_to_f32(t.dtype, &t.compact_cow()?)
+        });
+        drop(into);
+        read.into_iter()
+            .zip(made)
+            .map(|(r, m)| r.or(m).expect("each output written or read"))
+            .collect()
     }
 
     fn run_typed(
@@ -248,6 +306,24 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
             .collect();
-        self.run_bytes(borrowed, |t| Ok((t.to_compact_bytes()?, ir_dtype(t.dtype))))
+        let mut made: SmallVec<[Option<Vec<u8>>; 4]> = (0..self.outputs.len())
+            .map(|i| {
+                self.fixed_numel(i)
+                    .and_then(|n| n.checked_mul(self.outputs[i].dtype.size_bytes()))
+                    .and_then(zeroed::<u8>)
+            })
+            .collect();
+        let mut into: SmallVec<[Option<&mut [u8]>; 4]> =
+            made.iter_mut().map(|v| v.as_deref_mut()).collect();
+        let read = self.run_bytes(borrowed, &mut into, |t| t.to_compact_bytes());
+        drop(into);
+        read.into_iter()
+            .zip(made)
+            .zip(&self.outputs)
+            .map(|((r, m), info)| {
+                let bytes = r.or(m).expect("each output written or read");
+                (bytes, ir_dtype(info.dtype))
+            })
+            .collect()
     }
 }

@@ -191,6 +191,7 @@ unsafe fn handshake(
     t.executable_bind_param = Some(executable::executable_bind_param);
     t.executable_run = Some(executable::executable_run);
     t.executable_device = Some(executable::executable_device);
+    t.executable_run_into = Some(executable::executable_run_into);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,
         None => &CUSTOM_OP_API,

@@ -7,7 +7,7 @@ use crate::plugin::{DeviceInfo, DeviceKind, Role, ValueInfo};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
-use crate::tensor::{ownership, DType, HostTensor, HostTensorRef, RlxTensor, TensorRef};
+use crate::tensor::{ownership, DType, Dims, HostTensor, HostTensorRef, RlxTensor, TensorRef};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -206,24 +206,8 @@ impl PluginExecutable {
         // Every slot is read, then released, before an error is reported.
         let mut first_error = None;
         let mut outs = Vec::with_capacity(n_out);
-        for (i, (slot, info)) in slots.into_iter().zip(self.values(Role::Output)).enumerate() {
-            // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in each slot.
-            let got = unsafe { TensorRef::from_raw(&slot) }
-                .map_err(|e| {
-                    // The call succeeded: an output that cannot be read is
-                    // the plugin's fault, not the caller's.
-                    PluginError::internal(format!(
-                        "plugin {} reported success but returned a malformed output {i}: {}",
-                        self.plugin.descriptor.name, e.message
-                    ))
-                })
-                .and_then(|t| {
-                    self.check_output(i, info, &t)?;
-                    read(&t)
-                });
-            // SAFETY: each slot is released once, here, after its last read.
-            unsafe { crate::tensor::release(slot) };
-            match got {
+        for (i, slot) in slots.into_iter().enumerate() {
+            match self.read_slot(i, slot, &mut read) {
                 Ok(v) => outs.push(v),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -234,6 +218,157 @@ impl PluginExecutable {
             Some(e) => Err(e),
             None => Ok(outs),
         }
+    }
+
+    /// (ABI 1.8) As [`PluginExecutable::run_refs_with`], with output `i`
+    /// written by the plugin straight into `into[i]` where that is `Some`:
+    /// room for exactly the compact row-major bytes of the output's
+    /// declared dtype and shape (so only an output whose shape the
+    /// signature fixes). The others are read with `read` and returned in
+    /// their places; a written one's place is `None`. A plugin before 1.8
+    /// (no `executable_run_into`) runs as before and the host copies each
+    /// output into its buffer.
+    pub fn run_refs_into<T>(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+        into: &mut [Option<&mut [u8]>],
+        mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<Vec<Option<T>>> {
+        let n_out = self.values(Role::Output).count();
+        if into.len() != n_out {
+            return Err(PluginError::invalid_argument(format!(
+                "{} output buffers for {n_out} outputs",
+                into.len()
+            )));
+        }
+        // The descriptors' shapes, from the signature, checked against
+        // each buffer before anything runs.
+        let mut shapes: smallvec::SmallVec<[Dims<i64>; 4]> = smallvec::SmallVec::new();
+        for (info, buf) in self.values(Role::Output).zip(into.iter()) {
+            let Some(buf) = buf else {
+                shapes.push(Dims::new());
+                continue;
+            };
+            let dims: Option<Dims<i64>> = info.shape.iter().map(|d| d.map(|d| d as i64)).collect();
+            let need = info.shape.iter().try_fold(info.dtype.size_bytes(), |n, d| {
+                d.and_then(|d| n.checked_mul(d))
+            });
+            match (dims, need) {
+                (Some(dims), Some(need)) if need == buf.len() => shapes.push(dims),
+                _ => {
+                    return Err(PluginError::invalid_argument(format!(
+                        "the buffer for output {:?} has {} bytes; {}[{}] needs {}",
+                        info.name,
+                        buf.len(),
+                        info.dtype,
+                        info.shape
+                            .iter()
+                            .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        need.map_or("a size known only at run time".into(), |n| n.to_string())
+                    )))
+                }
+            }
+        }
+        let Some(run_into) = self.plugin.api.executable_run_into else {
+            // Before 1.8: the plugin hands each output over; copied here.
+            let mut i = 0;
+            return self.run_refs_with(inputs, |t| {
+                let at = i;
+                i += 1;
+                match into[at].as_deref_mut() {
+                    Some(buf) => {
+                        match t.compact_bytes() {
+                            Some(b) => buf.copy_from_slice(b),
+                            None => buf.copy_from_slice(&t.to_compact_bytes()?),
+                        }
+                        Ok(None)
+                    }
+                    None => read(t).map(Some),
+                }
+            });
+        };
+        let borrowed = crate::tensor::borrow_named_refs(inputs);
+        let named = &borrowed.named;
+        let dtypes: smallvec::SmallVec<[DType; 4]> =
+            self.values(Role::Output).map(|v| v.dtype).collect();
+        let mut slots: smallvec::SmallVec<[RlxTensor; 4]> = into
+            .iter_mut()
+            .zip(shapes.iter_mut())
+            .zip(dtypes)
+            .map(|((buf, shape), dtype)| match buf {
+                Some(buf) => RlxTensor::compact(
+                    dtype,
+                    buf.as_mut_ptr() as *mut c_void,
+                    shape.as_mut_ptr(),
+                    shape.len(),
+                    ownership::BORROWED,
+                ),
+                None => RlxTensor::empty(),
+            })
+            .collect();
+        // SAFETY: `exe` is live; the inputs point into `borrowed` and the
+        // lent slots into `into` and `shapes`, all alive for the call;
+        // `slots` has exactly the output count.
+        self.plugin.check(unsafe {
+            run_into(
+                self.exe,
+                named.as_ptr(),
+                named.len(),
+                slots.as_mut_ptr(),
+                slots.len(),
+            )
+        })?;
+        let mut first_error = None;
+        let mut outs = Vec::with_capacity(n_out);
+        for (i, (slot, buf)) in slots.into_iter().zip(into.iter()).enumerate() {
+            if buf.is_some() {
+                outs.push(None);
+                continue;
+            }
+            match self.read_slot(i, slot, &mut read) {
+                Ok(v) => outs.push(Some(v)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outs),
+        }
+    }
+
+    /// Read output `i`'s `OWNED` slot with `read`, once its dtype and shape
+    /// are checked against the signature, then release it.
+    fn read_slot<T>(
+        &self,
+        i: usize,
+        slot: RlxTensor,
+        read: &mut impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<T> {
+        let info = self
+            .values(Role::Output)
+            .nth(i)
+            .expect("one slot per declared output");
+        // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in the slot.
+        let got = unsafe { TensorRef::from_raw(&slot) }
+            .map_err(|e| {
+                // The call succeeded: an output that cannot be read is
+                // the plugin's fault, not the caller's.
+                PluginError::internal(format!(
+                    "plugin {} reported success but returned a malformed output {i}: {}",
+                    self.plugin.descriptor.name, e.message
+                ))
+            })
+            .and_then(|t| {
+                self.check_output(i, info, &t)?;
+                read(&t)
+            });
+        // SAFETY: each slot is released once, here, after its last read.
+        unsafe { crate::tensor::release(slot) };
+        got
     }
 
     /// Each output must have the dtype and shape the executable's

@@ -395,6 +395,12 @@ impl LoadedPlugin {
         self.custom.is_some()
     }
 
+    /// Does the plugin write outputs into memory the host lends
+    /// (`executable_run_into`, ABI 1.8)? Without it the host copies.
+    pub fn has_run_into(&self) -> bool {
+        self.api.executable_run_into.is_some()
+    }
+
     /// Execute one op eagerly through its lowering-table entry. `node` is
     /// a `.rlxmodel` graph holding just that op.
     pub fn execute_op(

@@ -123,6 +123,27 @@ pub struct RlxPluginApi {
     pub executable_device: Option<
         unsafe extern "C" fn(exe: *const RlxExecutable, out: *mut RlxDeviceInfo) -> *mut RlxStatus,
     >,
+
+    // --- 1.8 ---
+    /// As `executable_run`, with outputs written into the caller's memory
+    /// where it lends some. `outputs` points at `n_outputs` slots, exactly
+    /// the executable's output count. A slot whose `dl.data` is non-null is
+    /// the caller's: a `BORROWED` tensor, compact row-major, of the
+    /// output's dtype and exact shape, writable for the call; the plugin
+    /// writes the output's bytes there and leaves the slot as it was. A
+    /// slot whose `dl.data` is null receives an `OWNED` tensor, as from
+    /// `executable_run`. On error no slot holds an `OWNED` tensor and the
+    /// lent buffers' bytes are unspecified. Optional: a host calls
+    /// `executable_run` (and copies) when it is absent.
+    pub executable_run_into: Option<
+        unsafe extern "C" fn(
+            exe: *mut RlxExecutable,
+            inputs: *const RlxNamedTensor,
+            n_inputs: usize,
+            outputs: *mut RlxTensor,
+            n_outputs: usize,
+        ) -> *mut RlxStatus,
+    >,
 }
 
 // Pointers in these tables are immutable, process-lifetime data.
@@ -142,6 +163,7 @@ pub fn plugin_api_min_size(minor: u32) -> usize {
     match minor {
         0 => offset_of!(RlxPluginApi, custom_ops),
         1..=3 => offset_of!(RlxPluginApi, executable_device),
+        4..=7 => offset_of!(RlxPluginApi, executable_run_into),
         _ => <RlxPluginApi as crate::sized::AbiStruct>::STRUCT_SIZE,
     }
 }
@@ -197,7 +219,7 @@ pub struct RlxDeviceInfo {
     pub memory_bytes: u64,
 }
 
-crate::abi_struct!(RlxPluginApi, executable_device: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxPluginApi, executable_run_into: usize); // an Option<fn> is pointer-sized
 crate::abi_struct!(RlxPluginDescriptor, n_device_infos: usize);
 crate::abi_struct!(RlxDeviceInfo, memory_bytes: u64);
 #[cfg(target_pointer_width = "64")]
@@ -228,6 +250,7 @@ impl RlxPluginApi {
             executable_run: None,
             custom_ops: std::ptr::null(),
             executable_device: None,
+            executable_run_into: None,
         }
     }
 }

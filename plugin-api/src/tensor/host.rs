@@ -146,6 +146,14 @@ impl OwnedTensor {
         OwnedTensor(raw)
     }
 
+    /// A view of its elements, for a plugin that copies them on (into a
+    /// caller's buffer, say) before handing the tensor over or dropping it.
+    pub fn view(&self) -> PluginResult<TensorRef<'_>> {
+        // SAFETY: the descriptor is ours and describes memory its keeper
+        // holds while `self` lives.
+        unsafe { TensorRef::from_raw(&self.0) }
+    }
+
     /// The descriptor, for the receiver, who now releases it.
     pub fn into_raw(self) -> RlxTensor {
         let raw = self.0;

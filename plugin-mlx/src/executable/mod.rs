@@ -10,8 +10,8 @@ use rlx_ir::{Graph, NodeId, OpKind};
 use rlx_mlx_shim::{array, ArrayList, Compiled};
 use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{
-    BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, OwnedTensor, PluginError,
-    PluginResult, Role, TensorRef, ValueInfo,
+    BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, OutputSlot, OwnedTensor,
+    PluginError, PluginResult, Role, TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -398,23 +398,42 @@ impl Executable for MlxExecutable {
     }
 
     fn run(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<HostTensor>> {
-        self.traced_run(inputs, |exe, a, id| exe.host_output(&a, id))
+        self.traced_run(inputs, |exe, _, a, id| exe.host_output(&a, id))
     }
 
     fn run_owned(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<Vec<OwnedTensor>> {
-        let lend = self.device.kind == rlx_plugin_api::DeviceKind::Cpu;
-        self.traced_run(inputs, |exe, a, id| {
-            let a = if lend {
+        self.traced_run(inputs, |exe, _, a, id| exe.owned_output(a, id))
+    }
+
+    /// Each output the caller lends memory for is copied there once,
+    /// straight from MLX's buffer: on the GPU one DMA from device memory
+    /// into the caller's buffer, where `run_owned` copied into a buffer of
+    /// the plugin's that the caller then copied again.
+    fn run_into(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        slots: &mut [OutputSlot<'_>],
+    ) -> PluginResult<()> {
+        if slots.len() != self.graph.outputs.len() {
+            return Err(PluginError::invalid_argument(format!(
+                "the executable has {} outputs but the caller passed {} slots",
+                self.graph.outputs.len(),
+                slots.len()
+            )));
+        }
+        self.traced_run(inputs, |exe, i, a, id| match &mut slots[i] {
+            OutputSlot::Into(buf) => {
                 let (dtype, dims) = exe.output_layout(id);
-                match lent_output(a, dtype, &dims) {
-                    Ok(lent) => return lent,
-                    Err(a) => a,
-                }
-            } else {
-                a
-            };
-            exe.host_output(&a, id).map(OwnedTensor::from_host)
+                buf.check(i, dtype, &dims)?;
+                array::array_copy_into(&a, buf.bytes)
+                    .map_err(|e| PluginError::internal(format!("output {i}: {e}")))
+            }
+            OutputSlot::Owned(slot) => {
+                *slot = Some(exe.owned_output(a, id)?);
+                Ok(())
+            }
         })
+        .map(|_| ())
     }
 }
 
@@ -456,7 +475,7 @@ impl MlxExecutable {
     fn traced_run<T>(
         &mut self,
         inputs: &[(&str, TensorRef<'_>)],
-        hand_over: impl Fn(&Self, A, NodeId) -> PluginResult<T>,
+        mut hand_over: impl FnMut(&Self, usize, A, NodeId) -> PluginResult<T>,
     ) -> PluginResult<Vec<T>> {
         let mut trace = RunTrace::start();
         let _on = on_device(&self.device)?;
@@ -465,7 +484,8 @@ impl MlxExecutable {
         let handed = outs
             .into_iter()
             .zip(&self.graph.outputs)
-            .map(|(a, id)| hand_over(self, a, *id))
+            .enumerate()
+            .map(|(i, (a, id))| hand_over(self, i, a, *id))
             .collect();
         trace.mark("outputs");
         trace.finish(|| self.trace_label());
@@ -640,6 +660,21 @@ impl MlxExecutable {
     }
 
     /// Output `id`'s array copied out into a host tensor.
+    /// Output `id` handed over as an owned tensor: lent in MLX's own
+    /// buffer on the CPU where it can be, else copied out.
+    fn owned_output(&self, a: A, id: NodeId) -> PluginResult<OwnedTensor> {
+        let a = if self.device.kind == rlx_plugin_api::DeviceKind::Cpu {
+            let (dtype, dims) = self.output_layout(id);
+            match lent_output(a, dtype, &dims) {
+                Ok(lent) => return lent,
+                Err(a) => a,
+            }
+        } else {
+            a
+        };
+        self.host_output(&a, id).map(OwnedTensor::from_host)
+    }
+
     fn host_output(&self, a: &A, id: NodeId) -> PluginResult<HostTensor> {
         let data = a
             .to_bytes()

@@ -469,6 +469,7 @@ static void check_table(const RlxPluginApi* api) {
     size_t need = PLUGIN_API_SIZE_1_0;
     if (api->abi_version.minor >= 1 && g_opt.minor >= 1) need = RLX_PLUGIN_API_SIZE_1_1;
     if (api->abi_version.minor >= 4 && g_opt.minor >= 4) need = RLX_PLUGIN_API_SIZE_1_4;
+    if (api->abi_version.minor >= 8 && g_opt.minor >= 8) need = RLX_PLUGIN_API_SIZE_1_8;
     if (api->struct_size < need) {
         printf("host refuses: a %u.%u table of %zu bytes, at least %zu expected\n",
                api->abi_version.major, api->abi_version.minor, api->struct_size, need);
@@ -825,6 +826,54 @@ static void run_and_check(RlxExecutable* exe) {
     step("run 2: strided x with byte_offset, new b: matches the C reference");
 }
 
+/* 1.8, when both sides know it: the output written into a buffer this
+ * host lends (filled with garbage first, so a write that did not happen
+ * shows), then a lent buffer of the wrong shape, which must be refused. */
+static void run_into_and_check(RlxExecutable* exe) {
+    if (g_opt.minor < 8 || !COVERS(g_api, RlxPluginApi, executable_run_into) ||
+        !g_api->executable_run_into) {
+        step("run_into: not offered (plugin %u.%u, host %u.%u); executable_run serves",
+             g_api->abi_version.major, g_api->abi_version.minor, g_opt.major, g_opt.minor);
+        return;
+    }
+    float x[6], b[4], y[4];
+    memcpy(x, X, sizeof x);
+    memcpy(b, B1, sizeof b);
+    memset(y, GARBAGE, sizeof y);
+    RlxTensor tx, tb, out[1];
+    RlxNamedTensor in[2];
+    borrowed_f32(&tx, x, 0, SHAPE_X, 2, NULL);
+    borrowed_f32(&tb, b, 0, SHAPE_B, 2, NULL);
+    named(&in[0], "x", &tx);
+    named(&in[1], "b", &tb);
+    borrowed_f32(&out[0], y, 0, SHAPE_B, 2, NULL);
+    must(g_api->executable_run_into(exe, in, 2, out, 1), "run_into");
+    if (out[0].dl.data != y || out[0].ownership != RLX_OWNERSHIP_BORROWED)
+        fail("run_into: the lent slot was not left as it was");
+    double want[4];
+    reference(X, W, B1, want);
+    for (size_t i = 0; i < 4; i++)
+        if (!close_enough(y[i], want[i]))
+            fail("run_into: element %zu is %.9g, want %.9g", i, y[i], want[i]);
+    step("run_into: output written into the host's buffer = [%.6f %.6f; %.6f %.6f], matches "
+         "the C reference",
+         y[0], y[1], y[2], y[3]);
+
+    /* A NULL-data slot receives an OWNED tensor, as from executable_run. */
+    garbage_slots(out, 1);
+    out[0].struct_size = sizeof(RlxTensor);
+    out[0].dl.data = NULL;
+    must(g_api->executable_run_into(exe, in, 2, out, 1), "run_into, owned slot");
+    check_output(&out[0], want, 2, 2, "run_into, owned slot");
+    release(&out[0]);
+    step("run_into: a NULL-data slot received an OWNED output");
+
+    int64_t wrong[2] = {4, 1};
+    borrowed_f32(&out[0], y, 0, wrong, 2, NULL);
+    expect_error(g_api->executable_run_into(exe, in, 2, out, 1), RLX_STATUS_INVALID_ARGUMENT,
+                 NULL, "run_into with a lent f32[4, 1] for an f32[2, 2] output");
+}
+
 static void run_error_paths(RlxExecutable* exe) {
     float x[6], b[4];
     memcpy(x, X, sizeof x);
@@ -927,6 +976,7 @@ static void run_graph(void) {
     check_signature(exe);
     bind_param(exe);
     run_and_check(exe);
+    run_into_and_check(exe);
     run_error_paths(exe);
     g_api->executable_destroy(exe);
     step("executable destroyed");

@@ -19,7 +19,7 @@
  * of 1.5's optional functions).
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..=6): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=8): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
@@ -2202,6 +2202,67 @@ static RlxStatus* c_executable_run(RlxExecutable* e, const RlxNamedTensor* in,
     return s;
 }
 
+#if RLX_C_PLUGIN_MINOR >= 8
+/* 1.8: executable_run with outputs written into the caller's memory. The
+ * lent slots are checked before anything runs; the run makes its outputs
+ * as executable_run does, then each is copied into its lent slot (and
+ * released) or moved into its NULL-data slot. */
+static RlxStatus* c_executable_run_into(RlxExecutable* e,
+                                        const RlxNamedTensor* in, size_t n_in,
+                                        RlxTensor* outputs, size_t n_outputs) {
+    if (!e)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "executable_run_into: the executable is NULL");
+    if (n_outputs != e->n_outputs)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "executable_run_into: the graph has %zu outputs, the "
+                      "caller gave %zu slots",
+                      e->n_outputs, n_outputs);
+    if (n_outputs && !outputs)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "executable_run_into: the output slots are NULL");
+    for (size_t i = 0; i < n_outputs; i++) {
+        const RlxTensor* t = &outputs[i];
+        if (t->struct_size == sizeof(RlxTensor) && !t->dl.data) continue;
+        char what[200];
+        snprintf(what, sizeof what, "output slot %zu (\"%s\")", i,
+                 e->outputs[i].name);
+        RlxStatus* s = check_against(t, &e->nodes[e->outputs[i].node], what);
+        if (s) return s;
+        if (t->ownership != RLX_OWNERSHIP_BORROWED)
+            return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                          "%s lends memory with ownership %u; a lent output "
+                          "buffer is BORROWED",
+                          what, t->ownership);
+        if (!strides_compact(t->dl.ndim, t->dl.shape, t->dl.strides))
+            return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                          "%s is strided; a lent output buffer is compact "
+                          "row-major",
+                          what);
+    }
+    RlxTensor* made = calloc(n_outputs ? n_outputs : 1, sizeof *made);
+    if (!made)
+        return errorf(RLX_STATUS_INTERNAL, "executable_run_into: out of memory");
+    RlxStatus* s = run_checked(e, in, n_in, made, n_outputs);
+    if (s) {
+        free(made);
+        return s;
+    }
+    for (size_t i = 0; i < n_outputs; i++) {
+        RlxTensor* t = &outputs[i];
+        if (t->dl.data) {
+            size_t n = e->nodes[e->outputs[i].node].numel * sizeof(float);
+            if (n) memcpy((char*)t->dl.data + t->dl.byte_offset, made[i].dl.data, n);
+            drop_output(&made[i]);
+        } else {
+            *t = made[i];
+        }
+    }
+    free(made);
+    return NULL;
+}
+#endif
+
 /* ======================================================================
  * 8. Eager single-op execution (the lowering entries' `execute`)
  * ====================================================================== */
@@ -2836,7 +2897,12 @@ static RlxStatus* c_executable_device(const RlxExecutable* exe, RlxDeviceInfo* o
 /* The root table, written the way a plugin of the claimed minor did: 1.0
  * had no custom_ops, so its struct_size stops before that field. */
 static const RlxPluginApi g_api = {
-#if RLX_C_PLUGIN_MINOR >= 4
+#if RLX_C_PLUGIN_MINOR >= 8
+    .struct_size = RLX_PLUGIN_API_SIZE_1_8,
+    .custom_ops = &g_custom_api,
+    .executable_device = c_executable_device,
+    .executable_run_into = c_executable_run_into,
+#elif RLX_C_PLUGIN_MINOR >= 4
     .struct_size = RLX_PLUGIN_API_SIZE_1_4,
     .custom_ops = &g_custom_api,
     .executable_device = c_executable_device,
