@@ -93,6 +93,7 @@ fn the_mlx_plugin_directory_passes_with_its_eager_entries_checked() {
         "eager: too few inputs (Binary.Add f32 with 1)",
         "exec lazy: bind_param + run",
         "exec eager: bind_param_shared + run",
+        "exec compiled: run_into",
         "exec compiled: destroy",
         "error: unknown mode",
         "error: n_outputs one too many",
@@ -271,5 +272,11 @@ fn the_c_plugin_passes_in_every_minor_when_it_is_built() {
         assert!(ok_count(&v, "handshake: rust layout tag") == 1, "1.{minor}");
         assert!(ok_count(&v, "eager ") >= 5, "1.{minor}: {v}");
         assert_eq!(ok_count(&v, "custom:") > 0, minor >= 1, "1.{minor}");
+        // 1.8's run_into, in each mode, only where the build offers it.
+        let into = checks(&v, "ok")
+            .iter()
+            .filter(|c| c["name"].as_str().unwrap().ends_with(": run_into"))
+            .count();
+        assert_eq!(into, if minor >= 8 { 3 } else { 0 }, "1.{minor}: {v}");
     }
 }

@@ -60,8 +60,8 @@ impl ZeroValid for u8 {}
 /// `n` zeroed elements for an output buffer, or None when the memory
 /// cannot be had (the output is then handed over by the plugin, and a copy
 /// that cannot be made is an error there, never an abort). Allocated
-/// zeroed, not zero-filled: a large buffer's pages are the kernel's zero
-/// pages until the plugin writes them.
+/// zeroed, not zero-filled after: `calloc` skips the fill where the memory
+/// comes fresh from the kernel.
 fn zeroed<T: ZeroValid>(n: usize) -> Option<Vec<T>> {
     if n == 0 {
         return Some(Vec::new());

@@ -7,9 +7,21 @@ use crate::plugin::{DeviceInfo, DeviceKind, Role, ValueInfo};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
-use crate::tensor::{ownership, DType, Dims, HostTensor, HostTensorRef, RlxTensor, TensorRef};
+use crate::tensor::{
+    ownership, DType, Dims, HostTensor, HostTensorRef, RlxNamedTensor, RlxTensor, TensorRef,
+};
 use std::ffi::c_void;
 use std::sync::Arc;
+
+/// `executable_run`'s and (1.8) `executable_run_into`'s type (the table
+/// spells it out in each field, as its layout derive needs).
+type RlxRunFn = unsafe extern "C" fn(
+    *mut RlxExecutable,
+    *const RlxNamedTensor,
+    usize,
+    *mut RlxTensor,
+    usize,
+) -> *mut crate::error::RlxStatus;
 
 /// A compiled graph in a plugin. Released on drop.
 pub struct PluginExecutable {
@@ -193,31 +205,10 @@ impl PluginExecutable {
         let n_out = self.values(Role::Output).count();
         let mut slots: smallvec::SmallVec<[RlxTensor; 4]> =
             smallvec::smallvec![RlxTensor::empty(); n_out];
-        // SAFETY: `exe` is live; the inputs point into `borrowed`, alive for the call; `slots` has exactly the output count.
-        self.plugin.check(unsafe {
-            (self.plugin.api.executable_run.unwrap())(
-                self.exe,
-                named.as_ptr(),
-                named.len(),
-                slots.as_mut_ptr(),
-                slots.len(),
-            )
-        })?;
-        // Every slot is read, then released, before an error is reported.
-        let mut first_error = None;
-        let mut outs = Vec::with_capacity(n_out);
-        for (i, slot) in slots.into_iter().enumerate() {
-            match self.read_slot(i, slot, &mut read) {
-                Ok(v) => outs.push(v),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(outs),
-        }
+        // SAFETY: the inputs point into `borrowed`, alive for the call;
+        // `slots` has exactly the output count.
+        unsafe { self.call(self.plugin.api.executable_run.unwrap(), named, &mut slots)? };
+        self.read_slots(slots, |me, i, slot| me.read_slot(i, slot, &mut read))
     }
 
     /// (ABI 1.8) As [`PluginExecutable::run_refs_with`], with output `i`
@@ -308,27 +299,51 @@ impl PluginExecutable {
                 None => RlxTensor::empty(),
             })
             .collect();
-        // SAFETY: `exe` is live; the inputs point into `borrowed` and the
-        // lent slots into `into` and `shapes`, all alive for the call;
-        // `slots` has exactly the output count.
+        // SAFETY: the inputs point into `borrowed` and the lent slots into
+        // `into` and `shapes`, all alive for the call; `slots` has exactly
+        // the output count.
+        unsafe { self.call(run_into, named, &mut slots)? };
+        self.read_slots(slots, |me, i, slot| match into[i] {
+            Some(_) => Ok(None),
+            None => me.read_slot(i, slot, &mut read).map(Some),
+        })
+    }
+
+    /// One run call into the plugin, its status as a result.
+    ///
+    /// # Safety
+    /// `named` and `slots` (and whatever they point at) are valid for the
+    /// call, and `slots` has exactly the output count.
+    unsafe fn call(
+        &self,
+        run: RlxRunFn,
+        named: &[RlxNamedTensor],
+        slots: &mut [RlxTensor],
+    ) -> PluginResult<()> {
+        // SAFETY: `exe` is live; the rest is the caller's promise.
         self.plugin.check(unsafe {
-            run_into(
+            run(
                 self.exe,
                 named.as_ptr(),
                 named.len(),
                 slots.as_mut_ptr(),
                 slots.len(),
             )
-        })?;
+        })
+    }
+
+    /// Each slot handled by `each` (in order) after a successful run:
+    /// every slot is read, then released, before an error is reported.
+    fn read_slots<U>(
+        &self,
+        slots: smallvec::SmallVec<[RlxTensor; 4]>,
+        mut each: impl FnMut(&Self, usize, RlxTensor) -> PluginResult<U>,
+    ) -> PluginResult<Vec<U>> {
         let mut first_error = None;
-        let mut outs = Vec::with_capacity(n_out);
-        for (i, (slot, buf)) in slots.into_iter().zip(into.iter()).enumerate() {
-            if buf.is_some() {
-                outs.push(None);
-                continue;
-            }
-            match self.read_slot(i, slot, &mut read) {
-                Ok(v) => outs.push(Some(v)),
+        let mut outs = Vec::with_capacity(slots.len());
+        for (i, slot) in slots.into_iter().enumerate() {
+            match each(self, i, slot) {
+                Ok(v) => outs.push(v),
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
