@@ -108,28 +108,6 @@ pub fn f32_le_bytes(values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(f32_to_le(values))
 }
 
-/// f32 values' memory as the little-endian bytes of an F32 tensor, for a
-/// peer to write into; None on a big-endian host (whose f32s are not
-/// those bytes).
-pub fn f32_le_bytes_mut(values: &mut [f32]) -> Option<&mut [u8]> {
-    #[cfg(target_endian = "little")]
-    {
-        // SAFETY: as in `f32_le_bytes`; every byte pattern is a valid f32,
-        // so whatever is written leaves the values initialised.
-        Some(unsafe {
-            std::slice::from_raw_parts_mut(
-                values.as_mut_ptr().cast::<u8>(),
-                std::mem::size_of_val(values),
-            )
-        })
-    }
-    #[cfg(not(target_endian = "little"))]
-    {
-        let _ = values;
-        None
-    }
-}
-
 /// Encode f32 values as little-endian elements of `dtype` (rounding to
 /// nearest for narrower floats, truncating toward zero for integers).
 pub fn f32_to_bytes(dtype: DType, values: &[f32]) -> PluginResult<Vec<u8>> {

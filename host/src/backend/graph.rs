@@ -1,7 +1,7 @@
 //! A plugin executable as rlx-runtime's `ExecutableGraph`: buffers
 //! converted to and from the dtypes its signature declares.
 
-use rlx_plugin_api::host::PluginExecutable;
+use rlx_plugin_api::host::{LentBuffer, PluginExecutable};
 use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{convert, DType, HostTensorRef, Role, TensorRef, ValueInfo};
 use rlx_runtime::ExecutableGraph;
@@ -52,29 +52,52 @@ pub fn ir_dtype(d: DType) -> rlx_ir::DType {
 
 // ---- the executable ----
 
-/// Marks the element types for which all-zero bytes are a valid value.
-trait ZeroValid: Copy {}
-impl ZeroValid for f32 {}
-impl ZeroValid for u8 {}
+/// Room for `n` elements of an output the plugin writes whole: a `Vec`
+/// of length 0 whose capacity is lent for the run (nothing reads it before
+/// it is written, so no fill is paid for, and its length is set only once
+/// the run has written it), or None when the memory cannot be had (the
+/// output is then handed over by the plugin, and a copy that cannot be
+/// made is an error there, never an abort).
+fn room<T>(n: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    Some(v)
+}
 
-/// `n` zeroed elements for an output buffer, or None when the memory
-/// cannot be had (the output is then handed over by the plugin, and a copy
-/// that cannot be made is an error there, never an abort). Allocated
-/// zeroed, not zero-filled after: `calloc` skips the fill where the memory
-/// comes fresh from the kernel.
-fn zeroed<T: ZeroValid>(n: usize) -> Option<Vec<T>> {
-    if n == 0 {
-        return Some(Vec::new());
+/// `v`'s spare capacity for `n` elements as the buffer an output is
+/// written into.
+fn lend<T>(v: &mut Vec<T>, n: usize) -> LentBuffer {
+    debug_assert!(v.capacity() >= n && v.is_empty());
+    LentBuffer {
+        ptr: v.as_mut_ptr().cast(),
+        len: n * std::mem::size_of::<T>(),
     }
-    let layout = std::alloc::Layout::array::<T>(n).ok()?;
-    // SAFETY: `layout` has a non-zero size (n > 0, and T is f32 or u8).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: `p` was allocated by the global allocator with `T`'s layout
-    // for `n` elements, all initialised (zero is a valid `T`).
-    Some(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
+/// The outputs of a run: each written into its room (whose length is now
+/// set) or read by the run's reader.
+///
+/// # Safety
+/// Each room in `made` was lent to a run that succeeded and returned
+/// `read`, so its first `n` elements are written (`run_refs_into_raw`).
+unsafe fn finish<T, U>(
+    read: Vec<Option<U>>,
+    made: SmallVec<[Option<(Vec<T>, usize)>; 4]>,
+    mut filled: impl FnMut(usize, Vec<T>) -> U,
+) -> Vec<U> {
+    read.into_iter()
+        .zip(made)
+        .enumerate()
+        .map(|(i, (r, m))| match (r, m) {
+            (Some(r), _) => r,
+            (None, Some((mut v, n))) => {
+                // SAFETY: the caller's promise: the run wrote n elements.
+                unsafe { v.set_len(n) };
+                filled(i, v)
+            }
+            (None, None) => unreachable!("each output written or read"),
+        })
+        .collect()
 }
 
 /// A plugin executable as an rlx-runtime [`ExecutableGraph`].
@@ -200,7 +223,7 @@ impl PluginGraph {
     pub(super) fn run_bytes<T>(
         &mut self,
         inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
-        into: &mut [Option<&mut [u8]>],
+        into: &[Option<LentBuffer>],
         read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<T>,
     ) -> Vec<Option<T>> {
         // Inputs in the dtype the plugin wants are lent to it as they are
@@ -235,9 +258,9 @@ impl PluginGraph {
                 (*n, t)
             })
             .collect();
-        let outs = self
-            .exe
-            .run_refs_into(&named, into, read)
+        // SAFETY: each buffer is the spare capacity of a `Vec` the caller
+        // made for this run (`room`), of its length, aliased by nothing.
+        let outs = unsafe { self.exe.run_refs_into_raw(&named, into, read) }
             .unwrap_or_else(|e| self.fail(e));
         if outs.len() != self.outputs.len() {
             self.fail(format!(
@@ -275,27 +298,26 @@ impl ExecutableGraph for PluginGraph {
         // An f32 output of fixed shape is written by the plugin straight
         // into the Vec handed on (on a GPU: its one copy from device
         // memory); any other is converted from the plugin's buffer, one
-        // copy as well (the plugin lends MLX's own on the CPU).
-        let mut made: SmallVec<[Option<Vec<f32>>; 4]> = (0..self.outputs.len())
+        // copy as well (the plugin lends MLX's own on the CPU). A
+        // big-endian host converts every output (its f32s are not the
+        // ABI's little-endian bytes).
+        let mut made: SmallVec<[Option<(Vec<f32>, usize)>; 4]> = (0..self.outputs.len())
             .map(|i| {
-                (self.outputs[i].dtype == DType::F32)
-                    .then(|| self.fixed_numel(i))
-                    .flatten()
-                    .and_then(zeroed::<f32>)
+                let n = self.fixed_numel(i)?;
+                let f32_le = self.outputs[i].dtype == DType::F32 && cfg!(target_endian = "little");
+                f32_le.then(|| room::<f32>(n).map(|v| (v, n))).flatten()
             })
             .collect();
-        let mut into: SmallVec<[Option<&mut [u8]>; 4]> = made
+        let into: SmallVec<[Option<LentBuffer>; 4]> = made
             .iter_mut()
-            .map(|v| v.as_deref_mut().and_then(convert::f32_le_bytes_mut))
+            .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
             .collect();
-        let read = self.run_bytes(owned, &mut into, |t| {
+        let read = self.run_bytes(owned, &into, |t| {
             convert::bytes_to_f32(t.dtype, &t.compact_cow()?)
         });
-        drop(into);
-        read.into_iter()
-            .zip(made)
-            .map(|(r, m)| r.or(m).expect("each output written or read"))
-            .collect()
+        // SAFETY: `made`'s rooms were lent to this run, which succeeded
+        // (a failed one does not return).
+        unsafe { finish(read, made, |_, v| v) }
     }
 
     fn run_typed(
@@ -306,24 +328,22 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
             .collect();
-        let mut made: SmallVec<[Option<Vec<u8>>; 4]> = (0..self.outputs.len())
+        let mut made: SmallVec<[Option<(Vec<u8>, usize)>; 4]> = (0..self.outputs.len())
             .map(|i| {
-                self.fixed_numel(i)
-                    .and_then(|n| n.checked_mul(self.outputs[i].dtype.size_bytes()))
-                    .and_then(zeroed::<u8>)
+                let n = self
+                    .fixed_numel(i)?
+                    .checked_mul(self.outputs[i].dtype.size_bytes())?;
+                room::<u8>(n).map(|v| (v, n))
             })
             .collect();
-        let mut into: SmallVec<[Option<&mut [u8]>; 4]> =
-            made.iter_mut().map(|v| v.as_deref_mut()).collect();
-        let read = self.run_bytes(borrowed, &mut into, |t| t.to_compact_bytes());
-        drop(into);
-        read.into_iter()
-            .zip(made)
-            .zip(&self.outputs)
-            .map(|((r, m), info)| {
-                let bytes = r.or(m).expect("each output written or read");
-                (bytes, ir_dtype(info.dtype))
-            })
-            .collect()
+        let into: SmallVec<[Option<LentBuffer>; 4]> = made
+            .iter_mut()
+            .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
+            .collect();
+        let read = self.run_bytes(borrowed, &into, |t| {
+            Ok((t.to_compact_bytes()?, ir_dtype(t.dtype)))
+        });
+        // SAFETY: as in `run`.
+        unsafe { finish(read, made, |i, v| (v, ir_dtype(self.outputs[i].dtype))) }
     }
 }

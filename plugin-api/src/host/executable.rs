@@ -23,6 +23,14 @@ type RlxRunFn = unsafe extern "C" fn(
     usize,
 ) -> *mut crate::error::RlxStatus;
 
+/// Memory lent for one output of [`PluginExecutable::run_refs_into_raw`]:
+/// `len` bytes at `ptr`, possibly uninitialised until the run writes them.
+#[derive(Clone, Copy, Debug)]
+pub struct LentBuffer {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
 /// A compiled graph in a plugin. Released on drop.
 pub struct PluginExecutable {
     plugin: Arc<LoadedPlugin>,
@@ -223,6 +231,37 @@ impl PluginExecutable {
         &mut self,
         inputs: &[(&str, HostTensorRef<'_>)],
         into: &mut [Option<&mut [u8]>],
+        read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<Vec<Option<T>>> {
+        let lent: smallvec::SmallVec<[Option<LentBuffer>; 4]> = into
+            .iter_mut()
+            .map(|b| {
+                b.as_deref_mut().map(|b| LentBuffer {
+                    ptr: b.as_mut_ptr(),
+                    len: b.len(),
+                })
+            })
+            .collect();
+        // SAFETY: each buffer is a `&mut [u8]` borrowed for this call, so
+        // valid for writes of its length and aliased by nothing else.
+        unsafe { self.run_refs_into_raw(inputs, &lent, read) }
+    }
+
+    /// [`PluginExecutable::run_refs_into`] with the buffers as pointers,
+    /// which may point at uninitialised memory (a `Vec`'s spare capacity):
+    /// a caller that allocates an output only to have it overwritten need
+    /// not fill it first.
+    ///
+    /// # Safety
+    /// Each `Some` buffer is valid for writes of `len` bytes for the call
+    /// and overlaps no input and no other buffer. On `Ok`, every byte of
+    /// each lent buffer has been written (by the plugin, which the ABI
+    /// binds to write the whole output, or by the copy made here for a
+    /// plugin before 1.8).
+    pub unsafe fn run_refs_into_raw<T>(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+        into: &[Option<LentBuffer>],
         mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
     ) -> PluginResult<Vec<Option<T>>> {
         let n_out = self.values(Role::Output).count();
@@ -240,17 +279,25 @@ impl PluginExecutable {
                 shapes.push(Dims::new());
                 continue;
             };
+            if buf.ptr.is_null() {
+                // A null data pointer asks for an owned output (the ABI's
+                // rule): never what a lent buffer means.
+                return Err(PluginError::invalid_argument(format!(
+                    "the buffer for output {:?} is a null pointer",
+                    info.name
+                )));
+            }
             let dims: Option<Dims<i64>> = info.shape.iter().map(|d| d.map(|d| d as i64)).collect();
             let need = info.shape.iter().try_fold(info.dtype.size_bytes(), |n, d| {
                 d.and_then(|d| n.checked_mul(d))
             });
             match (dims, need) {
-                (Some(dims), Some(need)) if need == buf.len() => shapes.push(dims),
+                (Some(dims), Some(need)) if need == buf.len => shapes.push(dims),
                 _ => {
                     return Err(PluginError::invalid_argument(format!(
                         "the buffer for output {:?} has {} bytes; {}[{}] needs {}",
                         info.name,
-                        buf.len(),
+                        buf.len,
                         info.dtype,
                         info.shape
                             .iter()
@@ -268,12 +315,19 @@ impl PluginExecutable {
             return self.run_refs_with(inputs, |t| {
                 let at = i;
                 i += 1;
-                match into[at].as_deref_mut() {
+                match into[at] {
                     Some(buf) => {
-                        match t.compact_bytes() {
-                            Some(b) => buf.copy_from_slice(b),
-                            None => buf.copy_from_slice(&t.to_compact_bytes()?),
+                        let bytes = t.compact_cow()?;
+                        if bytes.len() != buf.len {
+                            return Err(PluginError::internal(format!(
+                                "output {at} has {} bytes for a buffer of {}",
+                                bytes.len(),
+                                buf.len
+                            )));
                         }
+                        // SAFETY: the caller's promise: `buf` is valid for
+                        // writes of `len` bytes and overlaps nothing read.
+                        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr, buf.len) };
                         Ok(None)
                     }
                     None => read(t).map(Some),
@@ -285,13 +339,13 @@ impl PluginExecutable {
         let dtypes: smallvec::SmallVec<[DType; 4]> =
             self.values(Role::Output).map(|v| v.dtype).collect();
         let mut slots: smallvec::SmallVec<[RlxTensor; 4]> = into
-            .iter_mut()
+            .iter()
             .zip(shapes.iter_mut())
             .zip(dtypes)
             .map(|((buf, shape), dtype)| match buf {
                 Some(buf) => RlxTensor::compact(
                     dtype,
-                    buf.as_mut_ptr() as *mut c_void,
+                    buf.ptr as *mut c_void,
                     shape.as_mut_ptr(),
                     shape.len(),
                     ownership::BORROWED,

@@ -9,8 +9,10 @@
 //! - `abi`: the plugin's C ABI (`executable_run`), through the host-side
 //!   loader's `PluginExecutable::run_refs`: the plugin's run (input checks,
 //!   graph build or compiled call, output handed over) and the glue.
+//! - `abi-into`: the same through `executable_run_into` (ABI 1.8), the
+//!   output written into a buffer lent for each run, as `session` does.
 //! - `session`: `Session::run` on `Device::Mlx`: rlx-runtime and the
-//!   adapter on top of `abi`.
+//!   adapter on top of `abi-into`.
 //!
 //! The plugin is linked in (`install_static`), so no `dlopen` sits between
 //! the layers; a loaded plugin's calls are the same calls. Run it with
@@ -122,11 +124,14 @@ fn main() {
         }
     };
 
+    // One element is read back, as the `session` row does: converting the
+    // whole output would add a copy of it to the rows that check bytes.
     let check = |out: &[u8]| {
-        let y = rlx_plugin_api::convert::f32_from_le(out);
+        assert_eq!(out.len(), 4 * len);
+        let y1 = f32::from_le_bytes(out[4..8].try_into().unwrap());
         assert!(
-            (y[1] - x[1].exp()).abs() <= 1e-6 * x[1].exp().abs().max(1.0),
-            "{y:?}"
+            (y1 - x[1].exp()).abs() <= 1e-6 * x[1].exp().abs().max(1.0),
+            "{y1}"
         );
     };
 
@@ -232,6 +237,21 @@ fn main() {
             let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &x_bytes).unwrap();
             let out = exe.run_refs(&[("x", t)]).unwrap();
             check(&out[0].data);
+        });
+    }
+    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+        let mut exe = plugin.compile(&text, mode).unwrap();
+        let shape = [len];
+        row("abi-into", mode.name(), &mut || {
+            let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &x_bytes).unwrap();
+            // A fresh buffer a run, as the host adapter lends the Vec it
+            // returns.
+            let mut y = vec![0u8; x_bytes.len()];
+            exe.run_refs_into(&[("x", t)], &mut [Some(&mut y[..])], |t| {
+                t.to_compact_bytes()
+            })
+            .unwrap();
+            check(&y);
         });
     }
     for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
