@@ -557,12 +557,16 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
 }
 
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
+  array_copy_to(a, out.data(), out.size());
+}
+
+void array_copy_to(const Array& a, uint8_t* out, std::size_t len) {
   mx::array x = a.a;
   const std::size_t n = x.nbytes();
-  if (out.size() != n) {
+  if (len != n) {
     throw std::invalid_argument(
         "[rlx shim] array_copy_into: output buffer has " +
-        std::to_string(out.size()) + " bytes, array has " + std::to_string(n));
+        std::to_string(len) + " bytes, array has " + std::to_string(n));
   }
   evaluate({x});
   if (n == 0) {
@@ -585,8 +589,8 @@ void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
       }
     }
   }
-  if (!cuda_copy::to_host(x, out.data(), n)) {
-    std::memcpy(out.data(), x.data<uint8_t>(), n);
+  if (!cuda_copy::to_host(x, out, n)) {
+    std::memcpy(out, x.data<uint8_t>(), n);
   }
 }
 

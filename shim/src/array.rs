@@ -121,6 +121,13 @@ pub mod ffi {
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
         fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;
+        /// As `array_copy_into`, into `len` bytes at `out`, which may be
+        /// uninitialised: a caller that allocates only to have them
+        /// overwritten need not fill them first.
+        ///
+        /// # Safety
+        /// `out` is valid for writes of `len` bytes.
+        unsafe fn array_copy_to(a: &Array, out: *mut u8, len: usize) -> Result<()>;
         /// Evaluates a one-element array and converts its value to f64.
         fn array_item_f64(a: &Array) -> Result<f64>;
     }
@@ -356,8 +363,15 @@ pub fn array_to_bytes(a: &Array) -> Result<Vec<u8>, ShimError> {
             format!("cannot allocate {n} bytes for the result"),
         )
     })?;
-    out.resize(n, 0u8);
-    ffi::array_copy_into(a, &mut out).map_err(|e| ShimError::new("array_to_bytes", e))?;
+    // Written into the spare capacity, unfilled: zero-filling a 4 MiB
+    // result first cost more than the copy from a GPU itself.
+    // SAFETY: `out` has room for `n` bytes; the shim writes all `n` (the
+    // array's bytes, row-major) or fails, and the length is set only then.
+    unsafe {
+        ffi::array_copy_to(a, out.as_mut_ptr(), n)
+            .map_err(|e| ShimError::new("array_to_bytes", e))?;
+        out.set_len(n);
+    }
     Ok(out)
 }
 
