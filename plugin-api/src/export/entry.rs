@@ -1,7 +1,7 @@
 //! Header §9: the entry symbol. `export_plugin!` writes it; [`entry`] is
 //! its body: the handshake, the plugin's state and its root table.
 
-use super::{custom_ops::CUSTOM_OP_API, executable, registration, status};
+use super::{custom_ops::CUSTOM_OP_API, executable, registration, run, status};
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::{panic_message, PluginError, PluginResult, StatusCode};
 use crate::plugin::{Descriptor, DeviceInfo, Plugin};
@@ -189,9 +189,9 @@ unsafe fn handshake(
     t.executable_destroy = Some(executable::executable_destroy);
     t.executable_signature = Some(executable::executable_signature);
     t.executable_bind_param = Some(executable::executable_bind_param);
-    t.executable_run = Some(executable::executable_run);
+    t.executable_run = Some(run::executable_run);
     t.executable_device = Some(executable::executable_device);
-    t.executable_run_into = Some(executable::executable_run_into);
+    t.executable_run_into = Some(run::executable_run_into);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,
         None => &CUSTOM_OP_API,

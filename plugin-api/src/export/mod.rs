@@ -8,6 +8,7 @@ mod custom_ops;
 mod entry;
 mod executable;
 mod registration;
+mod run;
 mod status;
 
 pub use entry::{entry, EntryOptions};
