@@ -8,6 +8,9 @@
 use crate::ShimError;
 use cxx::UniquePtr;
 
+// cxx does not carry a bridge function's `# Safety` docs to the function
+// it generates; `array_copy_to`'s contract is written at its declaration.
+#[allow(clippy::missing_safety_doc)]
 #[cxx::bridge(namespace = "rlx")]
 pub mod ffi {
     /// Element type of an array. Values 0..=11 are the set every backend

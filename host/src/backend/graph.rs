@@ -64,6 +64,10 @@ fn room<T>(n: usize) -> Option<Vec<T>> {
     Some(v)
 }
 
+/// Per output: its room and its element count, or None for an output
+/// the plugin hands over.
+type Rooms<T> = SmallVec<[Option<(Vec<T>, usize)>; 4]>;
+
 /// `v`'s spare capacity for `n` elements as the buffer an output is
 /// written into.
 fn lend<T>(v: &mut Vec<T>, n: usize) -> LentBuffer {
@@ -82,7 +86,7 @@ fn lend<T>(v: &mut Vec<T>, n: usize) -> LentBuffer {
 /// `read`, so its first `n` elements are written (`run_refs_into_raw`).
 unsafe fn finish<T, U>(
     read: Vec<Option<U>>,
-    made: SmallVec<[Option<(Vec<T>, usize)>; 4]>,
+    made: Rooms<T>,
     mut filled: impl FnMut(usize, Vec<T>) -> U,
 ) -> Vec<U> {
     read.into_iter()
@@ -301,7 +305,7 @@ impl ExecutableGraph for PluginGraph {
         // copy as well (the plugin lends MLX's own on the CPU). A
         // big-endian host converts every output (its f32s are not the
         // ABI's little-endian bytes).
-        let mut made: SmallVec<[Option<(Vec<f32>, usize)>; 4]> = (0..self.outputs.len())
+        let mut made: Rooms<f32> = (0..self.outputs.len())
             .map(|i| {
                 let n = self.fixed_numel(i)?;
                 let f32_le = self.outputs[i].dtype == DType::F32 && cfg!(target_endian = "little");
@@ -328,7 +332,7 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
             .collect();
-        let mut made: SmallVec<[Option<(Vec<u8>, usize)>; 4]> = (0..self.outputs.len())
+        let mut made: Rooms<u8> = (0..self.outputs.len())
             .map(|i| {
                 let n = self
                     .fixed_numel(i)?
