@@ -250,3 +250,65 @@ fn run_refs_into_checks_buffer_sizes_against_the_signature() {
         "{e}"
     );
 }
+
+/// A lent output over the memory of a strided input (here `x` given
+/// transposed, column-major in its buffer) is refused too: the overlap test
+/// covers every byte an input may be read from, not only compact ones.
+#[test]
+fn run_into_refuses_a_loan_over_a_strided_input() {
+    use rlx_plugin_api::tensor::{ownership, RlxNamedTensor};
+    let plugin = mlx();
+    let mut exe = plugin.compile(GRAPH, rlx_plugin_api::Mode::Lazy).expect("compile");
+    exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap())
+        .unwrap();
+    // x[4, 8] stored column-major: element (r, c) at c * 4 + r.
+    let mut xt = values(32, 3, 0);
+    let mut b = values(12, 4, 0);
+    let (mut dx, mut sx, mut db) = ([4i64, 8], [1i64, 4], [4i64, 3]);
+    let mut x_desc = RlxTensor::compact(
+        rlx_plugin_api::DType::F32,
+        xt.as_mut_ptr().cast(),
+        dx.as_mut_ptr(),
+        2,
+        ownership::BORROWED,
+    );
+    x_desc.dl.strides = sx.as_mut_ptr();
+    let b_desc = RlxTensor::compact(
+        rlx_plugin_api::DType::F32,
+        b.as_mut_ptr().cast(),
+        db.as_mut_ptr(),
+        2,
+        ownership::BORROWED,
+    );
+    let named = [("x", x_desc), ("b", b_desc)].map(|(n, t)| RlxNamedTensor {
+        struct_size: std::mem::size_of::<RlxNamedTensor>(),
+        name: rlx_plugin_api::RlxStr::from_str(n),
+        tensor: t,
+    });
+    // Output 2 (x, f32[4, 8]) lent over x's own buffer.
+    let mut d48 = [4i64, 8];
+    let over = RlxTensor::compact(
+        rlx_plugin_api::DType::F32,
+        xt.as_mut_ptr().cast(),
+        d48.as_mut_ptr(),
+        2,
+        ownership::BORROWED,
+    );
+    let mut slots = [RlxTensor::empty(), RlxTensor::empty(), over];
+    let api = plugin.raw_api();
+    // SAFETY: the executable is live and used by this thread only; the
+    // descriptors and their memory outlive the call.
+    let e = unsafe {
+        plugin.take_status((api.executable_run_into.unwrap())(
+            exe.raw_handle(),
+            named.as_ptr(),
+            2,
+            slots.as_mut_ptr(),
+            3,
+        ))
+    }
+    .unwrap_err();
+    assert_eq!(e.code, rlx_plugin_api::StatusCode::InvalidArgument, "{e}");
+    assert!(e.message.contains("that input \"x\" is read from"), "{e}");
+    assert!(slots[0].dl.data.is_null() && slots[1].dl.data.is_null());
+}

@@ -116,28 +116,27 @@ unsafe fn run_into_slots<'a>(
                 t.ownership
             )));
         }
+        let strided = || {
+            PluginError::invalid_argument(format!(
+                "output slot {i} ({}{:?}) is strided; a lent output buffer is compact \
+                 row-major",
+                view.dtype, view.shape
+            ))
+        };
         let bytes = view
             .compact_bytes()
             .filter(|_| view.is_compact())
-            .ok_or_else(|| {
-                PluginError::invalid_argument(format!(
-                "output slot {i} ({}{:?}) is strided; a lent output buffer is compact row-major",
-                view.dtype, view.shape
-            ))
-            })?;
-        let range = bytes.as_ptr() as usize..bytes.as_ptr() as usize + bytes.len();
+            .ok_or_else(strided)?;
+        let range = view.byte_range();
         let overlaps = |r: &std::ops::Range<usize>| r.start < range.end && range.start < r.end;
         if let Some((j, _)) = lent.iter().find(|(_, r)| overlaps(r)) {
             return Err(PluginError::invalid_argument(format!(
                 "output slots {j} and {i} lend overlapping memory"
             )));
         }
+        // Every byte an input may be read from, strided inputs included.
         for (name, input) in inputs {
-            let Some(b) = input.compact_bytes() else {
-                continue;
-            };
-            let r = b.as_ptr() as usize..b.as_ptr() as usize + b.len();
-            if overlaps(&r) {
+            if overlaps(&input.byte_range()) {
                 return Err(PluginError::invalid_argument(format!(
                     "output slot {i} lends memory that input {name:?} is read from"
                 )));

@@ -121,6 +121,14 @@ impl<'a> TensorRef<'a> {
         self.shape.iter().product()
     }
 
+    /// The addresses of the smallest byte range holding every element
+    /// (empty for an empty tensor), strided or not: what an overlap test
+    /// against another buffer compares.
+    pub fn byte_range(&self) -> std::ops::Range<usize> {
+        let base = self.base as usize;
+        base.wrapping_add_signed(self.span.0)..base.wrapping_add_signed(self.span.1)
+    }
+
     pub fn is_compact(&self) -> bool {
         self.numel() <= 1 || self.strides == compact_strides(&self.shape)
     }
