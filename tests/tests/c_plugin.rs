@@ -535,6 +535,20 @@ fn every_c_build_loads_into_this_host_and_runs() {
                 "1.{minor} [{}] into",
                 mode.name()
             );
+            // The host adapter (what Session runs) lending its output Vec:
+            // written by the 1.8 build, copied into by the host below 1.8.
+            use rlx_runtime::ExecutableGraph;
+            let exe = p.compile_with(&model, &opts).unwrap();
+            let mut g = rlx_plugin_host::backend::PluginGraph::new(exe, "c-demo".into())
+                .with_lent_outputs(true);
+            g.set_param("w", &W);
+            g.set_param("b", &B);
+            assert_eq!(
+                g.run(&[("x", &X)])[0],
+                affine_relu_ref(&X, &W, &B),
+                "1.{minor} [{}] adapter, lent",
+                mode.name()
+            );
         }
         if minor == 0 {
             // 1.0 had no registry: the table stops before custom_ops.

@@ -258,9 +258,14 @@ fn run_refs_into_checks_buffer_sizes_against_the_signature() {
 fn run_into_refuses_a_loan_over_a_strided_input() {
     use rlx_plugin_api::tensor::{ownership, RlxNamedTensor};
     let plugin = mlx();
-    let mut exe = plugin.compile(GRAPH, rlx_plugin_api::Mode::Lazy).expect("compile");
-    exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap())
-        .unwrap();
+    let mut exe = plugin
+        .compile(GRAPH, rlx_plugin_api::Mode::Lazy)
+        .expect("compile");
+    exe.bind_param(
+        "w",
+        &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap(),
+    )
+    .unwrap();
     // x[4, 8] stored column-major: element (r, c) at c * 4 + r.
     let mut xt = values(32, 3, 0);
     let mut b = values(12, 4, 0);
@@ -311,4 +316,47 @@ fn run_into_refuses_a_loan_over_a_strided_input() {
     assert_eq!(e.code, rlx_plugin_api::StatusCode::InvalidArgument, "{e}");
     assert!(e.message.contains("that input \"x\" is read from"), "{e}");
     assert!(slots[0].dl.data.is_null() && slots[1].dl.data.is_null());
+}
+
+/// The host adapter (`PluginGraph`, what `Session` runs) with output
+/// buffers lent and not: f32 `run` and typed `run_typed` give the same
+/// values, and those of the f64 reference. The default lends only off
+/// the CPU, so this is what runs the lending path on a machine without a
+/// GPU, through the MLX plugin's `executable_run_into` (tests/c_plugin.rs
+/// runs it against C builds without one, where the host copies into the
+/// lent buffer).
+#[test]
+fn the_host_adapter_gives_the_same_outputs_with_and_without_lent_buffers() {
+    use rlx_plugin_host::backend::PluginGraph;
+    use rlx_runtime::ExecutableGraph;
+    let w = values(24, 1, 2);
+    let x = values(32, 3, 0);
+    let b = values(12, 4, 0);
+    let want = reference(&x, &w, &b);
+    for mode in MODES {
+        let plugin = mlx();
+        for lend in [false, true] {
+            let exe = plugin.compile(GRAPH, mode).expect("compile");
+            let mut g = PluginGraph::new(exe, "mlx".into()).with_lent_outputs(lend);
+            g.set_param("w", &w);
+            let out = g.run(&[("x", &x), ("b", &b)]);
+            assert_eq!(out[0], want, "{mode:?} lend {lend}: relu(x·w + b)");
+            assert_eq!(out[1], transposed(&want), "{mode:?} lend {lend}");
+            assert_eq!(out[2], x, "{mode:?} lend {lend}");
+            let xb = rlx_plugin_api::convert::f32_to_le(&x);
+            let bb = rlx_plugin_api::convert::f32_to_le(&b);
+            let typed = g.run_typed(&[
+                ("x", &xb[..], rlx_ir::DType::F32),
+                ("b", &bb[..], rlx_ir::DType::F32),
+            ]);
+            assert_eq!(typed.len(), 3);
+            assert_eq!(typed[0].1, rlx_ir::DType::F32);
+            assert_eq!(
+                rlx_plugin_api::convert::f32_from_le(&typed[0].0),
+                want,
+                "{mode:?} lend {lend}: run_typed"
+            );
+            assert_eq!(rlx_plugin_api::convert::f32_from_le(&typed[2].0), x);
+        }
+    }
 }

@@ -113,6 +113,10 @@ pub struct PluginGraph {
     inputs: Vec<ValueInfo>,
     params: HashMap<String, ValueInfo>,
     outputs: Vec<ValueInfo>,
+    /// Whether runs lend the plugin the output buffers (ABI 1.8). Not on
+    /// a CPU device: there the plugin hands over its own buffer for the
+    /// host's one copy, so lending saves no copy and costs the checks.
+    lend_outputs: bool,
 }
 
 impl PluginGraph {
@@ -123,13 +127,25 @@ impl PluginGraph {
         let inputs = exe.values(Role::Input).cloned().collect();
         let params = by_role(Role::Param);
         let outputs = exe.values(Role::Output).cloned().collect();
+        let lend_outputs = exe
+            .device()
+            .is_none_or(|d| d.kind != rlx_plugin_api::DeviceKind::Cpu);
         PluginGraph {
             exe,
             plugin,
             inputs,
             params,
             outputs,
+            lend_outputs,
         }
+    }
+
+    /// Lend the plugin the output buffers (ABI 1.8) or not, whatever the
+    /// device: the default lends them off the CPU only. For tests and
+    /// measurements of either path.
+    pub fn with_lent_outputs(mut self, lend: bool) -> PluginGraph {
+        self.lend_outputs = lend;
+        self
     }
 
     /// The executable's signature (inputs, params, outputs).
@@ -221,15 +237,16 @@ impl PluginGraph {
     }
 
     /// Run with `inputs` (converted to the dtypes the plugin wants where
-    /// they differ): output `i` is written into `into[i]` where that is
-    /// `Some` (the plugin's one copy out, ABI 1.8), else read with `read`,
-    /// in place, and returned in its place.
-    pub(super) fn run_bytes<T>(
+    /// they differ) through `call`, the run the caller chose (outputs read
+    /// in place, or written into lent buffers): one result per output.
+    pub(super) fn run_bytes<U>(
         &mut self,
         inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
-        into: &[Option<LentBuffer>],
-        read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<T>,
-    ) -> Vec<Option<T>> {
+        call: impl FnOnce(
+            &mut PluginExecutable,
+            &[(&str, HostTensorRef<'_>)],
+        ) -> rlx_plugin_api::PluginResult<Vec<U>>,
+    ) -> Vec<U> {
         // Inputs in the dtype the plugin wants are lent to it as they are
         // (it copies them into its own arrays); only converted ones are new.
         type Input<'n, 'd> = (&'n str, DType, Dims<usize>, Cow<'d, [u8]>);
@@ -262,10 +279,7 @@ impl PluginGraph {
                 (*n, t)
             })
             .collect();
-        // SAFETY: each buffer is the spare capacity of a `Vec` the caller
-        // made for this run (`room`), of its length, aliased by nothing.
-        let outs = unsafe { self.exe.run_refs_into_raw(&named, into, read) }
-            .unwrap_or_else(|e| self.fail(e));
+        let outs = call(&mut self.exe, &named).unwrap_or_else(|e| self.fail(e));
         if outs.len() != self.outputs.len() {
             self.fail(format!(
                 "run returned {} outputs, the signature declares {}",
@@ -299,12 +313,16 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, v)| (*n, convert::f32_le_bytes(v), rlx_ir::DType::F32))
             .collect();
-        // An f32 output of fixed shape is written by the plugin straight
-        // into the Vec handed on (on a GPU: its one copy from device
-        // memory); any other is converted from the plugin's buffer, one
-        // copy as well (the plugin lends MLX's own on the CPU). A
-        // big-endian host converts every output (its f32s are not the
-        // ABI's little-endian bytes).
+        // Off the CPU, an f32 output of fixed shape is written by the
+        // plugin straight into the Vec handed on (on a GPU: its one copy
+        // from device memory). Any other is converted from the plugin's
+        // buffer, one copy as well (on the CPU the plugin lends MLX's
+        // own). A big-endian host converts every output (its f32s are not
+        // the ABI's little-endian bytes).
+        let read = |t: &TensorRef<'_>| convert::bytes_to_f32(t.dtype, &t.compact_cow()?);
+        if !self.lend_outputs {
+            return self.run_bytes(owned, |exe, named| exe.run_refs_with(named, read));
+        }
         let mut made: Rooms<f32> = (0..self.outputs.len())
             .map(|i| {
                 let n = self.fixed_numel(i)?;
@@ -316,12 +334,14 @@ impl ExecutableGraph for PluginGraph {
             .iter_mut()
             .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
             .collect();
-        let read = self.run_bytes(owned, &into, |t| {
-            convert::bytes_to_f32(t.dtype, &t.compact_cow()?)
+        // SAFETY: each buffer is the spare capacity of a `Vec` made above
+        // for this run (`room`), of its length, aliased by nothing.
+        let outs = self.run_bytes(owned, |exe, named| unsafe {
+            exe.run_refs_into_raw(named, &into, read)
         });
         // SAFETY: `made`'s rooms were lent to this run, which succeeded
         // (a failed one does not return).
-        unsafe { finish(read, made, |_, v| v) }
+        unsafe { finish(outs, made, |_, v| v) }
     }
 
     fn run_typed(
@@ -332,6 +352,10 @@ impl ExecutableGraph for PluginGraph {
             .iter()
             .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
             .collect();
+        let read = |t: &TensorRef<'_>| Ok((t.to_compact_bytes()?, ir_dtype(t.dtype)));
+        if !self.lend_outputs {
+            return self.run_bytes(borrowed, |exe, named| exe.run_refs_with(named, read));
+        }
         let mut made: Rooms<u8> = (0..self.outputs.len())
             .map(|i| {
                 let n = self
@@ -344,10 +368,11 @@ impl ExecutableGraph for PluginGraph {
             .iter_mut()
             .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
             .collect();
-        let read = self.run_bytes(borrowed, &into, |t| {
-            Ok((t.to_compact_bytes()?, ir_dtype(t.dtype)))
+        // SAFETY: as in `run`.
+        let outs = self.run_bytes(borrowed, |exe, named| unsafe {
+            exe.run_refs_into_raw(named, &into, read)
         });
         // SAFETY: as in `run`.
-        unsafe { finish(read, made, |i, v| (v, ir_dtype(self.outputs[i].dtype))) }
+        unsafe { finish(outs, made, |i, v| (v, ir_dtype(self.outputs[i].dtype))) }
     }
 }
