@@ -18,15 +18,29 @@ fn transposed(y: &[f32]) -> Vec<f32> {
     (0..12).map(|k| y[(k % 4) * 3 + k / 4]).collect()
 }
 
+/// The param every test binds (f32[8, 3]).
+fn w() -> Vec<f32> {
+    values(24, 1, 2)
+}
+
+/// `GRAPH` compiled in `mode` with `w` bound.
+fn compiled(
+    plugin: &std::sync::Arc<rlx_plugin_api::host::LoadedPlugin>,
+    mode: rlx_plugin_api::Mode,
+) -> rlx_plugin_api::host::PluginExecutable {
+    let mut exe = plugin.compile(GRAPH, mode).expect("compile");
+    exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &w()).unwrap())
+        .unwrap();
+    exe
+}
+
 #[test]
 fn outputs_outlive_later_runs_and_the_executable() {
     let plugin = mlx();
     let api = plugin.raw_api();
     for mode in MODES {
-        let mut exe = plugin.compile(GRAPH, mode).expect("compile");
-        let w = values(24, 1, 2);
-        exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &w).unwrap())
-            .unwrap();
+        let exe = compiled(&plugin, mode);
+        let w = w();
         let mut kept: Vec<(Vec<f32>, Vec<f32>, [RlxTensor; 3])> = Vec::new();
         for i in 0..3 {
             let x = values(32, 3, i);
@@ -108,10 +122,8 @@ fn run_into_writes_lent_buffers_and_hands_over_the_rest() {
     let plugin = mlx();
     assert!(plugin.has_run_into());
     for mode in MODES {
-        let mut exe = plugin.compile(GRAPH, mode).expect("compile");
-        let w = values(24, 1, 2);
-        exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &w).unwrap())
-            .unwrap();
+        let mut exe = compiled(&plugin, mode);
+        let w = w();
         for i in 0..3 {
             let x = values(32, 3, i);
             let b = values(12, 4, i);
@@ -153,14 +165,7 @@ fn run_into_writes_lent_buffers_and_hands_over_the_rest() {
 fn run_into_refuses_bad_lent_buffers() {
     use rlx_plugin_api::StatusCode;
     let plugin = mlx();
-    let mut exe = plugin
-        .compile(GRAPH, rlx_plugin_api::Mode::Lazy)
-        .expect("compile");
-    exe.bind_param(
-        "w",
-        &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap(),
-    )
-    .unwrap();
+    let mut exe = compiled(&plugin, rlx_plugin_api::Mode::Lazy);
     let x = values(32, 3, 0);
     let xt = HostTensor::from_f32(vec![4, 8], &x).unwrap();
     let bt = HostTensor::from_f32(vec![4, 3], &values(12, 4, 0)).unwrap();
@@ -226,14 +231,7 @@ fn run_into_refuses_bad_lent_buffers() {
 #[test]
 fn run_refs_into_checks_buffer_sizes_against_the_signature() {
     let plugin = mlx();
-    let mut exe = plugin
-        .compile(GRAPH, rlx_plugin_api::Mode::Lazy)
-        .expect("compile");
-    exe.bind_param(
-        "w",
-        &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap(),
-    )
-    .unwrap();
+    let mut exe = compiled(&plugin, rlx_plugin_api::Mode::Lazy);
     let xt = HostTensor::from_f32(vec![4, 8], &values(32, 3, 0)).unwrap();
     let bt = HostTensor::from_f32(vec![4, 3], &values(12, 4, 0)).unwrap();
     let mut short = [0u8; 44];
@@ -258,14 +256,7 @@ fn run_refs_into_checks_buffer_sizes_against_the_signature() {
 fn run_into_refuses_a_loan_over_a_strided_input() {
     use rlx_plugin_api::tensor::{ownership, RlxNamedTensor};
     let plugin = mlx();
-    let mut exe = plugin
-        .compile(GRAPH, rlx_plugin_api::Mode::Lazy)
-        .expect("compile");
-    exe.bind_param(
-        "w",
-        &HostTensor::from_f32(vec![8, 3], &values(24, 1, 2)).unwrap(),
-    )
-    .unwrap();
+    let exe = compiled(&plugin, rlx_plugin_api::Mode::Lazy);
     // x[4, 8] stored column-major: element (r, c) at c * 4 + r.
     let mut xt = values(32, 3, 0);
     let mut b = values(12, 4, 0);
@@ -329,7 +320,7 @@ fn run_into_refuses_a_loan_over_a_strided_input() {
 fn the_host_adapter_gives_the_same_outputs_with_and_without_lent_buffers() {
     use rlx_plugin_host::backend::PluginGraph;
     use rlx_runtime::ExecutableGraph;
-    let w = values(24, 1, 2);
+    let w = w();
     let x = values(32, 3, 0);
     let b = values(12, 4, 0);
     let want = reference(&x, &w, &b);
