@@ -787,18 +787,25 @@ static void bind_param(RlxExecutable* exe) {
                  "bind_param of an unknown name");
 }
 
+/* x and b, copies of X and B1 in the caller's arrays, lent as the run's
+ * named inputs. */
+static void lend_inputs(float x[6], float b[4], RlxTensor* tx, RlxTensor* tb,
+                        RlxNamedTensor in[2]) {
+    memcpy(x, X, 6 * sizeof *x);
+    memcpy(b, B1, 4 * sizeof *b);
+    borrowed_f32(tx, x, 0, SHAPE_X, 2, NULL);
+    borrowed_f32(tb, b, 0, SHAPE_B, 2, NULL);
+    named(&in[0], "x", tx);
+    named(&in[1], "b", tb);
+}
+
 /* Run with x compact, then with x stored transposed (strides {1, 2}) one
  * float into its buffer (byte_offset 4), and another b. */
 static void run_and_check(RlxExecutable* exe) {
     float x[6], b[4];
-    memcpy(x, X, sizeof x);
-    memcpy(b, B1, sizeof b);
     RlxTensor tx, tb, out[1];
     RlxNamedTensor in[2];
-    borrowed_f32(&tx, x, 0, SHAPE_X, 2, NULL);
-    borrowed_f32(&tb, b, 0, SHAPE_B, 2, NULL);
-    named(&in[0], "x", &tx);
-    named(&in[1], "b", &tb);
+    lend_inputs(x, b, &tx, &tb, in);
     garbage_slots(out, 1);
     must(g_api->executable_run(exe, in, 2, out, 1), "run 1");
     double want[4];
@@ -837,15 +844,10 @@ static void run_into_and_check(RlxExecutable* exe) {
         return;
     }
     float x[6], b[4], y[4];
-    memcpy(x, X, sizeof x);
-    memcpy(b, B1, sizeof b);
-    memset(y, GARBAGE, sizeof y);
     RlxTensor tx, tb, out[1];
     RlxNamedTensor in[2];
-    borrowed_f32(&tx, x, 0, SHAPE_X, 2, NULL);
-    borrowed_f32(&tb, b, 0, SHAPE_B, 2, NULL);
-    named(&in[0], "x", &tx);
-    named(&in[1], "b", &tb);
+    lend_inputs(x, b, &tx, &tb, in);
+    memset(y, GARBAGE, sizeof y);
     borrowed_f32(&out[0], y, 0, SHAPE_B, 2, NULL);
     must(g_api->executable_run_into(exe, in, 2, out, 1), "run_into");
     if (out[0].dl.data != y || out[0].ownership != RLX_OWNERSHIP_BORROWED)
@@ -876,14 +878,9 @@ static void run_into_and_check(RlxExecutable* exe) {
 
 static void run_error_paths(RlxExecutable* exe) {
     float x[6], b[4];
-    memcpy(x, X, sizeof x);
-    memcpy(b, B1, sizeof b);
     RlxTensor tx, tb, out[2];
     RlxNamedTensor in[2];
-    borrowed_f32(&tx, x, 0, SHAPE_X, 2, NULL);
-    borrowed_f32(&tb, b, 0, SHAPE_B, 2, NULL);
-    named(&in[0], "x", &tx);
-    named(&in[1], "b", &tb);
+    lend_inputs(x, b, &tx, &tb, in);
 
     /* On error no slot holds a tensor: nothing to release after these. */
     garbage_slots(out, 2);
