@@ -397,10 +397,7 @@ impl OutputBuf<'_> {
     /// Copy output `i`, viewed as `t`, into this buffer.
     pub fn fill_from(&mut self, i: usize, t: &TensorRef<'_>) -> PluginResult<()> {
         self.check(i, t.dtype, &t.shape)?;
-        match t.compact_bytes() {
-            Some(b) => self.bytes.copy_from_slice(b),
-            None => self.bytes.copy_from_slice(&t.to_compact_bytes()?),
-        }
+        self.bytes.copy_from_slice(&t.compact_cow()?);
         Ok(())
     }
 }

@@ -265,17 +265,20 @@ impl Array {
                 format!("array has dtype {}, requested {}", self.dtype(), T::DTYPE),
             ));
         }
-        let mut out = vec![T::default(); self.size()];
-        // SAFETY: `out` is a properly aligned buffer of `size` elements of
-        // `T`; every byte pattern MLX writes is a valid value of `T` (bools
-        // are 0/1 in MLX).
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                out.as_mut_ptr() as *mut u8,
-                std::mem::size_of_val(out.as_slice()),
-            )
-        };
-        array_copy_into(self, bytes)?;
+        let n = self.size();
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| {
+            ShimError::new("to_vec", format!("cannot allocate {n} elements for the result"))
+        })?;
+        // SAFETY: `out` has room for `n` aligned elements of `T`; the shim
+        // writes all their bytes (the array's, row-major) or fails, and the
+        // length is set only then; every byte pattern MLX writes is a valid
+        // `T` (bools are 0/1 in MLX).
+        unsafe {
+            ffi::array_copy_to(self, out.as_mut_ptr().cast(), n * std::mem::size_of::<T>())
+                .map_err(|e| ShimError::new("to_vec", e))?;
+            out.set_len(n);
+        }
         Ok(out)
     }
 

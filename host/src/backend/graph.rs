@@ -64,6 +64,14 @@ fn room<T>(n: usize) -> Option<Vec<T>> {
     Some(v)
 }
 
+/// The element count of an output whose signature fixes every size: the
+/// outputs whose buffers the host can allocate before a run.
+fn fixed_numel(v: &ValueInfo) -> Option<usize> {
+    v.shape
+        .iter()
+        .try_fold(1usize, |n, d| d.and_then(|d| n.checked_mul(d)))
+}
+
 /// Per output: its room and its element count, or None for an output
 /// the plugin hands over.
 type Rooms<T> = SmallVec<[Option<(Vec<T>, usize)>; 4]>;
@@ -227,13 +235,34 @@ impl PluginGraph {
         }
     }
 
-    /// The element count of output `i` when its signature fixes every
-    /// size: the outputs whose buffers the host can allocate before a run.
-    fn fixed_numel(&self, i: usize) -> Option<usize> {
-        self.outputs[i]
-            .shape
+    /// Run with each output that `elems` sizes (in `T`s: only an output
+    /// whose signature fixes every size) written by the plugin into a `Vec`
+    /// lent for it, and made a result by `filled`; the others are read with
+    /// `read`.
+    fn run_lent<T, U>(
+        &mut self,
+        inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
+        elems: impl Fn(&ValueInfo) -> Option<usize>,
+        read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<U>,
+        filled: impl FnMut(usize, Vec<T>) -> U,
+    ) -> Vec<U> {
+        let mut made: Rooms<T> = self
+            .outputs
             .iter()
-            .try_fold(1usize, |n, d| d.and_then(|d| n.checked_mul(d)))
+            .map(|v| elems(v).and_then(|n| room::<T>(n).map(|r| (r, n))))
+            .collect();
+        let into: SmallVec<[Option<LentBuffer>; 4]> = made
+            .iter_mut()
+            .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
+            .collect();
+        // SAFETY: each buffer is the spare capacity of a `Vec` made above
+        // for this run (`room`), of its length, aliased by nothing.
+        let outs = self.run_bytes(inputs, |exe, named| unsafe {
+            exe.run_refs_into_raw(named, &into, read)
+        });
+        // SAFETY: `made`'s rooms were lent to this run, which succeeded
+        // (a failed one does not return).
+        unsafe { finish(outs, made, filled) }
     }
 
     /// Run with `inputs` (converted to the dtypes the plugin wants where
@@ -323,25 +352,17 @@ impl ExecutableGraph for PluginGraph {
         if !self.lend_outputs {
             return self.run_bytes(owned, |exe, named| exe.run_refs_with(named, read));
         }
-        let mut made: Rooms<f32> = (0..self.outputs.len())
-            .map(|i| {
-                let n = self.fixed_numel(i)?;
-                let f32_le = self.outputs[i].dtype == DType::F32 && cfg!(target_endian = "little");
-                f32_le.then(|| room::<f32>(n).map(|v| (v, n))).flatten()
-            })
-            .collect();
-        let into: SmallVec<[Option<LentBuffer>; 4]> = made
-            .iter_mut()
-            .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
-            .collect();
-        // SAFETY: each buffer is the spare capacity of a `Vec` made above
-        // for this run (`room`), of its length, aliased by nothing.
-        let outs = self.run_bytes(owned, |exe, named| unsafe {
-            exe.run_refs_into_raw(named, &into, read)
-        });
-        // SAFETY: `made`'s rooms were lent to this run, which succeeded
-        // (a failed one does not return).
-        unsafe { finish(outs, made, |_, v| v) }
+        let f32_le = cfg!(target_endian = "little");
+        self.run_lent(
+            owned,
+            |v| {
+                (v.dtype == DType::F32 && f32_le)
+                    .then(|| fixed_numel(v))
+                    .flatten()
+            },
+            read,
+            |_, v| v,
+        )
     }
 
     fn run_typed(
@@ -356,23 +377,13 @@ impl ExecutableGraph for PluginGraph {
         if !self.lend_outputs {
             return self.run_bytes(borrowed, |exe, named| exe.run_refs_with(named, read));
         }
-        let mut made: Rooms<u8> = (0..self.outputs.len())
-            .map(|i| {
-                let n = self
-                    .fixed_numel(i)?
-                    .checked_mul(self.outputs[i].dtype.size_bytes())?;
-                room::<u8>(n).map(|v| (v, n))
-            })
-            .collect();
-        let into: SmallVec<[Option<LentBuffer>; 4]> = made
-            .iter_mut()
-            .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
-            .collect();
-        // SAFETY: as in `run`.
-        let outs = self.run_bytes(borrowed, |exe, named| unsafe {
-            exe.run_refs_into_raw(named, &into, read)
-        });
-        // SAFETY: as in `run`.
-        unsafe { finish(outs, made, |i, v| (v, ir_dtype(self.outputs[i].dtype))) }
+        let dtypes: SmallVec<[rlx_ir::DType; 4]> =
+            self.outputs.iter().map(|v| ir_dtype(v.dtype)).collect();
+        self.run_lent(
+            borrowed,
+            |v| fixed_numel(v)?.checked_mul(v.dtype.size_bytes()),
+            read,
+            |i, v| (v, dtypes[i]),
+        )
     }
 }

@@ -123,10 +123,7 @@ unsafe fn run_into_slots<'a>(
                 view.dtype, view.shape
             ))
         };
-        let bytes = view
-            .compact_bytes()
-            .filter(|_| view.is_compact())
-            .ok_or_else(strided)?;
+        let bytes = view.compact_bytes().ok_or_else(strided)?;
         let range = view.byte_range();
         let overlaps = |r: &std::ops::Range<usize>| r.start < range.end && range.start < r.end;
         if let Some((j, _)) = lent.iter().find(|(_, r)| overlaps(r)) {

@@ -216,7 +216,9 @@ impl PluginExecutable {
         // SAFETY: the inputs point into `borrowed`, alive for the call;
         // `slots` has exactly the output count.
         unsafe { self.call(self.plugin.api.executable_run.unwrap(), named, &mut slots)? };
-        self.read_slots(slots, |me, i, slot| me.read_slot(i, slot, &mut read))
+        self.read_slots(slots, |me, i, info, slot| {
+            me.read_slot(i, info, slot, &mut read)
+        })
     }
 
     /// (ABI 1.8) As [`PluginExecutable::run_refs_with`], with output `i`
@@ -342,15 +344,13 @@ impl PluginExecutable {
         };
         let borrowed = crate::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
-        let dtypes: smallvec::SmallVec<[DType; 4]> =
-            self.values(Role::Output).map(|v| v.dtype).collect();
         let mut slots: smallvec::SmallVec<[RlxTensor; 4]> = into
             .iter()
             .zip(shapes.iter_mut())
-            .zip(dtypes)
-            .map(|((buf, shape), dtype)| match buf {
+            .zip(self.values(Role::Output))
+            .map(|((buf, shape), info)| match buf {
                 Some(buf) => RlxTensor::compact(
-                    dtype,
+                    info.dtype,
                     buf.ptr as *mut c_void,
                     shape.as_mut_ptr(),
                     shape.len(),
@@ -363,9 +363,9 @@ impl PluginExecutable {
         // `into` and `shapes`, all alive for the call; `slots` has exactly
         // the output count.
         unsafe { self.call(run_into, named, &mut slots)? };
-        self.read_slots(slots, |me, i, slot| match into[i] {
+        self.read_slots(slots, |me, i, info, slot| match into[i] {
             Some(_) => Ok(None),
-            None => me.read_slot(i, slot, &mut read).map(Some),
+            None => me.read_slot(i, info, slot, &mut read).map(Some),
         })
     }
 
@@ -397,12 +397,12 @@ impl PluginExecutable {
     fn read_slots<U>(
         &self,
         slots: smallvec::SmallVec<[RlxTensor; 4]>,
-        mut each: impl FnMut(&Self, usize, RlxTensor) -> PluginResult<U>,
+        mut each: impl FnMut(&Self, usize, &ValueInfo, RlxTensor) -> PluginResult<U>,
     ) -> PluginResult<Vec<U>> {
         let mut first_error = None;
         let mut outs = Vec::with_capacity(slots.len());
-        for (i, slot) in slots.into_iter().enumerate() {
-            match each(self, i, slot) {
+        for (i, (slot, info)) in slots.into_iter().zip(self.values(Role::Output)).enumerate() {
+            match each(self, i, info, slot) {
                 Ok(v) => outs.push(v),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -416,17 +416,14 @@ impl PluginExecutable {
     }
 
     /// Read output `i`'s `OWNED` slot with `read`, once its dtype and shape
-    /// are checked against the signature, then release it.
+    /// are checked against `info`, its signature, then release it.
     fn read_slot<T>(
         &self,
         i: usize,
+        info: &ValueInfo,
         slot: RlxTensor,
         read: &mut impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
     ) -> PluginResult<T> {
-        let info = self
-            .values(Role::Output)
-            .nth(i)
-            .expect("one slot per declared output");
         // SAFETY: the plugin wrote an OWNED tensor (or left the empty slot) in the slot.
         let got = unsafe { TensorRef::from_raw(&slot) }
             .map_err(|e| {

@@ -243,9 +243,7 @@ impl MlxExecutable {
         dtype: rlx_plugin_api::DType,
         shape: &[usize],
     ) -> PluginResult<()> {
-        let s = self.graph.shape(id);
-        let want_dt = ir_to_abi(s.dtype()).expect("checked");
-        let want: Vec<usize> = static_dims(s.dims()).iter().map(|d| *d as usize).collect();
+        let (want_dt, want) = self.declared_layout(id);
         if dtype != want_dt || shape != want.as_slice() {
             return Err(PluginError::invalid_argument(format!(
                 "{what} {name:?} is {}, got {dtype}{shape:?}",
@@ -306,9 +304,21 @@ impl MlxExecutable {
         bytes: &[u8],
     ) -> PluginResult<A> {
         self.check_leaf(what, name, id, dtype, shape)?;
-        let s = self.graph.shape(id);
-        let dims: Vec<i32> = shape.iter().map(|d| *d as i32).collect();
-        array::array_from_bytes(bytes, &dims, ir_to_mx(s.dtype()).expect("checked"))
+        self.new_leaf(what, name, id, shape, bytes)
+    }
+
+    /// An MLX array of a host tensor already checked against leaf `id`.
+    fn new_leaf(
+        &self,
+        what: &str,
+        name: &str,
+        id: NodeId,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> PluginResult<A> {
+        let dims: Dims<i32> = shape.iter().map(|d| *d as i32).collect();
+        let dtype = ir_to_mx(self.graph.shape(id).dtype()).expect("checked");
+        array::array_from_bytes(bytes, &dims, dtype)
             .map_err(|e| PluginError::internal(format!("{what} {name:?}: {e}")))
     }
 }
@@ -423,7 +433,7 @@ impl Executable for MlxExecutable {
         }
         self.traced_run(inputs, |exe, i, a, id| match &mut slots[i] {
             OutputSlot::Into(buf) => {
-                let (dtype, dims) = exe.output_layout(id);
+                let (dtype, dims) = exe.declared_layout(id);
                 buf.check(i, dtype, &dims)?;
                 array::array_copy_into(&a, buf.bytes)
                     .map_err(|e| PluginError::internal(format!("output {i}: {e}")))
@@ -526,7 +536,8 @@ impl MlxExecutable {
             };
             let arr = match reused {
                 Some(a) => a,
-                None => self.leaf_array("input", name, id, t.dtype, &t.shape, &bytes)?,
+                // Checked above, before anything was written.
+                None => self.new_leaf("input", name, id, &t.shape, &bytes)?,
             };
             given[slot] = Some(arr);
         }
@@ -650,8 +661,8 @@ impl MlxExecutable {
         format!("{} {mode}", self.device.label())
     }
 
-    /// Output `id`'s declared dtype and dims.
-    fn output_layout(&self, id: NodeId) -> (rlx_plugin_api::DType, Dims<usize>) {
+    /// Node `id`'s declared dtype and dims (an output's, a leaf's).
+    fn declared_layout(&self, id: NodeId) -> (rlx_plugin_api::DType, Dims<usize>) {
         let s = self.graph.shape(id);
         (
             ir_to_abi(s.dtype()).expect("checked"),
@@ -659,12 +670,11 @@ impl MlxExecutable {
         )
     }
 
-    /// Output `id`'s array copied out into a host tensor.
     /// Output `id` handed over as an owned tensor: lent in MLX's own
     /// buffer on the CPU where it can be, else copied out.
     fn owned_output(&self, a: A, id: NodeId) -> PluginResult<OwnedTensor> {
         let a = if self.device.kind == rlx_plugin_api::DeviceKind::Cpu {
-            let (dtype, dims) = self.output_layout(id);
+            let (dtype, dims) = self.declared_layout(id);
             match lent_output(a, dtype, &dims) {
                 Ok(lent) => return lent,
                 Err(a) => a,
@@ -675,11 +685,12 @@ impl MlxExecutable {
         self.host_output(&a, id).map(OwnedTensor::from_host)
     }
 
+    /// Output `id`'s array copied out into a host tensor.
     fn host_output(&self, a: &A, id: NodeId) -> PluginResult<HostTensor> {
         let data = a
             .to_bytes()
             .map_err(|e| PluginError::internal(e.to_string()))?;
-        let (dtype, dims) = self.output_layout(id);
+        let (dtype, dims) = self.declared_layout(id);
         HostTensor::new(dtype, dims.to_vec(), data)
     }
 }
