@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.8.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.9.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 8
+#define RLX_ABI_VERSION_MINOR 9
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -160,6 +160,11 @@ typedef struct RlxDlTensor {
  * tensors: run, eager and custom-op inputs are borrowed for the call
  * whatever their ownership says, and never released by the receiver. */
 #define RLX_OWNERSHIP_OWNED 2u
+/* (1.9) An output slot of executable_run_into or wait (section 11) whose
+ * output the caller does not want (its dl.data NULL): nothing is written
+ * there and nothing is copied off the device for it. A plugin before 1.9
+ * hands an OWNED tensor over in it instead, which the caller releases. */
+#define RLX_OWNERSHIP_SKIP 3u
 
 /* A tensor crossing the ABI. Frozen within major 1: tensors travel in
  * arrays (run inputs and outputs), indexed by this size, so struct_size
@@ -249,6 +254,10 @@ typedef struct RlxCompileOptions RlxCompileOptions;
 typedef struct RlxExecutable RlxExecutable;
 typedef struct RlxValueVisitor RlxValueVisitor;
 typedef struct RlxCustomOpApi RlxCustomOpApi;
+typedef struct RlxStateApi RlxStateApi;
+typedef struct RlxSharingApi RlxSharingApi;
+typedef struct RlxSubmitApi RlxSubmitApi;
+typedef struct RlxMemoryUsage RlxMemoryUsage;
 
 /* The plugin's root table. Plugin-owned, static. The first four fields
  * are its frozen header (40 bytes on 64-bit targets), identical in every
@@ -343,9 +352,42 @@ typedef struct RlxPluginApi {
                                       const RlxNamedTensor* inputs,
                                       size_t n_inputs, RlxTensor* outputs,
                                       size_t n_outputs);
+
+    /* --- 1.9 --- */
+    /* Executable state (section 9). Plugin-owned, static. NULL: none. */
+    const RlxStateApi* state;
+    /* Clones and shared params (section 10). Plugin-owned, static. NULL:
+     * none. */
+    const RlxSharingApi* sharing;
+    /* Submitted runs (section 11). Plugin-owned, static. NULL: none. */
+    const RlxSubmitApi* submits;
+    /* Optional. Overwrite len bytes of the bound param name, starting
+     * byte_offset bytes into its compact row-major storage, with data
+     * (borrowed for the call): whole elements, inside the param, which
+     * must be bound. */
+    RlxStatus* (*executable_bind_param_range)(RlxExecutable* exe,
+                                              RlxStr name,
+                                              uint64_t byte_offset,
+                                              const void* data, size_t len);
+    /* Optional. The RNG policy (RLX_RNG_*) and seed for the graph's random
+     * ops from the next run on, as if it had been compiled with them. */
+    RlxStatus* (*executable_set_rng)(RlxExecutable* exe, uint32_t policy,
+                                     uint64_t seed);
+    /* Optional. From the next run on, compute only the first `active` of
+     * `upper` rows along axis 0 of every input whose axis 0 is `upper` (a
+     * bucketed graph with fewer live rows); active == upper == 0 clears
+     * it, and 0 < active <= upper otherwise. Outputs keep their declared
+     * shapes; their rows past `active` are unspecified. A plugin that
+     * cannot narrow a graph runs it whole. */
+    RlxStatus* (*executable_set_active_extent)(RlxExecutable* exe,
+                                               uint64_t active,
+                                               uint64_t upper);
+    /* Optional. What the plugin's tensors hold now, written into the
+     * out-struct *out (the caller sets out->struct_size). */
+    RlxStatus* (*memory_usage)(RlxMemoryUsage* out);
 } RlxPluginApi;
 #define RLX_PLUGIN_API_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxPluginApi, executable_run_into)
+    RLX_STRUCT_SIZE(RlxPluginApi, memory_usage)
 #define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
 /* The least struct_size a plugin claiming 1.minor may declare: every field
  * that minor defines (a smaller table is refused). */
@@ -356,6 +398,20 @@ typedef struct RlxPluginApi {
  * RLX_PLUGIN_API_SIZE_1_4. */
 #define RLX_PLUGIN_API_SIZE_1_8 \
     RLX_STRUCT_SIZE(RlxPluginApi, executable_run_into)
+#define RLX_PLUGIN_API_SIZE_1_9 RLX_STRUCT_SIZE(RlxPluginApi, memory_usage)
+
+/* (1.9) What the plugin's tensors hold, in bytes, across all its
+ * executables (params, state, run buffers). An out-struct. */
+struct RlxMemoryUsage {
+    size_t struct_size;
+    /* Held by live tensors now. */
+    uint64_t active_bytes;
+    /* The most held at once since the plugin loaded. */
+    uint64_t peak_bytes;
+    /* Freed by tensors but kept by the plugin's allocator for reuse. */
+    uint64_t cached_bytes;
+};
+#define RLX_MEMORY_USAGE_STRUCT_SIZE RLX_STRUCT_SIZE(RlxMemoryUsage, cached_bytes)
 
 /* RlxDeviceInfo.kind and RlxCompileOptions.device_kind. */
 #define RLX_DEVICE_DEFAULT 0u /* compile options only: the default device */
@@ -533,6 +589,8 @@ struct RlxCompileOptions {
 #define RLX_ROLE_INPUT 0u
 #define RLX_ROLE_PARAM 1u
 #define RLX_ROLE_OUTPUT 2u
+/* (1.9) A state tensor: in RlxStateApi.list only, never in a signature. */
+#define RLX_ROLE_STATE 3u
 
 /* One input, param or output. Borrowed for the visit call. */
 /* The most dimensions a value in a signature has. */
@@ -787,7 +845,160 @@ struct RlxCustomOpApi {
 #define RLX_CUSTOM_OP_API_SIZE_1_1 offsetof(RlxCustomOpApi, infer_shape)
 
 /* ======================================================================
- * 9. The entry symbol                  ABI.md §1 (export/entry.rs)
+ * 9. Executable state (1.9)               ABI.md §20 (tables/state.rs)
+ * ====================================================================== */
+
+/* Tensors an executable keeps on its device across runs. A state is held
+ * under the name of a graph input, in that input's dtype and shape; from
+ * then on a run reads that input from the state and the caller passes
+ * nothing for it (an input passed anyway overrides the state for that run
+ * only). After each run that succeeds, a state fed REPLACE becomes the
+ * named output (on the device: no copy crosses the ABI); a state fed ROWS
+ * takes rows of the named output when the caller asks (feed_rows), for a
+ * KV cache that grows by one row a step. Calls on one executable follow
+ * section 14's threading rule; a state belongs to its executable alone. */
+
+/* RlxStateApi.set_feed's kind. */
+#define RLX_FEED_NONE 0u    /* changes only when bound again (the default) */
+#define RLX_FEED_REPLACE 1u /* after each run, the named output */
+#define RLX_FEED_ROWS 2u    /* rows of the named output, by feed_rows */
+
+/* Which rows feed_rows copies from an output of the last run into a
+ * state. A row is row_elems consecutive elements of the flat, row-major
+ * tensor; a batched tensor is `batch` blocks of *_batch_rows rows. For
+ * batch b and r in 0..n_rows, output row b * src_batch_rows + src_row + r
+ * goes to state row b * dst_batch_rows + dst + r, where dst is
+ * dst_rows[b] when dst_rows is given, else dst_row. With batch > 1 each
+ * batch's rows must stay inside its block. Borrowed for the call; every
+ * field is required (struct_size at least RLX_ROW_FEED_STRUCT_SIZE). */
+typedef struct RlxRowFeed {
+    size_t struct_size;
+    /* Elements in one row; more than 0. */
+    uint64_t row_elems;
+    /* Consecutive rows copied per batch; at least 1. */
+    uint64_t n_rows;
+    /* The first row read in each batch of the output. */
+    uint64_t src_row;
+    /* The first row written in each batch of the state (unless dst_rows). */
+    uint64_t dst_row;
+    /* How many batches; at least 1. */
+    uint64_t batch;
+    /* Rows per batch in the output and in the state; read when batch > 1. */
+    uint64_t src_batch_rows;
+    uint64_t dst_batch_rows;
+    /* NULL, or `batch` first rows, one per batch, in place of dst_row
+     * (sequences at different lengths). Borrowed for the call. */
+    const uint64_t* dst_rows;
+} RlxRowFeed;
+#define RLX_ROW_FEED_STRUCT_SIZE RLX_STRUCT_SIZE(RlxRowFeed, dst_rows)
+
+/* The state entries. Plugin-owned, static; NULL in the root table when
+ * the plugin keeps no state. A function is NULL when not offered (a
+ * plugin may keep state without row feeds). Every name, value and visitor
+ * is borrowed for the call. Errors: a name that is not a graph input, or
+ * not a state, or not an output, is NOT_FOUND naming those there are; a
+ * dtype or shape other than the input's or output's, a row range past a
+ * tensor, a read before any run, a lent buffer that is not BORROWED,
+ * compact host memory of the tensor's dtype, are INVALID_ARGUMENT naming
+ * what differs; nothing is changed by a call that fails. */
+struct RlxStateApi {
+    size_t struct_size;
+    /* Hold value (borrowed for the call, whatever its ownership: the
+     * plugin copies it to the executable's device) as the state `name`,
+     * a graph input of the value's dtype and shape. Binding again
+     * replaces the value and keeps the feed. */
+    RlxStatus* (*bind)(RlxExecutable* exe, RlxStr name,
+                       const RlxTensor* value);
+    /* Forget the state `name` and its feed: its input is the caller's to
+     * pass again. */
+    RlxStatus* (*unbind)(RlxExecutable* exe, RlxStr name);
+    /* Copy elements first_elem.. of the state `name` (flat, row-major)
+     * into `into`: memory the caller lends, a BORROWED compact tensor of
+     * the state's dtype whose element count says how many to copy. */
+    RlxStatus* (*read)(const RlxExecutable* exe, RlxStr name,
+                       uint64_t first_elem, RlxTensor* into);
+    /* Visit each state (role RLX_ROLE_STATE), in name order. */
+    RlxStatus* (*list)(const RlxExecutable* exe,
+                       const RlxValueVisitor* visitor);
+    /* How the state `name` follows the runs: RLX_FEED_*, from the output
+     * called `output` (ignored for NONE). REPLACE needs an output of the
+     * state's dtype and shape, ROWS one of its dtype. */
+    RlxStatus* (*set_feed)(RlxExecutable* exe, RlxStr name, uint32_t kind,
+                           RlxStr output);
+    /* Copy `rows` from the last run's outputs into every state fed ROWS
+     * (or only the one called `name`, when not empty). Every range is
+     * checked before any row is written. */
+    RlxStatus* (*feed_rows)(RlxExecutable* exe, RlxStr name,
+                            const RlxRowFeed* rows);
+    /* Copy elements first_elem.. of the output called `output` of the last
+     * run that succeeded (or was submitted) into `into`, lent as for read:
+     * a row of the logits without reading the rest back. The plugin keeps
+     * the last run's outputs until the next run. */
+    RlxStatus* (*read_output)(const RlxExecutable* exe, RlxStr output,
+                              uint64_t first_elem, RlxTensor* into);
+};
+#define RLX_STATE_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxStateApi, read_output)
+
+/* ======================================================================
+ * 10. Clones and shared params (1.9)    ABI.md §21 (tables/sharing.rs)
+ * ====================================================================== */
+
+/* Plugin-owned, static; NULL in the root table when the plugin shares
+ * nothing between executables. A function is NULL when not offered. An
+ * executable passed here must be a live one of this plugin (compiled or
+ * cloned by it, not destroyed): anything else, another plugin's or a
+ * destroyed one included, is INVALID_ARGUMENT, never a crash. */
+struct RlxSharingApi {
+    size_t struct_size;
+    /* A new executable like exe: the same signature, device and mode,
+     * sharing its compiled program and bound params, with a copy of its
+     * state (values and feeds) and nothing submitted. *out is owned by the
+     * caller, released with executable_destroy; the two are then used,
+     * bound and destroyed independently. */
+    RlxStatus* (*clone)(const RlxExecutable* exe, RlxExecutable** out);
+    /* Make every param of dst the param of the same name in src: one copy
+     * of the weights on the device for both. src must be another
+     * executable on the same device with every one of dst's params bound,
+     * of the same dtype and shape; otherwise nothing changes and the
+     * status names the first param that differs. *n_shared (optional:
+     * may be NULL) is set to the number shared. A later
+     * executable_bind_param on either replaces only its own. */
+    RlxStatus* (*share_params)(RlxExecutable* dst, const RlxExecutable* src,
+                               size_t* n_shared);
+};
+#define RLX_SHARING_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxSharingApi, share_params)
+
+/* ======================================================================
+ * 11. Submitted runs (1.9)                ABI.md §22 (tables/submit.rs)
+ * ====================================================================== */
+
+/* The most runs one executable keeps submitted at once. */
+#define RLX_MAX_SUBMITTED 64
+
+/* Plugin-owned, static; NULL in the root table when the plugin only runs
+ * synchronously. Both functions are offered together. */
+struct RlxSubmitApi {
+    size_t struct_size;
+    /* Start a run with these inputs (borrowed for the call, checked as
+     * executable_run checks them) and return without waiting for it. Its
+     * state feeds take effect now, so a run submitted next reads the state
+     * this one makes. Runs queue, oldest first, up to RLX_MAX_SUBMITTED
+     * (more is RESOURCE_EXHAUSTED). */
+    RlxStatus* (*submit)(RlxExecutable* exe, const RlxNamedTensor* inputs,
+                         size_t n_inputs);
+    /* Wait for the oldest submitted run and hand its outputs over as
+     * executable_run_into does (n_outputs slots: lent, OWNED or SKIP), or
+     * drop them all when n_outputs is 0. INVALID_ARGUMENT when nothing is
+     * submitted. When that run failed, every run submitted after it is
+     * dropped and the state is put back as it was before the failed run
+     * was submitted. */
+    RlxStatus* (*wait)(RlxExecutable* exe, RlxTensor* outputs,
+                       size_t n_outputs);
+};
+#define RLX_SUBMIT_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxSubmitApi, wait)
+
+/* ======================================================================
+ * 12. The entry symbol                  ABI.md §1 (export/entry.rs)
  * ====================================================================== */
 
 #define RLX_ENTRY_SYMBOL "rlx_plugin_entry"
@@ -809,7 +1020,7 @@ RLX_PLUGIN_EXPORT const RlxPluginApi* rlx_plugin_entry(const RlxHostApi* host);
 #endif
 
 /* ======================================================================
- * 10. The manifest (optional)                ABI.md §19 (manifest/)
+ * 13. The manifest (optional)                ABI.md §19 (manifest/)
  * ====================================================================== */
 
 /* A manifest is data the build embeds in the library, in its own section
@@ -908,6 +1119,16 @@ RLX_STATIC_ASSERT(sizeof(RlxDeviceInfo) == RLX_DEVICE_INFO_STRUCT_SIZE,
                   "RlxDeviceInfo has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxPluginDescriptor) == RLX_PLUGIN_DESCRIPTOR_STRUCT_SIZE,
                   "RlxPluginDescriptor has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxMemoryUsage) == RLX_MEMORY_USAGE_STRUCT_SIZE,
+                  "RlxMemoryUsage has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxRowFeed) == RLX_ROW_FEED_STRUCT_SIZE,
+                  "RlxRowFeed has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxStateApi) == RLX_STATE_API_STRUCT_SIZE,
+                  "RlxStateApi has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxSharingApi) == RLX_SHARING_API_STRUCT_SIZE,
+                  "RlxSharingApi has tail padding");
+RLX_STATIC_ASSERT(sizeof(RlxSubmitApi) == RLX_SUBMIT_API_STRUCT_SIZE,
+                  "RlxSubmitApi has tail padding");
 /* The manifest header's offsets are the format's (ABI.md §19). */
 RLX_STATIC_ASSERT(sizeof(RlxManifestHeader) == RLX_MANIFEST_HEADER_SIZE &&
                       offsetof(RlxManifestHeader, total_size) == 12 &&

@@ -28,6 +28,7 @@ pub mod machine;
 pub mod manifest;
 pub mod plugin;
 pub mod sized;
+pub mod state;
 pub mod strings;
 pub mod tables;
 pub mod tensor;
@@ -45,10 +46,11 @@ pub use custom_ops::{
 pub use error::{PluginError, PluginResult, RlxStatus, StatusCode};
 pub use plugin::{
     parse_device, BoundParam, CompileOptions, Descriptor, DeviceInfo, DeviceKind, Executable,
-    ExecuteOp, LoweringEntry, Mode, OutputBuf, OutputSlot, ParamBytes, Plugin, Role, Strategy,
-    ValueInfo,
+    ExecuteOp, LoweringEntry, MemoryUsage, Mode, Offers, OutputBuf, OutputSlot, ParamBytes, Plugin,
+    Role, StateBuf, Strategy, ValueInfo,
 };
 pub use sized::AbiStruct;
+pub use state::{Feed, RowCopy, RowFeed};
 pub use strings::{RlxKeyValue, RlxStr};
 pub use tensor::{DType, HostTensor, HostTensorRef, OwnedTensor, RlxTensor, TensorRef};
 pub use version::{RlxAbiVersion, ABI_VERSION};

@@ -4,6 +4,7 @@
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::PluginError;
 use crate::error::PluginResult;
+use crate::state::{Feed, RowFeed};
 use crate::tensor::{DType, Dims, HostTensor, OwnedTensor, TensorRef};
 use std::sync::Arc;
 
@@ -248,6 +249,21 @@ pub enum Role {
     Input,
     Param,
     Output,
+    /// (ABI 1.9) A state tensor, in `Executable::state_list` only.
+    State,
+}
+
+impl Role {
+    /// The ABI number (`tables::role`).
+    pub fn to_raw(self) -> u32 {
+        use crate::tables::role;
+        match self {
+            Role::Input => role::INPUT,
+            Role::Param => role::PARAM,
+            Role::Output => role::OUTPUT,
+            Role::State => role::STATE,
+        }
+    }
 }
 
 /// One input, param or output of an executable. A size of `None` is known
@@ -367,6 +383,144 @@ pub trait Executable: Send {
     fn device(&self) -> Option<DeviceInfo> {
         None
     }
+
+    // ---- (ABI 1.9) what a plugin offers in its [`Offers`]; the defaults
+    // refuse, and are never called for a part the plugin does not offer.
+
+    /// Hold `value` (checked here against the input `name`'s dtype and
+    /// shape) as the state `name`: runs read that input from it.
+    fn state_bind(&mut self, name: &str, value: TensorRef<'_>) -> PluginResult<()> {
+        let _ = (name, value);
+        Err(not_offered("state"))
+    }
+    /// Forget the state `name` and its feed (`NOT_FOUND` if none).
+    fn state_unbind(&mut self, name: &str) -> PluginResult<()> {
+        let _ = name;
+        Err(not_offered("state"))
+    }
+    /// Copy elements `first ..` of the state `name` into `into`, whose
+    /// `dtype` must be the state's and whose length says how many.
+    fn state_read(&mut self, name: &str, first: usize, into: StateBuf<'_>) -> PluginResult<()> {
+        let _ = (name, first, into);
+        Err(not_offered("state"))
+    }
+    /// Every state, role [`Role::State`], in name order.
+    fn state_list(&self) -> Vec<ValueInfo> {
+        Vec::new()
+    }
+    /// How the state `name` follows the runs.
+    fn state_set_feed(&mut self, name: &str, feed: Feed) -> PluginResult<()> {
+        let _ = (name, feed);
+        Err(not_offered("state"))
+    }
+    /// Copy `rows` from the last run's outputs into every state fed
+    /// [`Feed::Rows`] (or only `name`).
+    fn state_feed_rows(&mut self, name: Option<&str>, rows: &RowFeed) -> PluginResult<()> {
+        let _ = (name, rows);
+        Err(not_offered("row feeds"))
+    }
+    /// Copy elements `first ..` of output `output` of the last run into
+    /// `into`, whose `dtype` must be the output's.
+    fn output_read(&mut self, output: usize, first: usize, into: StateBuf<'_>) -> PluginResult<()> {
+        let _ = (output, first, into);
+        Err(not_offered("output reads"))
+    }
+    /// A new executable sharing this one's program and params, with a copy
+    /// of its state and feeds and nothing submitted.
+    fn clone_executable(&self) -> PluginResult<Box<dyn Executable>> {
+        Err(not_offered("clones"))
+    }
+    /// Take `src`'s params (same plugin, same device; every param of this
+    /// executable bound there with the same dtype and shape): how many.
+    fn share_params_from(&mut self, src: &dyn Executable) -> PluginResult<usize> {
+        let _ = src;
+        Err(not_offered("shared params"))
+    }
+    /// This executable as `Any`, so that [`Executable::share_params_from`]
+    /// can find its own type behind `src`.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+    /// Start a run and return without waiting for it.
+    fn submit(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<()> {
+        let _ = inputs;
+        Err(not_offered("submitted runs"))
+    }
+    /// Wait for the oldest submitted run and hand its outputs over into
+    /// `slots` (one per output), or drop them when `slots` is empty.
+    fn wait(&mut self, slots: &mut [OutputSlot<'_>]) -> PluginResult<()> {
+        let _ = slots;
+        Err(not_offered("submitted runs"))
+    }
+    /// Overwrite bytes `byte_offset ..` of the bound param `name`.
+    fn bind_param_range(
+        &mut self,
+        name: &str,
+        byte_offset: usize,
+        data: &[u8],
+    ) -> PluginResult<()> {
+        let _ = (name, byte_offset, data);
+        Err(not_offered("param ranges"))
+    }
+    /// The RNG policy (`tables::rng_policy`) and seed from the next run on.
+    fn set_rng(&mut self, policy: u32, seed: u64) -> PluginResult<()> {
+        let _ = (policy, seed);
+        Err(not_offered("RNG changes"))
+    }
+    /// `Some((active, upper))`: compute only `active` of `upper` rows along
+    /// axis 0 where the graph allows it; `None` clears.
+    fn set_active_extent(&mut self, extent: Option<(usize, usize)>) -> PluginResult<()> {
+        let _ = extent;
+        Err(not_offered("active extents"))
+    }
+}
+
+fn not_offered(what: &str) -> PluginError {
+    PluginError::unsupported(format!("this plugin offers no {what}"))
+}
+
+/// (ABI 1.9) Memory a caller lends for [`Executable::state_read`]: room
+/// for `bytes.len() / dtype.size_bytes()` elements of `dtype`.
+#[derive(Debug)]
+pub struct StateBuf<'a> {
+    pub dtype: DType,
+    pub bytes: &'a mut [u8],
+}
+
+impl StateBuf<'_> {
+    /// How many elements the buffer holds.
+    pub fn elems(&self) -> usize {
+        self.bytes.len() / self.dtype.size_bytes().max(1)
+    }
+}
+
+/// (ABI 1.9) The parts of the ABI beyond compile and run that a plugin
+/// offers: the glue publishes exactly these (the others stay null), so a
+/// host knows before it asks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offers {
+    /// State: bind, unbind, read, list, set_feed, and reads of the last
+    /// run's outputs.
+    pub state: bool,
+    /// State row feeds (`feed_rows`); needs `state`.
+    pub row_feeds: bool,
+    pub clone: bool,
+    pub share_params: bool,
+    /// Submit and wait.
+    pub submit: bool,
+    pub param_range: bool,
+    pub set_rng: bool,
+    pub active_extent: bool,
+    /// The plugin's memory figures ([`Plugin::memory_usage`]).
+    pub memory_usage: bool,
+}
+
+/// (ABI 1.9) What a plugin's tensors hold, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    pub active_bytes: u64,
+    pub peak_bytes: u64,
+    pub cached_bytes: u64,
 }
 
 /// (ABI 1.8) Memory a caller lends for one output of
@@ -409,6 +563,8 @@ pub enum OutputSlot<'a> {
     Into(OutputBuf<'a>),
     /// Handed back as an owned tensor; `None` until the run fills it.
     Owned(Option<OwnedTensor>),
+    /// (ABI 1.9) Not wanted: nothing is written or copied for it.
+    Skip,
 }
 
 impl OutputSlot<'_> {
@@ -421,6 +577,7 @@ impl OutputSlot<'_> {
                 *slot = Some(out);
                 Ok(())
             }
+            OutputSlot::Skip => Ok(()),
         }
     }
 }
@@ -442,4 +599,13 @@ pub trait Plugin: Send + Sync + 'static {
     fn init(&self, custom_ops: &'static CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;
     /// Compile `.rlxmodel` text.
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>>;
+    /// (ABI 1.9) The parts beyond compile and run its executables offer.
+    fn offers(&self) -> Offers {
+        Offers::default()
+    }
+    /// (ABI 1.9) What its tensors hold now (offered with
+    /// [`Offers::memory_usage`]).
+    fn memory_usage(&self) -> PluginResult<MemoryUsage> {
+        Err(not_offered("memory figures"))
+    }
 }

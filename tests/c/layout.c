@@ -43,6 +43,11 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxPluginApi, executable_signature) F(RlxPluginApi, executable_bind_param)
         F(RlxPluginApi, executable_run) F(RlxPluginApi, custom_ops)
         F(RlxPluginApi, executable_device) F(RlxPluginApi, executable_run_into)
+        F(RlxPluginApi, state) F(RlxPluginApi, sharing) F(RlxPluginApi, submits)
+        F(RlxPluginApi, executable_bind_param_range) F(RlxPluginApi, executable_set_rng)
+        F(RlxPluginApi, executable_set_active_extent) F(RlxPluginApi, memory_usage)
+    S(RlxMemoryUsage) F(RlxMemoryUsage, struct_size) F(RlxMemoryUsage, active_bytes)
+        F(RlxMemoryUsage, peak_bytes) F(RlxMemoryUsage, cached_bytes)
     S(RlxPluginDescriptor) F(RlxPluginDescriptor, struct_size)
         F(RlxPluginDescriptor, name) F(RlxPluginDescriptor, version)
         F(RlxPluginDescriptor, description) F(RlxPluginDescriptor, devices)
@@ -91,6 +96,16 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxCustomOpApi, execute_attrs)
     S(RlxShapeOut) F(RlxShapeOut, struct_size) F(RlxShapeOut, dtype)
         F(RlxShapeOut, ndim) F(RlxShapeOut, dims)
+    S(RlxRowFeed) F(RlxRowFeed, struct_size) F(RlxRowFeed, row_elems)
+        F(RlxRowFeed, n_rows) F(RlxRowFeed, src_row) F(RlxRowFeed, dst_row)
+        F(RlxRowFeed, batch) F(RlxRowFeed, src_batch_rows) F(RlxRowFeed, dst_batch_rows)
+        F(RlxRowFeed, dst_rows)
+    S(RlxStateApi) F(RlxStateApi, struct_size) F(RlxStateApi, bind) F(RlxStateApi, unbind)
+        F(RlxStateApi, read) F(RlxStateApi, list) F(RlxStateApi, set_feed)
+        F(RlxStateApi, feed_rows) F(RlxStateApi, read_output)
+    S(RlxSharingApi) F(RlxSharingApi, struct_size) F(RlxSharingApi, clone)
+        F(RlxSharingApi, share_params)
+    S(RlxSubmitApi) F(RlxSubmitApi, struct_size) F(RlxSubmitApi, submit) F(RlxSubmitApi, wait)
 };
 
 const size_t rlx_c_layout_len = sizeof(rlx_c_layout_rows) / sizeof(rlx_c_layout_rows[0]);
@@ -109,6 +124,11 @@ const uint32_t rlx_c_custom_op_enums[8] = {
     RLX_CUSTOM_KIND_KERNEL,  RLX_CUSTOM_KIND_NATIVE,       RLX_CUSTOM_KIND_COMPOSITE,
     RLX_SHAPE_RULE_NONE,     RLX_SHAPE_RULE_SAME_AS_INPUT, RLX_SHAPE_RULE_BROADCAST,
     RLX_SHAPE_RULE_CALLBACK, RLX_SHAPE_RULE_BODY};
+
+/* (1.9) The state, slot and submit constants, in this order: the feed
+ * kinds, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED. */
+const uint32_t rlx_c_state_enums[6] = {RLX_FEED_NONE, RLX_FEED_REPLACE, RLX_FEED_ROWS,
+                                       RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED};
 
 /* The status codes in number order (RESOURCE_EXHAUSTED from 1.6). */
 const uint32_t rlx_c_status_codes[8] = {

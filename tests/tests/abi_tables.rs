@@ -60,7 +60,8 @@ fn struct_sizes_and_header_are_as_documented() {
     for m in 5..=7 {
         assert_eq!(plugin_api_min_size(m), plugin_api_min_size(4));
     }
-    assert_eq!(plugin_api_min_size(8), size_of::<RlxPluginApi>());
+    assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
+    assert_eq!(plugin_api_min_size(9), size_of::<RlxPluginApi>());
     assert_eq!(
         plugin_api_min_size(ABI_VERSION.minor),
         size_of::<RlxPluginApi>()
@@ -153,7 +154,7 @@ fn the_root_table_of_a_current_plugin() {
     };
     assert_eq!(
         unsafe { root.status_message.unwrap()(st).to_string_lossy() },
-        "executable is null"
+        "executable_run: the executable is null"
     );
     unsafe { root.status_free.unwrap()(st) };
     // Destroying null and freeing a null status are no-ops.

@@ -17,6 +17,8 @@ extern "C" {
     static rlx_c_custom_op_enums: [u32; 8];
     // The header's RLX_STATUS_* in number order.
     static rlx_c_status_codes: [u32; 8];
+    // (1.9) RLX_FEED_*, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED.
+    static rlx_c_state_enums: [u32; 6];
 }
 
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
@@ -73,8 +75,11 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             rust_layout, descriptor, status_new, status_code, status_message, status_free,
             init, supported_ops, lowering_table, compile, executable_destroy,
             executable_signature, executable_bind_param, executable_run, custom_ops,
-            executable_device, executable_run_into,
+            executable_device, executable_run_into, state, sharing, submits,
+            executable_bind_param_range, executable_set_rng, executable_set_active_extent,
+            memory_usage,
         },
+        RlxMemoryUsage { struct_size, active_bytes, peak_bytes, cached_bytes },
         RlxPluginDescriptor {
             struct_size, name, version, description, devices, n_devices, build_info,
             n_build_info, opsets, n_opsets, device_infos, n_device_infos,
@@ -103,6 +108,13 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             execute_attrs,
         },
         RlxShapeOut { struct_size, dtype, ndim, dims },
+        RlxRowFeed {
+            struct_size, row_elems, n_rows, src_row, dst_row, batch, src_batch_rows,
+            dst_batch_rows, dst_rows,
+        },
+        RlxStateApi { struct_size, bind, unbind, read, list, set_feed, feed_rows, read_output },
+        RlxSharingApi { struct_size, clone, share_params },
+        RlxSubmitApi { struct_size, submit, wait },
     };
     for (t, listed, recorded) in &names {
         assert_eq!(
@@ -164,6 +176,20 @@ fn header_constants_match_the_rust_build() {
         .map(|c| *c as u32)
         .collect();
     assert_eq!(codes.to_vec(), rust, "RLX_STATUS_* against StatusCode::ALL");
+    // SAFETY: constant data of layout.c.
+    let state = unsafe { rlx_c_state_enums };
+    assert_eq!(
+        state,
+        [
+            feed_kind::NONE,
+            feed_kind::REPLACE,
+            feed_kind::ROWS,
+            role::STATE,
+            rlx_plugin_api::tensor::ownership::SKIP,
+            MAX_SUBMITTED as u32,
+        ],
+        "RLX_FEED_*, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED"
+    );
 }
 
 #[test]
@@ -244,8 +270,9 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
     assert_eq!(RlxDeviceInfo::STRUCT_SIZE, 40);
     assert_eq!(
         RlxPluginApi::STRUCT_SIZE,
-        offset_of!(RlxPluginApi, executable_run_into) + 8
+        offset_of!(RlxPluginApi, memory_usage) + 8
     );
+    assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
     // 1.0/1.1 hosts' options: {struct_size, mode} and 4 bytes of padding.
     assert_eq!(
         COMPILE_OPTIONS_SIZE_1_0,

@@ -1075,6 +1075,7 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
             0 => std::mem::offset_of!(RlxPluginApi, custom_ops),
             1..=3 => std::mem::offset_of!(RlxPluginApi, executable_device),
             4..=7 => std::mem::offset_of!(RlxPluginApi, executable_run_into),
+            8 => std::mem::offset_of!(RlxPluginApi, state),
             _ => std::mem::size_of::<RlxPluginApi>(),
         };
         assert_eq!(api.struct_size, want_size, "1.{minor}");

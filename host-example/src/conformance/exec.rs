@@ -161,7 +161,12 @@ fn signature(sig: &[ValueInfo], g: &Graph) -> Result<(), String> {
         Role::Input => 0,
         Role::Param => 1,
         Role::Output => 2,
+        // Never in a signature (state lists only).
+        Role::State => 3,
     };
+    if let Some(v) = sig.iter().find(|v| v.role == Role::State) {
+        return Err(format!("the signature lists {:?} as a state", v.name));
+    }
     if sig.windows(2).any(|w| rank(w[0].role) > rank(w[1].role)) {
         return Err("values are not visited as inputs, then params, then outputs".into());
     }

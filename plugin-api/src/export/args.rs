@@ -104,3 +104,28 @@ pub(super) fn write_out<T: AbiStruct>(out: &mut T, value: T) {
         std::ptr::write(out as *mut T as *mut usize, n);
     }
 }
+
+/// Call `visitor` once per value, each record borrowed for its visit. A
+/// visitor without a function is refused before any value is visited.
+pub(super) unsafe fn visit_values(
+    visitor: &crate::tables::RlxValueVisitor,
+    values: Vec<crate::plugin::ValueInfo>,
+) -> PluginResult<()> {
+    use crate::tables::RlxValueInfo;
+    let visit = visitor
+        .visit
+        .ok_or_else(|| PluginError::invalid_argument("`visitor.visit` is null"))?;
+    for v in values {
+        let shape: Vec<i64> = v.shape.iter().map(|d| d.map_or(-1, |d| d as i64)).collect();
+        let info = RlxValueInfo {
+            struct_size: RlxValueInfo::STRUCT_SIZE,
+            role: v.role.to_raw(),
+            name: crate::strings::RlxStr::from_str(&v.name),
+            dtype: v.dtype.to_dl(),
+            ndim: shape.len() as i32,
+            shape: shape.as_ptr(),
+        };
+        visit(visitor.ctx, &info);
+    }
+    Ok(())
+}

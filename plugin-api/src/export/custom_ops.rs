@@ -2,7 +2,7 @@
 //! registered through it by another party.
 
 use super::args::{copy_inputs, non_null_mut, read_arg, slice_or_empty, write_out, write_outputs};
-use super::entry::state;
+use super::loaded::loaded;
 use super::status::{guard, take_status};
 use crate::custom_ops::{
     CustomImpl, CustomKernel, CustomOp, CustomOpInfo, Origin, OwnedKernel, ShapeFn, ShapeRule,
@@ -204,13 +204,13 @@ unsafe extern "C" fn custom_register(desc: *const RlxCustomOpDesc) -> *mut RlxSt
     guard(|| {
         let d = read_arg(desc, "desc")?;
         let op = read_desc(&d)?;
-        state()?.registry.register(op)
+        loaded()?.registry.register(op)
     })
 }
 
 unsafe extern "C" fn custom_unregister(name: RlxStr) -> *mut RlxStatus {
     guard(|| {
-        state()?
+        loaded()?
             .registry
             .unregister(str_arg(name, "custom op name")?)
     })
@@ -258,7 +258,7 @@ unsafe extern "C" fn custom_lookup(
     guard(|| {
         let name = str_arg(name, "custom op name")?;
         let (visit, ctx) = visitor_parts(visitor)?;
-        let info = state()?
+        let info = loaded()?
             .registry
             .lookup(name)
             .ok_or_else(|| PluginError::not_found(format!("no custom op named {name:?}")))?;
@@ -270,7 +270,7 @@ unsafe extern "C" fn custom_lookup(
 unsafe extern "C" fn custom_list(visitor: *const RlxCustomOpVisitor) -> *mut RlxStatus {
     guard(|| {
         let (visit, ctx) = visitor_parts(visitor)?;
-        for info in state()?.registry.list() {
+        for info in loaded()?.registry.list() {
             visit_info(visit, ctx, &info);
         }
         Ok(())
@@ -287,7 +287,7 @@ unsafe fn execute_with(
 ) -> PluginResult<()> {
     let name = str_arg(name, "custom op name")?;
     let ins = copy_inputs(inputs, n_inputs)?;
-    let outs = state()?.registry.execute(name, &ins, attrs)?;
+    let outs = loaded()?.registry.execute(name, &ins, attrs)?;
     if outs.len() != n_outputs {
         return Err(PluginError::invalid_argument(format!(
             "custom op {name:?} has {} outputs but the caller passed {n_outputs} slots",
@@ -342,7 +342,7 @@ unsafe extern "C" fn custom_infer_shape(
                 TensorType::from_value_info(&v).map_err(|e| e.context(format!("input {i}")))
             })
             .collect::<PluginResult<Vec<_>>>()?;
-        let t = state()?.registry.infer_shape(name, &types, attrs)?;
+        let t = loaded()?.registry.infer_shape(name, &types, attrs)?;
         write_out(out, t.to_shape_out()?);
         Ok(())
     })

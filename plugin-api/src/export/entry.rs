@@ -1,7 +1,9 @@
-//! Header §9: the entry symbol. `export_plugin!` writes it; [`entry`] is
+//! Header §12: the entry symbol. `export_plugin!` writes it; [`entry`] is
 //! its body: the handshake, the plugin's state and its root table.
 
-use super::{custom_ops::CUSTOM_OP_API, executable, registration, run, status};
+use super::loaded::{self, Loaded};
+use super::{custom_ops::CUSTOM_OP_API, executable, handle, registration, run, status};
+use super::{memory, sharing, state, submit};
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::{panic_message, PluginError, PluginResult, StatusCode};
 use crate::plugin::{Descriptor, DeviceInfo, Plugin};
@@ -94,25 +96,6 @@ impl Default for EntryOptions {
     }
 }
 
-pub(super) struct State {
-    pub(super) plugin: Box<dyn Plugin>,
-    pub(super) registry: CustomOpRegistry,
-    pub(super) tables: OnceLock<Tables>,
-    /// The descriptor's devices (1.4), the default first.
-    pub(super) devices: Vec<DeviceInfo>,
-}
-
-pub(super) struct Tables {
-    pub(super) op_list: RlxOpList,
-    pub(super) lowering: RlxLoweringTable,
-}
-
-// SAFETY: the tables hold pointers to leaked, immutable data only.
-unsafe impl Send for Tables {}
-// SAFETY: as for Send: nothing behind the pointers is ever written.
-unsafe impl Sync for Tables {}
-
-static STATE: OnceLock<State> = OnceLock::new();
 /// Address of the published root table (accepted or refused).
 static ROOT: OnceLock<usize> = OnceLock::new();
 
@@ -164,7 +147,8 @@ unsafe fn handshake(
     plugin.availability()?;
     let desc = plugin.descriptor();
     let descriptor: &'static RlxPluginDescriptor = Box::leak(Box::new(raw_descriptor(&desc)));
-    let _ = STATE.set(State {
+    let offers = plugin.offers();
+    loaded::set(Loaded {
         plugin,
         registry: CustomOpRegistry::new(),
         tables: OnceLock::new(),
@@ -192,6 +176,20 @@ unsafe fn handshake(
     t.executable_run = Some(run::executable_run);
     t.executable_device = Some(executable::executable_device);
     t.executable_run_into = Some(run::executable_run_into);
+    // 1.9: only what the plugin offers is published; the rest stays null.
+    t.state = state::table(&offers);
+    t.sharing = sharing::table(&offers);
+    t.submits = submit::table(&offers);
+    t.executable_bind_param_range = offers
+        .param_range
+        .then_some(executable::executable_bind_param_range as _);
+    t.executable_set_rng = offers
+        .set_rng
+        .then_some(executable::executable_set_rng as _);
+    t.executable_set_active_extent = offers
+        .active_extent
+        .then_some(executable::executable_set_active_extent as _);
+    t.memory_usage = offers.memory_usage.then_some(memory::memory_usage as _);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,
         None => &CUSTOM_OP_API,
@@ -233,7 +231,7 @@ fn raw_descriptor(d: &Descriptor) -> RlxPluginDescriptor {
             .iter()
             .map(|info| {
                 let info: &'static DeviceInfo = Box::leak(Box::new(info.clone()));
-                Box::leak(Box::new(executable::raw_device_info(info))) as *const RlxDeviceInfo
+                Box::leak(Box::new(handle::raw_device_info(info))) as *const RlxDeviceInfo
             })
             .collect(),
     );
@@ -251,16 +249,4 @@ fn raw_descriptor(d: &Descriptor) -> RlxPluginDescriptor {
         device_infos: device_infos.as_ptr(),
         n_device_infos: device_infos.len(),
     }
-}
-
-pub(super) fn state() -> PluginResult<&'static State> {
-    STATE.get().ok_or_else(|| {
-        PluginError::internal("the plugin was not initialised by a successful handshake")
-    })
-}
-
-pub(super) fn tables() -> PluginResult<&'static Tables> {
-    state()?.tables.get().ok_or_else(|| {
-        PluginError::invalid_argument("call `init` before reading the plugin's tables")
-    })
 }

@@ -1,75 +1,16 @@
 //! Header §7: compile, signature, bind, device and destroy (the runs are
-//! in `run.rs`).
+//! in `run.rs`), and (1.9) param ranges, RNG changes and active extents.
 
-use super::args::{non_null_mut, read_arg, write_out};
-use super::entry::state;
+use super::args::{non_null_mut, read_arg, visit_values, write_out};
+use super::handle::{self, enter};
+use super::loaded::loaded;
 use super::status::guard;
-use crate::error::{PluginError, PluginResult, RlxStatus};
-use crate::plugin::{BoundParam, DeviceInfo, DeviceKind, Mode, ParamBytes, Role};
-use crate::sized::AbiStruct;
+use crate::error::{PluginError, RlxStatus};
+use crate::plugin::{BoundParam, DeviceKind, Mode, ParamBytes};
 use crate::strings::RlxStr;
 use crate::tables::*;
 use crate::tensor::{ownership, RlxTensor, TensorRef};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// An executable, the device it said it runs on (asked once, at compile:
-/// `executable_device` hands out its name until destroy), and whether a
-/// call is using it now.
-///
-/// The ABI lets one thread at a time use an executable (§14). A host that
-/// breaks that rule gets `INVALID_ARGUMENT` from the call that overlaps,
-/// not a data race: every entry takes the executable through [`enter`],
-/// which claims it atomically, and only then touches its state.
-struct ExeBox {
-    exe: std::cell::UnsafeCell<Box<dyn crate::plugin::Executable>>,
-    device: Option<DeviceInfo>,
-    busy: std::sync::atomic::AtomicBool,
-}
-
-/// The executable claimed for one call; released when dropped.
-pub(super) struct InUse<'a> {
-    owner: &'a ExeBox,
-}
-
-impl InUse<'_> {
-    pub(super) fn exe(&mut self) -> &mut dyn crate::plugin::Executable {
-        // SAFETY: `enter` set `busy`, so this call is the only one using
-        // the executable until this guard drops; `&mut self` keeps the
-        // borrow unique within the call.
-        unsafe { &mut **self.owner.exe.get() }
-    }
-}
-
-impl Drop for InUse<'_> {
-    fn drop(&mut self) {
-        self.owner
-            .busy
-            .store(false, std::sync::atomic::Ordering::Release);
-    }
-}
-
-/// Claim `exe` for this call, or refuse a call that overlaps another.
-pub(super) unsafe fn enter<'a>(exe: *const RlxExecutable, call: &str) -> PluginResult<InUse<'a>> {
-    let owner = (exe as *const ExeBox)
-        .as_ref()
-        .ok_or_else(|| PluginError::invalid_argument("executable is null"))?;
-    owner
-        .busy
-        .compare_exchange(
-            false,
-            true,
-            std::sync::atomic::Ordering::Acquire,
-            std::sync::atomic::Ordering::Relaxed,
-        )
-        .map_err(|_| {
-            PluginError::invalid_argument(format!(
-                "{call}: the executable is in use by another call; calls on one executable \
-                 must not overlap (docs/ABI.md §14): serialise them, or compile one executable \
-                 per thread"
-            ))
-        })?;
-    Ok(InUse { owner })
-}
+use std::ffi::c_void;
 
 pub(super) unsafe extern "C" fn compile(
     graph: RlxStr,
@@ -79,7 +20,7 @@ pub(super) unsafe extern "C" fn compile(
     guard(|| {
         let out = non_null_mut(out, "out")?;
         *out = std::ptr::null_mut();
-        let st = state()?;
+        let st = loaded()?;
         crate::log::sync_max_level();
         // Fields an older host did not send keep their defaults (the 1.3
         // reading rule, in RlxCompileOptions::read).
@@ -130,39 +71,13 @@ pub(super) unsafe extern "C" fn compile(
             Some((k, o)) => listed(k, o).cloned(),
             None => st.devices.first().cloned(),
         });
-        *out = Box::into_raw(Box::new(ExeBox {
-            exe: std::cell::UnsafeCell::new(exe),
-            device,
-            busy: std::sync::atomic::AtomicBool::new(false),
-        })) as *mut RlxExecutable;
+        *out = handle::adopt(exe, device);
         Ok(())
     })
 }
 
 pub(super) unsafe extern "C" fn executable_destroy(exe: *mut RlxExecutable) {
-    if exe.is_null() {
-        return;
-    }
-    // Freed under a running call, the executable would be used after free:
-    // a destroy that overlaps a call leaks it instead, and says so.
-    if (*(exe as *const ExeBox))
-        .busy
-        .swap(true, std::sync::atomic::Ordering::AcqRel)
-    {
-        log::error!(
-            "executable_destroy overlapped another call on the same executable (docs/ABI.md \
-             §14); it is leaked, not freed"
-        );
-        return;
-    }
-    // Dropping runs the plugin's own code: keep a panic inside (and say
-    // so: destroy has no status to carry it).
-    if let Err(p) = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(exe as *mut ExeBox)))) {
-        log::error!(
-            "executable_destroy: the executable panicked while it was dropped: {}",
-            crate::error::panic_message(&*p)
-        );
-    }
+    handle::destroy(exe)
 }
 
 pub(super) unsafe extern "C" fn executable_signature(
@@ -172,29 +87,7 @@ pub(super) unsafe extern "C" fn executable_signature(
     guard(|| {
         let mut exe = enter(exe, "executable_signature")?;
         let visitor = read_arg(visitor, "visitor")?;
-        let (visit, ctx) = (
-            visitor
-                .visit
-                .ok_or_else(|| PluginError::invalid_argument("`visitor.visit` is null"))?,
-            visitor.ctx,
-        );
-        for v in exe.exe().signature() {
-            let shape: Vec<i64> = v.shape.iter().map(|d| d.map_or(-1, |d| d as i64)).collect();
-            let info = RlxValueInfo {
-                struct_size: RlxValueInfo::STRUCT_SIZE,
-                role: match v.role {
-                    Role::Input => role::INPUT,
-                    Role::Param => role::PARAM,
-                    Role::Output => role::OUTPUT,
-                },
-                name: RlxStr::from_str(&v.name),
-                dtype: v.dtype.to_dl(),
-                ndim: shape.len() as i32,
-                shape: shape.as_ptr(),
-            };
-            visit(ctx, &info);
-        }
-        Ok(())
+        visit_values(&visitor, exe.exe().signature())
     })
 }
 
@@ -300,18 +193,70 @@ pub(super) unsafe extern "C" fn executable_device(
         let d = exe.owner.device.as_ref().ok_or_else(|| {
             PluginError::unsupported("this plugin does not say which device an executable uses")
         })?;
-        write_out(out, raw_device_info(d));
+        write_out(out, handle::raw_device_info(d));
         Ok(())
     })
 }
 
-/// The ABI form of a device; the name borrows from `d`.
-pub(super) fn raw_device_info(d: &DeviceInfo) -> RlxDeviceInfo {
-    RlxDeviceInfo {
-        struct_size: RlxDeviceInfo::STRUCT_SIZE,
-        kind: d.kind.to_raw(),
-        ordinal: d.ordinal,
-        name: RlxStr::from_str(&d.name),
-        memory_bytes: d.memory_bytes,
-    }
+/// (1.9) Overwrite a byte range of a bound param.
+pub(super) unsafe extern "C" fn executable_bind_param_range(
+    exe: *mut RlxExecutable,
+    name: RlxStr,
+    byte_offset: u64,
+    data: *const c_void,
+    len: usize,
+) -> *mut RlxStatus {
+    guard(|| {
+        let mut exe = enter(exe, "executable_bind_param_range")?;
+        let name = name
+            .to_str()
+            .map_err(|e| PluginError::invalid_argument(format!("param name is not UTF-8: {e}")))?;
+        let bytes = super::args::slice_or_empty(data as *const u8, len, "data")?;
+        let offset = usize::try_from(byte_offset).map_err(|_| {
+            PluginError::invalid_argument(format!("byte offset {byte_offset} is too large"))
+        })?;
+        exe.exe().bind_param_range(name, offset, bytes)
+    })
+}
+
+/// (1.9) Another RNG policy and seed from the next run on.
+pub(super) unsafe extern "C" fn executable_set_rng(
+    exe: *mut RlxExecutable,
+    policy: u32,
+    seed: u64,
+) -> *mut RlxStatus {
+    guard(|| {
+        enter(exe, "executable_set_rng")?
+            .exe()
+            .set_rng(policy, seed)
+    })
+}
+
+/// (1.9) Narrow the next runs to `active` of `upper` rows (0, 0 clears).
+pub(super) unsafe extern "C" fn executable_set_active_extent(
+    exe: *mut RlxExecutable,
+    active: u64,
+    upper: u64,
+) -> *mut RlxStatus {
+    guard(|| {
+        let mut exe = enter(exe, "executable_set_active_extent")?;
+        let extent = match (active, upper) {
+            (0, 0) => None,
+            (a, u) if a == 0 || a > u => {
+                return Err(PluginError::invalid_argument(format!(
+                    "active extent {a} of {u}: it must be between 1 and the upper extent (or \
+                     0 of 0 to clear it)"
+                )))
+            }
+            (a, u) => {
+                let n = |v: u64| {
+                    usize::try_from(v).map_err(|_| {
+                        PluginError::invalid_argument(format!("extent {v} is too large"))
+                    })
+                };
+                Some((n(a)?, n(u)?))
+            }
+        };
+        exe.exe().set_active_extent(extent)
+    })
 }

@@ -7,9 +7,15 @@ mod args;
 mod custom_ops;
 mod entry;
 mod executable;
+mod handle;
+mod loaded;
+mod memory;
 mod registration;
 mod run;
+mod sharing;
+mod state;
 mod status;
+mod submit;
 
 pub use entry::{entry, EntryOptions};
 pub use status::{guard, into_status, take_status};

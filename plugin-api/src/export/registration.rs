@@ -3,7 +3,7 @@
 //! execution.
 
 use super::args::{copy_inputs, non_null_mut, write_out, write_outputs};
-use super::entry::{state, tables, Tables};
+use super::loaded::{loaded, tables, Tables};
 use super::status::guard;
 use crate::error::{PluginError, PluginResult, RlxStatus};
 use crate::plugin::LoweringEntry;
@@ -15,7 +15,7 @@ use std::ffi::c_void;
 
 pub(super) unsafe extern "C" fn init() -> *mut RlxStatus {
     guard(|| {
-        let st = state()?;
+        let st = loaded()?;
         if st.tables.get().is_some() {
             return Ok(());
         }

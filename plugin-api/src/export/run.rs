@@ -2,7 +2,7 @@
 //! written into memory the caller lends (1.8, `executable_run_into`).
 
 use super::args::{slice_or_empty, write_owned_outputs};
-use super::executable::enter;
+use super::handle::enter;
 use super::status::guard;
 use crate::error::{PluginError, PluginResult, RlxStatus};
 use crate::plugin::{OutputBuf, OutputSlot};
@@ -10,7 +10,7 @@ use crate::tables::*;
 use crate::tensor::{ownership, RlxNamedTensor, RlxTensor, TensorRef};
 
 /// Validated views of a run's named inputs (borrowed for the call).
-unsafe fn named_views<'a>(
+pub(super) unsafe fn named_views<'a>(
     inputs: *const RlxNamedTensor,
     n_inputs: usize,
 ) -> PluginResult<smallvec::SmallVec<[(&'a str, TensorRef<'a>); 4]>> {
@@ -70,31 +70,40 @@ pub(super) unsafe extern "C" fn executable_run_into(
         let views = named_views(inputs, n_inputs)?;
         let mut slots = run_into_slots(outputs, n_outputs, &views)?;
         exe.exe().run_into(&views, &mut slots)?;
-        // Every owned output first, so that a slot left empty fails the
-        // call before any descriptor is written (the others are released
-        // when `slots` drops).
-        if let Some(i) = slots
-            .iter()
-            .position(|s| matches!(s, OutputSlot::Owned(None)))
-        {
-            return Err(PluginError::internal(format!(
-                "run_into left output {i} without a tensor"
-            )));
-        }
-        for (i, slot) in slots.into_iter().enumerate() {
-            if let OutputSlot::Owned(Some(t)) = slot {
-                outputs.add(i).write(t.into_raw());
-            }
-        }
-        Ok(())
+        hand_over(slots, outputs)
     })
 }
 
+/// Write each slot the run filled with an owned tensor into the caller's
+/// descriptor. Every owned output first, so that a slot left empty fails
+/// the call before any descriptor is written (the others are released
+/// when `slots` drops).
+pub(super) unsafe fn hand_over(
+    slots: smallvec::SmallVec<[OutputSlot<'_>; 4]>,
+    outputs: *mut RlxTensor,
+) -> PluginResult<()> {
+    if let Some(i) = slots
+        .iter()
+        .position(|s| matches!(s, OutputSlot::Owned(None)))
+    {
+        return Err(PluginError::internal(format!(
+            "the run left output {i} without a tensor"
+        )));
+    }
+    for (i, slot) in slots.into_iter().enumerate() {
+        if let OutputSlot::Owned(Some(t)) = slot {
+            outputs.add(i).write(t.into_raw());
+        }
+    }
+    Ok(())
+}
+
 /// The caller's output slots as `run_into` takes them: a slot with null
-/// data receives an owned tensor; any other must be a `BORROWED`, compact,
+/// data receives an owned tensor, or nothing when its ownership is `SKIP`
+/// (1.9); any other must be a `BORROWED`, compact,
 /// host-memory descriptor of the frozen size, overlapping no input and no
 /// other lent slot (a plugin writes it while it may still read them).
-unsafe fn run_into_slots<'a>(
+pub(super) unsafe fn run_into_slots<'a>(
     outputs: *mut RlxTensor,
     n_outputs: usize,
     inputs: &[(&str, TensorRef<'_>)],
@@ -105,7 +114,11 @@ unsafe fn run_into_slots<'a>(
         smallvec::SmallVec::new();
     for (i, t) in raw.iter().enumerate() {
         if t.struct_size == std::mem::size_of::<RlxTensor>() && t.dl.data.is_null() {
-            slots.push(OutputSlot::Owned(None));
+            slots.push(match t.ownership {
+                // (1.9) Not wanted: left as it is.
+                ownership::SKIP => OutputSlot::Skip,
+                _ => OutputSlot::Owned(None),
+            });
             continue;
         }
         let view = TensorRef::from_raw(t).map_err(|e| e.context(format!("output slot {i}")))?;

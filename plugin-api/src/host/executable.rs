@@ -31,13 +31,26 @@ pub struct LentBuffer {
     pub len: usize,
 }
 
+/// Where one output of a run goes.
+#[derive(Clone, Copy, Debug)]
+pub enum OutputDest {
+    /// Handed over by the plugin and read by the caller's reader.
+    Read,
+    /// (ABI 1.8) Written by the plugin into memory the caller lends.
+    Lend(LentBuffer),
+    /// (ABI 1.9) Not wanted: not copied off the device (a plugin before
+    /// 1.9 hands it over anyway, and it is released unread).
+    Skip,
+}
+
 /// A compiled graph in a plugin. Released on drop.
 pub struct PluginExecutable {
-    plugin: Arc<LoadedPlugin>,
-    exe: *mut RlxExecutable,
-    signature: Vec<ValueInfo>,
-    /// Params bound without a copy; dropped after the executable.
-    keep_alive: Vec<Arc<HostTensor>>,
+    pub(super) plugin: Arc<LoadedPlugin>,
+    pub(super) exe: *mut RlxExecutable,
+    pub(super) signature: Vec<ValueInfo>,
+    /// Params bound without a copy; dropped after the executable (and
+    /// after every clone or sharer of its params: each holds them too).
+    pub(super) keep_alive: Vec<Arc<HostTensor>>,
 }
 
 // SAFETY: one call at a time per executable is the ABI's contract and `&mut self` enforces it, so moving the handle between threads is fine.
@@ -46,7 +59,7 @@ unsafe impl Send for PluginExecutable {}
 /// The most dimensions a value in a signature may have (`RLX_MAX_NDIM`).
 const MAX_NDIM: i32 = 64;
 
-unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) {
+pub(super) unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) {
     // A panic must not unwind into the plugin.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: `ctx` is the Vec this host passed with the visitor; `info`
@@ -63,6 +76,7 @@ unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const RlxValueInfo) 
             role::INPUT => Role::Input,
             role::PARAM => Role::Param,
             role::OUTPUT => Role::Output,
+            role::STATE => Role::State,
             other => {
                 log::warn!(
                     "signature value {name:?} has role {other}, which this host does not know \
@@ -264,26 +278,87 @@ impl PluginExecutable {
         &mut self,
         inputs: &[(&str, HostTensorRef<'_>)],
         into: &[Option<LentBuffer>],
+        read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<Vec<Option<T>>> {
+        let dests: smallvec::SmallVec<[OutputDest; 4]> = into
+            .iter()
+            .map(|b| b.map_or(OutputDest::Read, OutputDest::Lend))
+            .collect();
+        // SAFETY: the caller's promise, carried over.
+        unsafe { self.run_refs_dest_raw(inputs, &dests, read) }
+    }
+
+    /// [`PluginExecutable::run_refs_into_raw`] with each output's
+    /// destination spelled out: read, lent (ABI 1.8) or skipped (1.9). A
+    /// read output's place in the result is `Some`, the others' `None`.
+    ///
+    /// # Safety
+    /// As for [`PluginExecutable::run_refs_into_raw`], for each lent buffer.
+    pub unsafe fn run_refs_dest_raw<T>(
+        &mut self,
+        inputs: &[(&str, HostTensorRef<'_>)],
+        dests: &[OutputDest],
         mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
     ) -> PluginResult<Vec<Option<T>>> {
-        let n_out = self.values(Role::Output).count();
-        if into.len() != n_out {
-            return Err(PluginError::invalid_argument(format!(
-                "{} output buffers for {n_out} outputs",
-                into.len()
-            )));
-        }
-        if into.iter().all(Option::is_none) {
-            // Nothing lent: the plain run, without the slots' checks.
+        let mut shapes = self.check_dests(dests)?;
+        if dests.iter().all(|d| matches!(d, OutputDest::Read)) {
+            // Nothing lent or skipped: the plain run, without the slots' checks.
             return self
                 .run_refs_with(inputs, read)
                 .map(|v| v.into_iter().map(Some).collect());
         }
-        // The descriptors' shapes, from the signature, checked against
-        // each buffer before anything runs.
+        let Some(run_into) = self.plugin.api.executable_run_into else {
+            // Before 1.8: the plugin hands each output over; copied here.
+            let mut i = 0;
+            return self.run_refs_with(inputs, |t| {
+                let at = i;
+                i += 1;
+                match dests[at] {
+                    OutputDest::Lend(buf) => {
+                        let bytes = t.compact_cow()?;
+                        if bytes.len() != buf.len {
+                            return Err(PluginError::internal(format!(
+                                "output {at} has {} bytes for a buffer of {}",
+                                bytes.len(),
+                                buf.len
+                            )));
+                        }
+                        // SAFETY: the caller's promise: `buf` is valid for
+                        // writes of `len` bytes and overlaps nothing read.
+                        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr, buf.len) };
+                        Ok(None)
+                    }
+                    OutputDest::Skip => Ok(None),
+                    OutputDest::Read => read(t).map(Some),
+                }
+            });
+        };
+        let borrowed = crate::tensor::borrow_named_refs(inputs);
+        let named = &borrowed.named;
+        let mut slots = self.dest_slots(dests, &mut shapes);
+        // SAFETY: the inputs point into `borrowed` and the lent slots into
+        // the caller's buffers and `shapes`, all alive for the call;
+        // `slots` has exactly the output count.
+        unsafe { self.call(run_into, named, &mut slots)? };
+        self.read_dest_slots(slots, dests, &mut read)
+    }
+
+    /// Each destination checked against the signature before anything
+    /// runs: the descriptors' shapes for the lent ones (empty for others).
+    pub(super) fn check_dests(
+        &self,
+        dests: &[OutputDest],
+    ) -> PluginResult<smallvec::SmallVec<[Dims<i64>; 4]>> {
+        let n_out = self.values(Role::Output).count();
+        if dests.len() != n_out {
+            return Err(PluginError::invalid_argument(format!(
+                "{} output destinations for {n_out} outputs",
+                dests.len()
+            )));
+        }
         let mut shapes: smallvec::SmallVec<[Dims<i64>; 4]> = smallvec::SmallVec::new();
-        for (info, buf) in self.values(Role::Output).zip(into.iter()) {
-            let Some(buf) = buf else {
+        for (info, dest) in self.values(Role::Output).zip(dests.iter()) {
+            let OutputDest::Lend(buf) = dest else {
                 shapes.push(Dims::new());
                 continue;
             };
@@ -317,55 +392,54 @@ impl PluginExecutable {
                 }
             }
         }
-        let Some(run_into) = self.plugin.api.executable_run_into else {
-            // Before 1.8: the plugin hands each output over; copied here.
-            let mut i = 0;
-            return self.run_refs_with(inputs, |t| {
-                let at = i;
-                i += 1;
-                match into[at] {
-                    Some(buf) => {
-                        let bytes = t.compact_cow()?;
-                        if bytes.len() != buf.len {
-                            return Err(PluginError::internal(format!(
-                                "output {at} has {} bytes for a buffer of {}",
-                                bytes.len(),
-                                buf.len
-                            )));
-                        }
-                        // SAFETY: the caller's promise: `buf` is valid for
-                        // writes of `len` bytes and overlaps nothing read.
-                        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr, buf.len) };
-                        Ok(None)
-                    }
-                    None => read(t).map(Some),
-                }
-            });
-        };
-        let borrowed = crate::tensor::borrow_named_refs(inputs);
-        let named = &borrowed.named;
-        let mut slots: smallvec::SmallVec<[RlxTensor; 4]> = into
+        Ok(shapes)
+    }
+
+    /// The output slots for `dests` (checked by `check_dests`, which made
+    /// `shapes`): lent ones describe the caller's buffers.
+    pub(super) fn dest_slots(
+        &self,
+        dests: &[OutputDest],
+        shapes: &mut [Dims<i64>],
+    ) -> smallvec::SmallVec<[RlxTensor; 4]> {
+        dests
             .iter()
             .zip(shapes.iter_mut())
             .zip(self.values(Role::Output))
-            .map(|((buf, shape), info)| match buf {
-                Some(buf) => RlxTensor::compact(
+            .map(|((dest, shape), info)| match dest {
+                OutputDest::Lend(buf) => RlxTensor::compact(
                     info.dtype,
                     buf.ptr as *mut c_void,
                     shape.as_mut_ptr(),
                     shape.len(),
                     ownership::BORROWED,
                 ),
-                None => RlxTensor::empty(),
+                OutputDest::Skip => {
+                    let mut t = RlxTensor::empty();
+                    t.ownership = ownership::SKIP;
+                    t
+                }
+                OutputDest::Read => RlxTensor::empty(),
             })
-            .collect();
-        // SAFETY: the inputs point into `borrowed` and the lent slots into
-        // `into` and `shapes`, all alive for the call; `slots` has exactly
-        // the output count.
-        unsafe { self.call(run_into, named, &mut slots)? };
-        self.read_slots(slots, |me, i, info, slot| match into[i] {
-            Some(_) => Ok(None),
-            None => me.read_slot(i, info, slot, &mut read).map(Some),
+            .collect()
+    }
+
+    /// After a call that succeeded: each read output read and released, a
+    /// skipped one released if a plugin before 1.9 handed it over anyway.
+    pub(super) fn read_dest_slots<T>(
+        &self,
+        slots: smallvec::SmallVec<[RlxTensor; 4]>,
+        dests: &[OutputDest],
+        read: &mut impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
+    ) -> PluginResult<Vec<Option<T>>> {
+        self.read_slots(slots, |me, i, info, slot| match dests[i] {
+            OutputDest::Read => me.read_slot(i, info, slot, read).map(Some),
+            OutputDest::Skip if slot.ownership == ownership::OWNED => {
+                // SAFETY: an OWNED tensor the plugin handed over, released once.
+                unsafe { crate::tensor::release(slot) };
+                Ok(None)
+            }
+            _ => Ok(None),
         })
     }
 
@@ -374,7 +448,7 @@ impl PluginExecutable {
     /// # Safety
     /// `named` and `slots` (and whatever they point at) are valid for the
     /// call, and `slots` has exactly the output count.
-    unsafe fn call(
+    pub(super) unsafe fn call(
         &self,
         run: RlxRunFn,
         named: &[RlxNamedTensor],
@@ -394,7 +468,7 @@ impl PluginExecutable {
 
     /// Each slot handled by `each` (in order) after a successful run:
     /// every slot is read, then released, before an error is reported.
-    fn read_slots<U>(
+    pub(super) fn read_slots<U>(
         &self,
         slots: smallvec::SmallVec<[RlxTensor; 4]>,
         mut each: impl FnMut(&Self, usize, &ValueInfo, RlxTensor) -> PluginResult<U>,
@@ -417,7 +491,7 @@ impl PluginExecutable {
 
     /// Read output `i`'s `OWNED` slot with `read`, once its dtype and shape
     /// are checked against `info`, its signature, then release it.
-    fn read_slot<T>(
+    pub(super) fn read_slot<T>(
         &self,
         i: usize,
         info: &ValueInfo,
@@ -475,6 +549,60 @@ impl PluginExecutable {
 
     pub fn plugin(&self) -> &Arc<LoadedPlugin> {
         &self.plugin
+    }
+
+    /// A 1.9 root-table function, or `UNSUPPORTED` naming what was asked.
+    fn optional<F>(&self, f: Option<F>, what: &str) -> PluginResult<F> {
+        f.ok_or_else(|| {
+            PluginError::unsupported(format!(
+                "plugin {} cannot {what} (ABI 1.9)",
+                self.plugin.descriptor.name
+            ))
+        })
+    }
+
+    /// (ABI 1.9) Overwrite bytes `byte_offset ..` of the bound param
+    /// `name` with `data`.
+    pub fn bind_param_range(
+        &mut self,
+        name: &str,
+        byte_offset: usize,
+        data: &[u8],
+    ) -> PluginResult<()> {
+        let f = self.optional(
+            self.plugin.api.executable_bind_param_range,
+            "overwrite part of a param",
+        )?;
+        // SAFETY: `exe` is live; name and data are borrowed for the call.
+        self.plugin.check(unsafe {
+            f(
+                self.exe,
+                RlxStr::from_str(name),
+                byte_offset as u64,
+                data.as_ptr() as *const c_void,
+                data.len(),
+            )
+        })
+    }
+
+    /// (ABI 1.9) The RNG policy (`tables::rng_policy`) and seed from the
+    /// next run on.
+    pub fn set_rng(&mut self, policy: u32, seed: u64) -> PluginResult<()> {
+        let f = self.optional(self.plugin.api.executable_set_rng, "change its RNG")?;
+        // SAFETY: `exe` is live.
+        self.plugin.check(unsafe { f(self.exe, policy, seed) })
+    }
+
+    /// (ABI 1.9) Compute only `active` of `upper` rows along axis 0 from
+    /// the next run on (`None` clears).
+    pub fn set_active_extent(&mut self, extent: Option<(usize, usize)>) -> PluginResult<()> {
+        let f = self.optional(
+            self.plugin.api.executable_set_active_extent,
+            "narrow its runs",
+        )?;
+        let (a, u) = extent.map_or((0, 0), |(a, u)| (a as u64, u as u64));
+        // SAFETY: `exe` is live.
+        self.plugin.check(unsafe { f(self.exe, a, u) })
     }
 
     /// (ABI 1.4) The device the executable runs on, as the plugin says;

@@ -10,6 +10,9 @@ mod log_sink;
 pub mod manifest;
 pub mod plugin;
 pub mod set;
+mod sharing;
+mod state;
+mod submit;
 pub mod trusted;
 
 pub use deps::{DepWalk, SearchEnv};
@@ -17,7 +20,7 @@ pub use discover::{
     discover, library_file_name, plugin_library, Candidate, DiscoveryConfig, Source, ENV_HOME,
     ENV_PLUGINS,
 };
-pub use executable::{LentBuffer, PluginExecutable};
+pub use executable::{LentBuffer, OutputDest, PluginExecutable};
 pub use load::{load_plugin, load_plugin_with, load_static, LoadError};
 pub use manifest::{read_manifest, read_manifest_file, ManifestReadError};
 pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport};

@@ -42,6 +42,10 @@ pub struct LoadedPlugin {
     ops: std::sync::OnceLock<Vec<OpSupport>>,
     lowering: std::sync::OnceLock<Vec<LoweringRow>>,
     pub(super) custom: Option<RlxCustomOpApi>,
+    /// (1.9) The state, sharing and submit tables, as read at load.
+    pub(super) state: Option<RlxStateApi>,
+    pub(super) sharing: Option<RlxSharingApi>,
+    pub(super) submits: Option<RlxSubmitApi>,
 }
 
 // SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
@@ -223,6 +227,11 @@ impl LoadedPlugin {
             });
         }
         let custom = read_sized(api.custom_ops);
+        let (state, sharing, submits) = (
+            read_sized(api.state),
+            read_sized(api.sharing),
+            read_sized(api.submits),
+        );
         Ok(LoadedPlugin {
             path,
             api,
@@ -230,6 +239,9 @@ impl LoadedPlugin {
             ops: Default::default(),
             lowering: Default::default(),
             custom,
+            state,
+            sharing,
+            submits,
         })
     }
 
@@ -399,6 +411,66 @@ impl LoadedPlugin {
     /// (`executable_run_into`, ABI 1.8)? Without it the host copies.
     pub fn has_run_into(&self) -> bool {
         self.api.executable_run_into.is_some()
+    }
+
+    /// (ABI 1.9) What the plugin offers beyond compile and run, read from
+    /// its tables: exactly the functions it published.
+    pub fn offers(&self) -> crate::plugin::Offers {
+        let st = self.state.as_ref();
+        let sh = self.sharing.as_ref();
+        let su = self.submits.as_ref();
+        crate::plugin::Offers {
+            state: st.is_some_and(|t| {
+                t.bind.is_some()
+                    && t.unbind.is_some()
+                    && t.read.is_some()
+                    && t.list.is_some()
+                    && t.set_feed.is_some()
+                    && t.read_output.is_some()
+            }),
+            row_feeds: st.is_some_and(|t| t.feed_rows.is_some()),
+            clone: sh.is_some_and(|t| t.clone.is_some()),
+            share_params: sh.is_some_and(|t| t.share_params.is_some()),
+            submit: su.is_some_and(|t| t.submit.is_some() && t.wait.is_some()),
+            param_range: self.api.executable_bind_param_range.is_some(),
+            set_rng: self.api.executable_set_rng.is_some(),
+            active_extent: self.api.executable_set_active_extent.is_some(),
+            memory_usage: self.api.memory_usage.is_some(),
+        }
+    }
+
+    /// (ABI 1.9) The state, sharing and submit tables as read at load, for
+    /// tools that drive the ABI directly (the conformance kit).
+    pub fn raw_state(&self) -> Option<&RlxStateApi> {
+        self.state.as_ref()
+    }
+    pub fn raw_sharing(&self) -> Option<&RlxSharingApi> {
+        self.sharing.as_ref()
+    }
+    pub fn raw_submits(&self) -> Option<&RlxSubmitApi> {
+        self.submits.as_ref()
+    }
+
+    /// (ABI 1.9) What the plugin's tensors hold now.
+    pub fn memory_usage(&self) -> PluginResult<crate::plugin::MemoryUsage> {
+        let f = self.api.memory_usage.ok_or_else(|| {
+            PluginError::unsupported(format!(
+                "plugin {} gives no memory figures (ABI 1.9 memory_usage)",
+                self.descriptor.name
+            ))
+        })?;
+        let mut out = RlxMemoryUsage {
+            struct_size: RlxMemoryUsage::STRUCT_SIZE,
+            ..Default::default()
+        };
+        // SAFETY: `out` is a writable out-struct sized here.
+        self.check(unsafe { f(&mut out) })?;
+        let out = read_written(&out);
+        Ok(crate::plugin::MemoryUsage {
+            active_bytes: out.active_bytes,
+            peak_bytes: out.peak_bytes,
+            cached_bytes: out.cached_bytes,
+        })
     }
 
     /// Execute one op eagerly through its lowering-table entry. `node` is

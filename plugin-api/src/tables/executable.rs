@@ -116,6 +116,9 @@ pub mod role {
     pub const INPUT: u32 = 0;
     pub const PARAM: u32 = 1;
     pub const OUTPUT: u32 = 2;
+    /// (1.9) A state tensor (`RlxStateApi::list` only; never in a
+    /// signature).
+    pub const STATE: u32 = 3;
 }
 
 /// One input, param or output. Borrowed for the visitor call.

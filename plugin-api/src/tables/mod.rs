@@ -1,6 +1,6 @@
 //! The function tables: every struct that crosses the ABI besides strings,
 //! versions, statuses and tensors, one file per section of
-//! `include/rlx_plugin.h` (§4 to §8).
+//! `include/rlx_plugin.h` (§4 to §11).
 //!
 //! Each struct starts with `struct_size` (the end of the last field the
 //! writer knows) and only ever grows at the end; `crate::abi_struct!`
@@ -15,9 +15,15 @@ pub mod executable;
 pub mod host;
 pub mod registration;
 pub mod root;
+pub mod sharing;
+pub mod state;
+pub mod submit;
 
 pub use custom_ops::*;
 pub use executable::*;
 pub use host::*;
 pub use registration::*;
 pub use root::*;
+pub use sharing::*;
+pub use state::*;
+pub use submit::*;

@@ -4,6 +4,9 @@ use super::custom_ops::RlxCustomOpApi;
 use super::executable::{RlxCompileOptions, RlxExecutable, RlxValueVisitor};
 use super::host::RlxHostApi;
 use super::registration::{RlxLoweringTable, RlxOpList};
+use super::sharing::RlxSharingApi;
+use super::state::RlxStateApi;
+use super::submit::RlxSubmitApi;
 use crate::error::RlxStatus;
 use crate::strings::{RlxKeyValue, RlxStr};
 use crate::tensor::{RlxNamedTensor, RlxTensor};
@@ -144,6 +147,60 @@ pub struct RlxPluginApi {
             n_outputs: usize,
         ) -> *mut RlxStatus,
     >,
+
+    // --- 1.9 ---
+    /// Executable state (header §9). Plugin-owned, static. Null: none.
+    pub state: *const RlxStateApi,
+    /// Clones and shared params (header §10). Plugin-owned, static. Null:
+    /// none.
+    pub sharing: *const RlxSharingApi,
+    /// Submitted runs (header §11). Plugin-owned, static. Null: none.
+    pub submits: *const RlxSubmitApi,
+    /// Overwrite `len` bytes of the bound param `name`, starting
+    /// `byte_offset` bytes into its compact row-major storage, with `data`
+    /// (borrowed for the call): a whole number of elements, inside the
+    /// param. Optional.
+    pub executable_bind_param_range: Option<
+        unsafe extern "C" fn(
+            exe: *mut RlxExecutable,
+            name: RlxStr,
+            byte_offset: u64,
+            data: *const c_void,
+            len: usize,
+        ) -> *mut RlxStatus,
+    >,
+    /// Use the RNG policy `policy` (an `rng_policy`) and `seed` for the
+    /// graph's random ops from the next run on, as if compiled with them.
+    /// Optional.
+    pub executable_set_rng: Option<
+        unsafe extern "C" fn(exe: *mut RlxExecutable, policy: u32, seed: u64) -> *mut RlxStatus,
+    >,
+    /// From the next run on, compute only the first `active` of `upper`
+    /// rows along axis 0 of every input whose axis 0 is `upper` (a
+    /// bucketed graph with fewer live rows); `active == upper == 0`
+    /// clears it. Outputs keep their declared shapes; their rows past
+    /// `active` are unspecified. A plugin that cannot narrow a graph runs
+    /// it whole. Optional.
+    pub executable_set_active_extent: Option<
+        unsafe extern "C" fn(exe: *mut RlxExecutable, active: u64, upper: u64) -> *mut RlxStatus,
+    >,
+    /// The memory the plugin's tensors hold now, as the out-struct `*out`.
+    /// Optional.
+    pub memory_usage: Option<unsafe extern "C" fn(out: *mut RlxMemoryUsage) -> *mut RlxStatus>,
+}
+
+/// (1.9) What the plugin's tensors hold, in bytes, across all its
+/// executables (params, state, run buffers). An out-struct.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default)]
+pub struct RlxMemoryUsage {
+    pub struct_size: usize,
+    /// Held by live tensors now.
+    pub active_bytes: u64,
+    /// The most held at once since the plugin loaded.
+    pub peak_bytes: u64,
+    /// Freed by tensors but kept by the plugin's allocator for reuse.
+    pub cached_bytes: u64,
 }
 
 // Pointers in these tables are immutable, process-lifetime data.
@@ -164,6 +221,7 @@ pub fn plugin_api_min_size(minor: u32) -> usize {
         0 => offset_of!(RlxPluginApi, custom_ops),
         1..=3 => offset_of!(RlxPluginApi, executable_device),
         4..=7 => offset_of!(RlxPluginApi, executable_run_into),
+        8 => offset_of!(RlxPluginApi, state),
         _ => <RlxPluginApi as crate::sized::AbiStruct>::STRUCT_SIZE,
     }
 }
@@ -219,7 +277,8 @@ pub struct RlxDeviceInfo {
     pub memory_bytes: u64,
 }
 
-crate::abi_struct!(RlxPluginApi, executable_run_into: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxPluginApi, memory_usage: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxMemoryUsage, cached_bytes: u64);
 crate::abi_struct!(RlxPluginDescriptor, n_device_infos: usize);
 crate::abi_struct!(RlxDeviceInfo, memory_bytes: u64);
 #[cfg(target_pointer_width = "64")]
@@ -251,6 +310,13 @@ impl RlxPluginApi {
             custom_ops: std::ptr::null(),
             executable_device: None,
             executable_run_into: None,
+            state: std::ptr::null(),
+            sharing: std::ptr::null(),
+            submits: std::ptr::null(),
+            executable_bind_param_range: None,
+            executable_set_rng: None,
+            executable_set_active_extent: None,
+            memory_usage: None,
         }
     }
 }

@@ -19,7 +19,7 @@
  * of 1.5's optional functions).
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..=8): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=9): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
@@ -2897,7 +2897,14 @@ static RlxStatus* c_executable_device(const RlxExecutable* exe, RlxDeviceInfo* o
 /* The root table, written the way a plugin of the claimed minor did: 1.0
  * had no custom_ops, so its struct_size stops before that field. */
 static const RlxPluginApi g_api = {
-#if RLX_C_PLUGIN_MINOR >= 8
+#if RLX_C_PLUGIN_MINOR >= 9
+    /* 1.9's state, sharing and submit tables and its root functions are
+     * absent (NULL): a host takes its host paths. */
+    .struct_size = RLX_PLUGIN_API_SIZE_1_9,
+    .custom_ops = &g_custom_api,
+    .executable_device = c_executable_device,
+    .executable_run_into = c_executable_run_into,
+#elif RLX_C_PLUGIN_MINOR >= 8
     .struct_size = RLX_PLUGIN_API_SIZE_1_8,
     .custom_ops = &g_custom_api,
     .executable_device = c_executable_device,
