@@ -3,8 +3,8 @@
 use crate::executable::MlxExecutable;
 use crate::lower;
 use rlx_plugin_api::{
-    CompileOptions, CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, Plugin,
-    PluginResult,
+    CompileOptions, CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, MemoryUsage,
+    Offers, Plugin, PluginResult,
 };
 use std::sync::Arc;
 
@@ -102,5 +102,28 @@ impl Plugin for MlxPlugin {
 
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>> {
         Ok(Box::new(MlxExecutable::compile(graph, options)?))
+    }
+
+    fn offers(&self) -> Offers {
+        Offers {
+            state: true,
+            row_feeds: true,
+            clone: true,
+            share_params: true,
+            submit: true,
+            param_range: true,
+            set_rng: true,
+            active_extent: false,
+            memory_usage: true,
+        }
+    }
+
+    fn memory_usage(&self) -> PluginResult<MemoryUsage> {
+        use rlx_mlx_shim::info;
+        Ok(MemoryUsage {
+            active_bytes: info::active_memory() as u64,
+            peak_bytes: info::peak_memory() as u64,
+            cached_bytes: info::cache_memory() as u64,
+        })
     }
 }

@@ -556,6 +556,15 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
   }
 }
 
+void async_eval_list(const ArrayList& l) {
+  if (std::any_of(l.v.begin(), l.v.end(), [](const mx::array& x) {
+        return x.status() == mx::array::Status::unscheduled;
+      })) {
+    evaluations.fetch_add(1, std::memory_order_relaxed);
+  }
+  mx::async_eval(l.v);
+}
+
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out) {
   array_copy_to(a, out.data(), out.size());
 }

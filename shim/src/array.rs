@@ -121,6 +121,10 @@ pub mod ffi {
         /// `eval_list`): a small graph's run is not delayed by the wake-up of a
         /// sleeping thread.
         fn eval_list_spinning(l: &ArrayList, spin_us: u32) -> Result<()>;
+        /// Starts evaluating all arrays of the list and returns without
+        /// waiting (`mx::async_eval`); a later `eval_list*` of them waits
+        /// and reports a failure.
+        fn async_eval_list(l: &ArrayList) -> Result<()>;
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
         fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;

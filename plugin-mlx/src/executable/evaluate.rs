@@ -31,9 +31,9 @@ pub enum Eval {
 /// executable's own graph are applied; inputs are the caller's and
 /// read-only under the ABI.
 #[derive(Default)]
-pub struct StateWrites(std::cell::RefCell<Vec<(usize, NodeId, A)>>);
+pub struct ParamWrites(std::cell::RefCell<Vec<(usize, NodeId, A)>>);
 
-impl StateWrites {
+impl ParamWrites {
     pub fn record(&self, graph: &Graph, id: NodeId, value: A) {
         if matches!(graph.node(id).op, Op::Param { .. }) {
             self.0
@@ -59,7 +59,7 @@ pub struct Env<'a> {
     pub rng: rlx_ir::RngOptions,
     pub custom: &'a CustomScope,
     pub how: Eval,
-    pub writes: &'a StateWrites,
+    pub writes: &'a ParamWrites,
 }
 
 /// Evaluate every node of `graph` in order. `leaf` supplies Input and Param

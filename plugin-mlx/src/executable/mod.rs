@@ -10,8 +10,8 @@ use rlx_ir::{Graph, NodeId, OpKind};
 use rlx_mlx_shim::{array, ArrayList, Compiled};
 use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{
-    BoundParam, CompileOptions, DeviceInfo, Executable, HostTensor, Mode, OutputSlot, OwnedTensor,
-    PluginError, PluginResult, Role, TensorRef, ValueInfo,
+    BoundParam, CompileOptions, DeviceInfo, Executable, Feed, HostTensor, Mode, OutputSlot,
+    OwnedTensor, PluginError, PluginResult, Role, RowFeed, StateBuf, TensorRef, ValueInfo,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,13 +20,29 @@ use std::sync::Arc;
 /// to four.
 type InputSlots = smallvec::SmallVec<[Option<A>; 4]>;
 
+/// A run's graph, built and not yet evaluated.
+struct Built {
+    outs: Vec<A>,
+    /// Values written back into params (a recurrent layer's carry).
+    writes: Vec<(NodeId, A)>,
+    /// What evaluates the run: its outputs, then its writes.
+    list: rlx_mlx_shim::UniquePtr<ArrayList>,
+}
+
 mod device;
 mod evaluate;
+mod extent;
+mod sharing;
+mod state;
+mod state_entries;
+mod submit;
 
 use device::spin_us;
 pub use device::{on_device, OnDevice};
 use evaluate::zeros_like;
-pub use evaluate::{evaluate, Env, Eval, StateWrites};
+pub use evaluate::{evaluate, Env, Eval, ParamWrites};
+use state::States;
+use submit::Pending;
 
 /// Whether runs write their inputs into the last run's arrays (see
 /// `MlxExecutable::kept_inputs`); `RLX_MLX_REUSE_INPUTS=0`, read once,
@@ -123,8 +139,15 @@ pub struct MlxExecutable {
     /// Its custom ops, resolved at compile and kept.
     custom: Arc<CustomScope>,
     /// The params the compiled function's extra outputs write back (see
-    /// [`StateWrites`]), in output order; set when it is traced.
+    /// [`ParamWrites`]), in output order; set when it is traced.
     compiled_writes: Arc<std::sync::Mutex<Vec<NodeId>>>,
+    /// (ABI 1.9) Inputs held across runs, and how they follow the runs.
+    states: States,
+    /// (ABI 1.9) Runs submitted and not yet waited for, oldest first.
+    pending: std::collections::VecDeque<Pending>,
+    /// (ABI 1.9) `(active, upper)`: the rows along axis 0 the next runs
+    /// compute, where the graph allows it.
+    extent: Option<(usize, usize)>,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -165,7 +188,7 @@ impl MlxExecutable {
             rng,
             custom: &custom,
             how: Eval::Check,
-            writes: &StateWrites::default(),
+            writes: &ParamWrites::default(),
         };
         evaluate(&graph, &check, &|id| zeros_like(&graph, id))?;
         // MLX would load kernels from a cache another user can write.
@@ -217,6 +240,9 @@ impl MlxExecutable {
             device,
             custom,
             compiled_writes,
+            states: States::default(),
+            pending: Default::default(),
+            extent: None,
         })
     }
 
@@ -349,7 +375,7 @@ fn compile_graph(
             args.get(slot[&id])
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
-        let writes = StateWrites::default();
+        let writes = ParamWrites::default();
         let env = Env {
             rng,
             custom: &custom,
@@ -431,19 +457,61 @@ impl Executable for MlxExecutable {
                 slots.len()
             )));
         }
-        self.traced_run(inputs, |exe, i, a, id| match &mut slots[i] {
-            OutputSlot::Into(buf) => {
-                let (dtype, dims) = exe.declared_layout(id);
-                buf.check(i, dtype, &dims)?;
-                array::array_copy_into(&a, buf.bytes)
-                    .map_err(|e| PluginError::internal(format!("output {i}: {e}")))
-            }
-            OutputSlot::Owned(slot) => {
-                *slot = Some(exe.owned_output(a, id)?);
-                Ok(())
-            }
+        self.traced_run(inputs, |exe, i, a, id| {
+            exe.put_output(i, a, id, &mut slots[i])
         })
         .map(|_| ())
+    }
+
+    fn state_bind(&mut self, name: &str, value: TensorRef<'_>) -> PluginResult<()> {
+        self.bind_state(name, value)
+    }
+    fn state_unbind(&mut self, name: &str) -> PluginResult<()> {
+        self.unbind_state(name)
+    }
+    fn state_read(&mut self, name: &str, first: usize, into: StateBuf<'_>) -> PluginResult<()> {
+        self.read_state(name, first, into)
+    }
+    fn state_list(&self) -> Vec<ValueInfo> {
+        self.list_states()
+    }
+    fn state_set_feed(&mut self, name: &str, feed: Feed) -> PluginResult<()> {
+        self.set_state_feed(name, feed)
+    }
+    fn state_feed_rows(&mut self, name: Option<&str>, rows: &RowFeed) -> PluginResult<()> {
+        self.feed_state_rows(name, rows)
+    }
+    fn output_read(&mut self, output: usize, first: usize, into: StateBuf<'_>) -> PluginResult<()> {
+        self.read_last_output(output, first, into)
+    }
+    fn clone_executable(&self) -> PluginResult<Box<dyn Executable>> {
+        Ok(Box::new(self.clone_exe()?))
+    }
+    fn share_params_from(&mut self, src: &dyn Executable) -> PluginResult<usize> {
+        self.share_from(src)
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+    fn submit(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> PluginResult<()> {
+        self.submit_run(inputs)
+    }
+    fn wait(&mut self, slots: &mut [OutputSlot<'_>]) -> PluginResult<()> {
+        self.wait_run(slots)
+    }
+    fn bind_param_range(
+        &mut self,
+        name: &str,
+        byte_offset: usize,
+        data: &[u8],
+    ) -> PluginResult<()> {
+        self.bind_range(name, byte_offset, data)
+    }
+    fn set_rng(&mut self, policy: u32, seed: u64) -> PluginResult<()> {
+        self.set_rng_policy(policy, seed)
+    }
+    fn set_active_extent(&mut self, extent: Option<(usize, usize)>) -> PluginResult<()> {
+        self.set_extent(extent)
     }
 }
 
@@ -508,6 +576,33 @@ impl MlxExecutable {
         inputs: &[(&str, TensorRef<'_>)],
         trace: &mut RunTrace,
     ) -> PluginResult<Vec<A>> {
+        let (built, given) = self.build(inputs, trace)?;
+        array::eval_list_spinning(&built.list, spin_us(array::thread_device_is_gpu())).map_err(
+            |e| {
+                PluginError::internal(format!(
+                    "MLX evaluation failed: {} (run in eager mode to find the node)",
+                    explain(&self.graph, e)
+                ))
+            },
+        )?;
+        trace.mark("eval");
+        // A kernel that failed on MLX's stream left its output zeroed and
+        // said why here: the run fails with that.
+        self.custom.check()?;
+        self.keep(&built, given);
+        trace.mark("finish");
+        Ok(built.outs)
+    }
+
+    /// Check a run's inputs and build its graph, evaluating nothing (but
+    /// in eager mode, which evaluates node by node): the outputs, the
+    /// param writes and the list that evaluates both, and the run's input
+    /// arrays by slot (a held state's slot is empty).
+    fn build(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        trace: &mut RunTrace,
+    ) -> PluginResult<(Built, InputSlots)> {
         // A failure left from an earlier run that failed before reading it.
         let _ = self.custom.failures().take();
         // One slot per graph input, in `self.inputs` order: a run has a
@@ -541,13 +636,23 @@ impl MlxExecutable {
             };
             given[slot] = Some(arr);
         }
-        if let Some(slot) = given.iter().position(Option::is_none) {
+        if let Some(slot) =
+            (0..given.len()).find(|&s| given[s].is_none() && !self.states.is_held(s))
+        {
             return Err(PluginError::invalid_argument(format!(
                 "missing input {:?}",
                 self.inputs[slot].0
             )));
         }
-        let input = |slot: usize| -> &A { given[slot].as_ref().expect("every input given") };
+        let states = &self.states;
+        // An input given for a held state overrides it for this run (the
+        // state keeps its value unless a feed replaces it).
+        let input = |slot: usize| -> &A {
+            given[slot]
+                .as_ref()
+                .or_else(|| states.value(slot))
+                .expect("every input given or held")
+        };
         if let Some((n, _)) = self
             .params
             .iter()
@@ -564,10 +669,10 @@ impl MlxExecutable {
                 None => self.bound[&id].clone_handle(),
             })
         };
-        let writes = StateWrites::default();
+        let writes = ParamWrites::default();
         // The list a compiled call returns is the list to evaluate (its
-        // outputs, then its state writes): kept rather than built again.
-        let (outs, state, returned) = match (&self.compiled, self.mode) {
+        // outputs, then its param writes): kept rather than built again.
+        let built = match (&self.compiled, self.mode) {
             (Some(c), _) => {
                 let args = &mut self.args;
                 // Empty unless an earlier run failed while filling it.
@@ -588,19 +693,19 @@ impl MlxExecutable {
                         explain(&self.graph, e)
                     ))
                 })?;
-                let mut all = returned.to_vec();
+                let mut outs = returned.to_vec();
                 let n = self.graph.outputs.len();
                 let ids = self
                     .compiled_writes
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
-                let values = all.split_off(n.min(all.len()));
-                (
-                    all,
-                    ids.into_iter().zip(values).collect::<Vec<_>>(),
-                    Some(returned),
-                )
+                let values = outs.split_off(n.min(outs.len()));
+                Built {
+                    outs,
+                    writes: ids.into_iter().zip(values).collect(),
+                    list: returned,
+                }
             }
             (None, mode) => {
                 let env = Env {
@@ -614,40 +719,30 @@ impl MlxExecutable {
                     writes: &writes,
                 };
                 let outs = evaluate(&self.graph, &env, &leaf)?;
-                (outs, writes.take_for(&self.graph), None)
+                let writes = writes.take_for(&self.graph);
+                let list = ArrayList::from_arrays(
+                    outs.iter()
+                        .map(|a| &**a)
+                        .chain(writes.iter().map(|(_, v)| &**v)),
+                );
+                Built { outs, writes, list }
             }
         };
         trace.mark("build");
-        {
-            let list = returned.unwrap_or_else(|| {
-                ArrayList::from_arrays(
-                    outs.iter()
-                        .map(|a| &**a)
-                        .chain(state.iter().map(|(_, v)| &**v)),
-                )
-            });
-            array::eval_list_spinning(&list, spin_us(array::thread_device_is_gpu())).map_err(
-                |e| {
-                    PluginError::internal(format!(
-                        "MLX evaluation failed: {} (run in eager mode to find the node)",
-                        explain(&self.graph, e)
-                    ))
-                },
-            )?;
-        }
-        trace.mark("eval");
-        // A kernel that failed on MLX's stream left its output zeroed and
-        // said why here: the run fails with that.
-        self.custom.check()?;
+        Ok((built, given))
+    }
+
+    /// A run's effects, once it succeeded (or was submitted): its input
+    /// arrays are kept for the next run to write over, its param writes
+    /// become the params' values, and its state feeds take effect.
+    fn keep(&mut self, built: &Built, given: InputSlots) {
         self.kept_inputs = given;
-        // The run succeeded: its state writes become the params' values.
-        for (id, v) in state {
-            if let Some(b) = self.bound.get_mut(&id) {
-                *b = v;
+        for (id, v) in &built.writes {
+            if let Some(b) = self.bound.get_mut(id) {
+                *b = v.clone_handle();
             }
         }
-        trace.mark("finish");
-        Ok(outs)
+        self.states.follow(&built.outs);
     }
 
     /// The device and mode a traced run names.
@@ -668,6 +763,31 @@ impl MlxExecutable {
             ir_to_abi(s.dtype()).expect("checked"),
             static_dims(s.dims()).iter().map(|d| *d as usize).collect(),
         )
+    }
+
+    /// Output `i` (node `id`) into its slot: copied into the caller's
+    /// buffer (on a GPU, one copy from device memory), handed over, or
+    /// (skipped) left on the device.
+    fn put_output(
+        &self,
+        i: usize,
+        a: A,
+        id: NodeId,
+        slot: &mut OutputSlot<'_>,
+    ) -> PluginResult<()> {
+        match slot {
+            OutputSlot::Into(buf) => {
+                let (dtype, dims) = self.declared_layout(id);
+                buf.check(i, dtype, &dims)?;
+                array::array_copy_into(&a, buf.bytes)
+                    .map_err(|e| PluginError::internal(format!("output {i}: {e}")))
+            }
+            OutputSlot::Owned(slot) => {
+                *slot = Some(self.owned_output(a, id)?);
+                Ok(())
+            }
+            OutputSlot::Skip => Ok(()),
+        }
     }
 
     /// Output `id` handed over as an owned tensor: lent in MLX's own

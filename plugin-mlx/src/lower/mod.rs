@@ -90,7 +90,7 @@ pub struct Ctx<'a> {
     /// nested body is built with, and whether a loop may run.
     pub how: crate::executable::Eval,
     /// Where an op records values to write back into params.
-    pub writes: &'a crate::executable::StateWrites,
+    pub writes: &'a crate::executable::ParamWrites,
 }
 
 impl<'a> Ctx<'a> {
