@@ -1,10 +1,10 @@
 //! A plugin executable as rlx-runtime's `ExecutableGraph`: buffers
 //! converted to and from the dtypes its signature declares.
 
-use rlx_plugin_api::host::{LentBuffer, PluginExecutable};
+use super::outputs::Plan;
+use rlx_plugin_api::host::PluginExecutable;
 use rlx_plugin_api::tensor::Dims;
-use rlx_plugin_api::{convert, DType, HostTensorRef, Role, TensorRef, ValueInfo};
-use rlx_runtime::ExecutableGraph;
+use rlx_plugin_api::{DType, HostTensorRef, Role, TensorRef, ValueInfo};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -52,79 +52,60 @@ pub fn ir_dtype(d: DType) -> rlx_ir::DType {
 
 // ---- the executable ----
 
-/// Room for `n` elements of an output the plugin writes whole: a `Vec`
-/// of length 0 whose capacity is lent for the run (nothing reads it before
-/// it is written, so no fill is paid for, and its length is set only once
-/// the run has written it), or None when the memory cannot be had (the
-/// output is then handed over by the plugin, and a copy that cannot be
-/// made is an error there, never an abort).
-fn room<T>(n: usize) -> Option<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).ok()?;
-    Some(v)
-}
-
-/// The element count of an output whose signature fixes every size: the
-/// outputs whose buffers the host can allocate before a run.
-fn fixed_numel(v: &ValueInfo) -> Option<usize> {
-    v.shape
-        .iter()
-        .try_fold(1usize, |n, d| d.and_then(|d| n.checked_mul(d)))
-}
-
-/// Per output: its room and its element count, or None for an output
-/// the plugin hands over.
-type Rooms<T> = SmallVec<[Option<(Vec<T>, usize)>; 4]>;
-
-/// `v`'s spare capacity for `n` elements as the buffer an output is
-/// written into.
-fn lend<T>(v: &mut Vec<T>, n: usize) -> LentBuffer {
-    debug_assert!(v.capacity() >= n && v.is_empty());
-    LentBuffer {
-        ptr: v.as_mut_ptr().cast(),
-        len: n * std::mem::size_of::<T>(),
+/// `info`'s shape with at most one run-time size filled in from `n`
+/// elements, or why `n` does not fit it.
+pub(super) fn shape_for(kind: &str, info: &ValueInfo, n: usize) -> Result<Dims<usize>, String> {
+    let known: usize = info.shape.iter().flatten().product();
+    let unknown = info.shape.iter().filter(|d| d.is_none()).count();
+    match unknown {
+        0 if known == n => Ok(info.shape.iter().map(|d| d.unwrap()).collect()),
+        1 if known > 0 && n.is_multiple_of(known) => {
+            Ok(info.shape.iter().map(|d| d.unwrap_or(n / known)).collect())
+        }
+        _ => {
+            let dims: Vec<String> = info
+                .shape
+                .iter()
+                .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                .collect();
+            Err(format!(
+                "{kind} {:?} is {}[{}] but {n} elements were given",
+                info.name,
+                info.dtype,
+                dims.join(", ")
+            ))
+        }
     }
 }
 
-/// The outputs of a run: each written into its room (whose length is now
-/// set) or read by the run's reader.
-///
-/// # Safety
-/// Each room in `made` was lent to a run that succeeded and returned
-/// `read`, so its first `n` elements are written (`run_refs_into_raw`).
-unsafe fn finish<T, U>(
-    read: Vec<Option<U>>,
-    made: Rooms<T>,
-    mut filled: impl FnMut(usize, Vec<T>) -> U,
-) -> Vec<U> {
-    read.into_iter()
-        .zip(made)
-        .enumerate()
-        .map(|(i, (r, m))| match (r, m) {
-            (Some(r), _) => r,
-            (None, Some((mut v, n))) => {
-                // SAFETY: the caller's promise: the run wrote n elements.
-                unsafe { v.set_len(n) };
-                filled(i, v)
-            }
-            (None, None) => unreachable!("each output written or read"),
-        })
-        .collect()
-}
-
-/// A plugin executable as an rlx-runtime [`ExecutableGraph`].
+/// A plugin executable as an rlx-runtime [`rlx_runtime::ExecutableGraph`].
 pub struct PluginGraph {
-    exe: PluginExecutable,
-    plugin: String,
+    pub(super) exe: PluginExecutable,
+    pub(super) plugin: String,
     /// By position; a run looks each name up (a graph has few inputs,
     /// and a scan costs less than hashing the name).
-    inputs: Vec<ValueInfo>,
-    params: HashMap<String, ValueInfo>,
-    outputs: Vec<ValueInfo>,
+    pub(super) inputs: Vec<ValueInfo>,
+    pub(super) params: HashMap<String, ValueInfo>,
+    pub(super) outputs: Vec<ValueInfo>,
     /// Whether runs lend the plugin the output buffers (ABI 1.8). Not on
     /// a CPU device: there the plugin hands over its own buffer for the
     /// host's one copy, so lending saves no copy and costs the checks.
-    lend_outputs: bool,
+    pub(super) lend_outputs: bool,
+    /// (ABI 1.9) What the plugin offers beyond compile and run: the
+    /// capabilities this executable reports, and the methods that work.
+    pub(super) offers: rlx_plugin_api::Offers,
+    /// (ABI 1.9) The inputs held as state (rlx-runtime's GPU handles), by
+    /// name, with their dtype and element count, and those fed rows (its
+    /// KV row feeds).
+    pub(super) held: std::collections::BTreeMap<String, (DType, usize)>,
+    pub(super) row_fed: std::collections::BTreeSet<String>,
+    /// (ABI 1.9) Runs submitted and not waited for.
+    pub(super) pending: usize,
+    /// The RNG policy the executable runs with (rlx-runtime's `rng()`).
+    pub(super) rng: rlx_ir::RngOptions,
+    /// Params that already hold their values because they are shared
+    /// with another executable (`share_params_from`).
+    pub(super) shared_params: bool,
 }
 
 impl PluginGraph {
@@ -138,6 +119,7 @@ impl PluginGraph {
         let lend_outputs = exe
             .device()
             .is_none_or(|d| d.kind != rlx_plugin_api::DeviceKind::Cpu);
+        let offers = exe.plugin().offers();
         PluginGraph {
             exe,
             plugin,
@@ -145,7 +127,20 @@ impl PluginGraph {
             params,
             outputs,
             lend_outputs,
+            offers,
+            held: Default::default(),
+            row_fed: Default::default(),
+            pending: 0,
+            rng: rlx_ir::RngOptions::default(),
+            shared_params: false,
         }
+    }
+
+    /// The RNG policy it was compiled with (what `rng()` reports until
+    /// `set_rng`).
+    pub fn with_rng(mut self, rng: rlx_ir::RngOptions) -> PluginGraph {
+        self.rng = rng;
+        self
     }
 
     /// Lend the plugin the output buffers (ABI 1.8) or not, whatever the
@@ -192,27 +187,7 @@ impl PluginGraph {
 
     /// `info`'s shape with at most one run-time size filled in from `n`.
     pub(super) fn concrete_shape(&self, kind: &str, info: &ValueInfo, n: usize) -> Dims<usize> {
-        let known: usize = info.shape.iter().flatten().product();
-        let unknown = info.shape.iter().filter(|d| d.is_none()).count();
-        let shape_str = || {
-            let dims: Vec<String> = info
-                .shape
-                .iter()
-                .map(|d| d.map_or("?".into(), |d| d.to_string()))
-                .collect();
-            format!("{}[{}]", info.dtype, dims.join(", "))
-        };
-        match unknown {
-            0 if known == n => info.shape.iter().map(|d| d.unwrap()).collect(),
-            1 if known > 0 && n.is_multiple_of(known) => {
-                info.shape.iter().map(|d| d.unwrap_or(n / known)).collect()
-            }
-            _ => self.fail(format!(
-                "{kind} {:?} is {} but {n} elements were given",
-                info.name,
-                shape_str()
-            )),
-        }
+        shape_for(kind, info, n).unwrap_or_else(|e| self.fail(e))
     }
 
     pub(super) fn bind(&mut self, name: &str, data: Cow<'_, [u8]>, have: rlx_ir::DType) {
@@ -235,34 +210,28 @@ impl PluginGraph {
         }
     }
 
-    /// Run with each output that `elems` sizes (in `T`s: only an output
-    /// whose signature fixes every size) written by the plugin into a `Vec`
-    /// lent for it, and made a result by `filled`; the others are read with
-    /// `read`.
-    fn run_lent<T, U>(
+    /// Run with each output `want`ed: written by the plugin into a `Vec`
+    /// lent for it where `elems` sizes it (in `T`s: only an output whose
+    /// signature fixes every size) and outputs are lent, made a result by
+    /// `filled`; else read with `read`. An output not wanted is skipped
+    /// (ABI 1.9: not copied off the device) and its place is `None`.
+    pub(super) fn run_to<T, U>(
         &mut self,
         inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
+        want: impl Fn(usize) -> bool,
         elems: impl Fn(&ValueInfo) -> Option<usize>,
         read: impl FnMut(&TensorRef<'_>) -> rlx_plugin_api::PluginResult<U>,
         filled: impl FnMut(usize, Vec<T>) -> U,
-    ) -> Vec<U> {
-        let mut made: Rooms<T> = self
-            .outputs
-            .iter()
-            .map(|v| elems(v).and_then(|n| room::<T>(n).map(|r| (r, n))))
-            .collect();
-        let into: SmallVec<[Option<LentBuffer>; 4]> = made
-            .iter_mut()
-            .map(|m| m.as_mut().map(|(v, n)| lend(v, *n)))
-            .collect();
-        // SAFETY: each buffer is the spare capacity of a `Vec` made above
-        // for this run (`room`), of its length, aliased by nothing.
+    ) -> Vec<Option<U>> {
+        let plan = Plan::<T>::new(&self.outputs, want, self.lend_outputs, elems);
+        // SAFETY: each lent buffer is the spare capacity of a `Vec` the
+        // plan made for this run, of its length, aliased by nothing.
         let outs = self.run_bytes(inputs, |exe, named| unsafe {
-            exe.run_refs_into_raw(named, &into, read)
+            exe.run_refs_dest_raw(named, plan.dests(), read)
         });
-        // SAFETY: `made`'s rooms were lent to this run, which succeeded
+        // SAFETY: the plan's rooms were lent to this run, which succeeded
         // (a failed one does not return).
-        unsafe { finish(outs, made, filled) }
+        unsafe { plan.finish(outs, filled) }
     }
 
     /// Run with `inputs` (converted to the dtypes the plugin wants where
@@ -276,6 +245,28 @@ impl PluginGraph {
             &[(&str, HostTensorRef<'_>)],
         ) -> rlx_plugin_api::PluginResult<Vec<U>>,
     ) -> Vec<U> {
+        let outs = self.with_inputs(inputs, call);
+        if outs.len() != self.outputs.len() {
+            self.fail(format!(
+                "run returned {} outputs, the signature declares {}",
+                outs.len(),
+                self.outputs.len()
+            ));
+        }
+        outs
+    }
+
+    /// `inputs` converted to the dtypes the plugin wants where they differ
+    /// and handed to `call` (a run, a submission) with the executable. An
+    /// input held as state may be left out; an unknown one is ignored.
+    pub(super) fn with_inputs<R>(
+        &mut self,
+        inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,
+        call: impl FnOnce(
+            &mut PluginExecutable,
+            &[(&str, HostTensorRef<'_>)],
+        ) -> rlx_plugin_api::PluginResult<R>,
+    ) -> R {
         // Inputs in the dtype the plugin wants are lent to it as they are
         // (it copies them into its own arrays); only converted ones are new.
         type Input<'n, 'd> = (&'n str, DType, Dims<usize>, Cow<'d, [u8]>);
@@ -296,7 +287,7 @@ impl PluginGraph {
             .inputs
             .iter()
             .map(|i| &i.name)
-            .find(|k| !given.iter().any(|(n, ..)| n == k))
+            .find(|k| !given.iter().any(|(n, ..)| n == k) && !self.held.contains_key(*k))
         {
             self.fail(format!("input {missing:?} was not given"));
         }
@@ -308,82 +299,6 @@ impl PluginGraph {
                 (*n, t)
             })
             .collect();
-        let outs = call(&mut self.exe, &named).unwrap_or_else(|e| self.fail(e));
-        if outs.len() != self.outputs.len() {
-            self.fail(format!(
-                "run returned {} outputs, the signature declares {}",
-                outs.len(),
-                self.outputs.len()
-            ));
-        }
-        outs
-    }
-}
-
-impl ExecutableGraph for PluginGraph {
-    fn capabilities(&self) -> rlx_runtime::ExecutableCapabilities {
-        rlx_runtime::ExecutableCapabilities {
-            typed_io: true,
-            ..rlx_runtime::ExecutableCapabilities::NONE
-        }
-    }
-
-    fn set_param(&mut self, name: &str, data: &[f32]) {
-        // Lent as it is: the plugin makes the one copy it keeps.
-        self.bind(name, convert::f32_le_bytes(data), rlx_ir::DType::F32);
-    }
-
-    fn set_param_typed(&mut self, name: &str, data: &[u8], dtype: rlx_ir::DType) {
-        self.bind(name, Cow::Borrowed(data), dtype);
-    }
-
-    fn run(&mut self, inputs: &[(&str, &[f32])]) -> Vec<Vec<f32>> {
-        let owned = inputs
-            .iter()
-            .map(|(n, v)| (*n, convert::f32_le_bytes(v), rlx_ir::DType::F32))
-            .collect();
-        // Off the CPU, an f32 output of fixed shape is written by the
-        // plugin straight into the Vec handed on (on a GPU: its one copy
-        // from device memory). Any other is converted from the plugin's
-        // buffer, one copy as well (on the CPU the plugin lends MLX's
-        // own). A big-endian host converts every output (its f32s are not
-        // the ABI's little-endian bytes).
-        let read = |t: &TensorRef<'_>| convert::bytes_to_f32(t.dtype, &t.compact_cow()?);
-        if !self.lend_outputs {
-            return self.run_bytes(owned, |exe, named| exe.run_refs_with(named, read));
-        }
-        let f32_le = cfg!(target_endian = "little");
-        self.run_lent(
-            owned,
-            |v| {
-                (v.dtype == DType::F32 && f32_le)
-                    .then(|| fixed_numel(v))
-                    .flatten()
-            },
-            read,
-            |_, v| v,
-        )
-    }
-
-    fn run_typed(
-        &mut self,
-        inputs: &[(&str, &[u8], rlx_ir::DType)],
-    ) -> Vec<(Vec<u8>, rlx_ir::DType)> {
-        let borrowed = inputs
-            .iter()
-            .map(|(n, b, d)| (*n, Cow::Borrowed(*b), *d))
-            .collect();
-        let read = |t: &TensorRef<'_>| Ok((t.to_compact_bytes()?, ir_dtype(t.dtype)));
-        if !self.lend_outputs {
-            return self.run_bytes(borrowed, |exe, named| exe.run_refs_with(named, read));
-        }
-        let dtypes: SmallVec<[rlx_ir::DType; 4]> =
-            self.outputs.iter().map(|v| ir_dtype(v.dtype)).collect();
-        self.run_lent(
-            borrowed,
-            |v| fixed_numel(v)?.checked_mul(v.dtype.size_bytes()),
-            read,
-            |i, v| (v, dtypes[i]),
-        )
+        call(&mut self.exe, &named).unwrap_or_else(|e| self.fail(e))
     }
 }

@@ -288,9 +288,13 @@ fn factory_for(device: Device) -> rlx_runtime::registry::BackendFactory {
     TABLE[i]
 }
 
+mod executable_graph;
 mod graph;
+mod handles;
+mod outputs;
 mod pipeline;
 mod plugin_backend;
+mod submitted;
 
 pub use graph::*;
 pub use pipeline::*;

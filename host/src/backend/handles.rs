@@ -1,0 +1,127 @@
+//! rlx-runtime's persistent and GPU handles and KV row feeds on a plugin
+//! executable: the plugin's state (ABI 1.9). A handle is an input the
+//! executable holds on its device; a feed moves an output into it after
+//! each run, or rows of an output when the caller asks.
+//!
+//! `ExecutableGraph` reports failure as `false` or `None`, so each failure
+//! is logged (at warn, naming the plugin, the handle and the cause) before
+//! it is turned into one: a caller that falls back to its host path still
+//! leaves a trace of why.
+
+use super::graph::{shape_for, PluginGraph};
+use rlx_plugin_api::{convert, DType, Feed, HostTensorRef, PluginResult, RowFeed};
+
+impl PluginGraph {
+    /// `r`'s value, or `fallback` with a warning naming what failed.
+    fn or_warn<T>(&self, what: impl std::fmt::Display, r: PluginResult<T>, fallback: T) -> T {
+        r.unwrap_or_else(|e| {
+            log::warn!("{} plugin: {what}: {e}", self.plugin);
+            fallback
+        })
+    }
+
+    /// Hold `data` (f32 values, converted to the input's dtype) as the
+    /// state of input `name`.
+    pub(super) fn hold(&mut self, name: &str, data: &[f32]) -> bool {
+        if !self.offers.state {
+            return false;
+        }
+        let Some(info) = self.inputs.iter().find(|i| i.name == name) else {
+            log::warn!(
+                "{} plugin: cannot hold {name:?} as state: the compiled graph has no such input",
+                self.plugin
+            );
+            return false;
+        };
+        let dtype = info.dtype;
+        let held = shape_for("handle", info, data.len())
+            .map_err(rlx_plugin_api::PluginError::invalid_argument)
+            .and_then(|shape| {
+                let bytes = convert::f32_to_bytes(dtype, data)?;
+                self.exe
+                    .state_bind(name, HostTensorRef::new(dtype, &shape, &bytes)?)
+            });
+        let ok = self.or_warn(
+            format_args!("cannot hold {name:?} as state"),
+            held.map(|()| true),
+            false,
+        );
+        if ok {
+            self.held.insert(name.to_string(), (dtype, data.len()));
+        }
+        ok
+    }
+
+    /// Elements `first .. first + n` of the state `name`, as f32.
+    pub(super) fn read_held(&self, name: &str, first: usize, n: Option<usize>) -> Option<Vec<f32>> {
+        let &(dtype, len) = self.held.get(name)?;
+        let n = n.unwrap_or(len.saturating_sub(first));
+        let r = read_f32(dtype, n, |buf| {
+            self.exe.state_read_into(name, first, dtype, buf)
+        });
+        self.or_warn(
+            format_args!("cannot read state {name:?}"),
+            r.map(Some),
+            None,
+        )
+    }
+
+    /// Elements `first .. first + n` of output `out` of the last run, as f32.
+    pub(super) fn read_last_output(&self, out: usize, first: usize, n: usize) -> Option<Vec<f32>> {
+        if !self.offers.state {
+            return None;
+        }
+        let dtype = self.outputs.get(out)?.dtype;
+        let r = read_f32(dtype, n, |buf| {
+            self.exe.output_read_into(out, first, dtype, buf)
+        });
+        self.or_warn(format_args!("cannot read output {out}"), r.map(Some), None)
+    }
+
+    /// Set how the state `name` follows the runs.
+    pub(super) fn feed(&mut self, name: &str, feed: Feed) -> bool {
+        if !self.offers.state {
+            return false;
+        }
+        let r = self.exe.state_set_feed(name, feed);
+        let ok = self.or_warn(
+            format_args!("cannot feed state {name:?}"),
+            r.map(|()| true),
+            false,
+        );
+        if ok {
+            match feed {
+                Feed::Rows(_) => self.row_fed.insert(name.to_string()),
+                _ => self.row_fed.remove(name),
+            };
+        }
+        ok
+    }
+
+    /// Copy `rows` of the last run's outputs into every state fed rows
+    /// (true with none to feed, as rlx-runtime's backends answer).
+    pub(super) fn feed_rows(&mut self, rows: RowFeed) -> bool {
+        if !self.offers.row_feeds {
+            return false;
+        }
+        if self.row_fed.is_empty() {
+            return true;
+        }
+        let r = self.exe.state_feed_rows(None, &rows);
+        self.or_warn("cannot feed rows", r.map(|()| true), false)
+    }
+}
+
+/// `n` elements of `dtype` read by `read` into a buffer, as f32.
+fn read_f32(
+    dtype: DType,
+    n: usize,
+    read: impl FnOnce(&mut [u8]) -> PluginResult<()>,
+) -> PluginResult<Vec<f32>> {
+    let bytes = n.checked_mul(dtype.size_bytes()).ok_or_else(|| {
+        rlx_plugin_api::PluginError::invalid_argument(format!("{n} elements overflow"))
+    })?;
+    let mut buf = vec![0u8; bytes];
+    read(&mut buf)?;
+    convert::bytes_to_f32(dtype, &buf)
+}
