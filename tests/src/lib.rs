@@ -154,3 +154,22 @@ pub fn c_constants() -> ([u32; 3], usize) {
     // SAFETY: constant data of layout.c.
     unsafe { (rlx_c_abi_version, rlx_c_plugin_api_header_size) }
 }
+/// The fixture plugin (a small Rust interpreter, no executable state),
+/// loaded once per test binary from a temp plugins directory kept for the
+/// rest of the process.
+pub fn fixture_plugin() -> std::sync::Arc<rlx_plugin_api::host::LoadedPlugin> {
+    static P: OnceLock<std::sync::Arc<rlx_plugin_api::host::LoadedPlugin>> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = plugins_dir(&[(&test_plugin("fixture"), "librlx_test_fixture.so")]);
+        let set = rlx_plugin_api::host::PluginSet::load(&only_dir(dir.path()));
+        let p = set.get("fixture").expect("fixture loaded").clone();
+        // The library stays mapped for the process; its directory too.
+        std::mem::forget(dir);
+        p
+    })
+    .clone()
+}
+
+/// A graph the fixture plugin takes: `y = x + x` over f32[3].
+pub const FIXTURE_GRAPH: &str = "rlxmodel 1\nopset 1\n\ngraph @g {\n  %x = input : f32[3]\n  \
+%1 = Binary(Add) %x, %x : f32[3]\n  return %1\n}\n";
