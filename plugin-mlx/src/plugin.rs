@@ -113,7 +113,7 @@ impl Plugin for MlxPlugin {
             submit: true,
             param_range: true,
             set_rng: true,
-            active_extent: false,
+            active_extent: true,
             memory_usage: true,
         }
     }

@@ -57,7 +57,8 @@ fn run(exe: &mut PluginExecutable, inputs: &[(&str, &HostTensor)]) -> Vec<Vec<f3
 
 fn read_state(exe: &PluginExecutable, name: &str, first: usize, n: usize) -> Vec<f32> {
     let mut buf = vec![0u8; n * 4];
-    exe.state_read_into(name, first, DType::F32, &mut buf).unwrap();
+    exe.state_read_into(name, first, DType::F32, &mut buf)
+        .unwrap();
     rlx_plugin_api::convert::bytes_to_f32(DType::F32, &buf).unwrap()
 }
 
@@ -65,7 +66,11 @@ fn read_state(exe: &PluginExecutable, name: &str, first: usize, n: usize) -> Vec
 fn fails<T: std::fmt::Debug>(r: rlx_plugin_api::PluginResult<T>, code: StatusCode, has: &str) {
     let e = r.expect_err("an error");
     assert_eq!(e.code, code, "{e}");
-    assert!(e.message.contains(has), "{:?} does not say {has:?}", e.message);
+    assert!(
+        e.message.contains(has),
+        "{:?} does not say {has:?}",
+        e.message
+    );
 }
 
 fn counter_exe(plugin: &Arc<LoadedPlugin>, mode: rlx_plugin_api::Mode) -> PluginExecutable {
@@ -91,15 +96,26 @@ fn a_replace_fed_state_is_the_running_sum_and_never_crosses_back() {
         let x = f32s(&[2, 3], &[1., 1., 1., 2., 2., 2.]);
         for step in 1..=4 {
             let out = run(&mut exe, &[("x", &x)]);
-            let want: Vec<f32> = [1., 1., 1., 2., 2., 2.].iter().map(|v| v * step as f32).collect();
+            let want: Vec<f32> = [1., 1., 1., 2., 2., 2.]
+                .iter()
+                .map(|v| v * step as f32)
+                .collect();
             assert_eq!(out[0], want, "{mode:?} step {step}");
-            assert_eq!(read_state(&exe, "s", 0, 6), want, "{mode:?} step {step}: state");
+            assert_eq!(
+                read_state(&exe, "s", 0, 6),
+                want,
+                "{mode:?} step {step}: state"
+            );
         }
         // A given input overrides the state for that run; the feed then
         // replaces the state with that run's output.
         let ten = f32s(&[2, 3], &[10.0; 6]);
         let out = run(&mut exe, &[("x", &x), ("s", &ten)]);
-        assert_eq!(out[0], vec![11., 11., 11., 12., 12., 12.], "{mode:?} override");
+        assert_eq!(
+            out[0],
+            vec![11., 11., 11., 12., 12., 12.],
+            "{mode:?} override"
+        );
         // A part of the state, and the last run's output 1 by element range.
         assert_eq!(read_state(&exe, "s", 3, 2), vec![12., 12.], "{mode:?}");
         let mut buf = vec![0u8; 8];
@@ -111,7 +127,11 @@ fn a_replace_fed_state_is_the_running_sum_and_never_crosses_back() {
         );
         // Unbound, the input is the caller's again.
         exe.state_unbind("s").unwrap();
-        fails(exe.run(&[("x", &x)]), StatusCode::InvalidArgument, "missing input \"s\"");
+        fails(
+            exe.run(&[("x", &x)]),
+            StatusCode::InvalidArgument,
+            "missing input \"s\"",
+        );
         assert!(exe.state_list().unwrap().is_empty());
     }
 }
@@ -134,7 +154,8 @@ fn row_feeds_grow_a_cache_on_the_device() {
                 want.iter().skip(1).step_by(2).sum::<f32>(),
             ];
             assert_eq!(out[1], sums, "{mode:?} step {p}: the sum of the cache");
-            exe.state_feed_rows(None, &RowFeed::rows(2, 0, p, 1)).unwrap();
+            exe.state_feed_rows(None, &RowFeed::rows(2, 0, p, 1))
+                .unwrap();
             want[p * 2] = 2.0 * t[0];
             want[p * 2 + 1] = 2.0 * t[1];
             assert_eq!(read_state(&exe, "k", 0, 8), want, "{mode:?} step {p}");
@@ -164,7 +185,9 @@ fn batch_major_and_ragged_row_feeds() {
     let total = g.sum(k, vec![1], false);
     g.set_outputs(vec![t, total]);
     let plugin = mlx();
-    let mut exe = plugin.compile(&text(&g), rlx_plugin_api::Mode::Lazy).unwrap();
+    let mut exe = plugin
+        .compile(&text(&g), rlx_plugin_api::Mode::Lazy)
+        .unwrap();
     exe.state_bind("k", HostTensorRef::from(&f32s(&[3, 4, 2], &[0.0; 24])))
         .unwrap();
     exe.state_set_feed("k", Feed::Rows(0)).unwrap();
@@ -214,10 +237,22 @@ fn every_misuse_is_a_status_naming_what_was_wrong() {
         StatusCode::InvalidArgument,
         "got i32",
     );
-    fails(exe.state_unbind("s"), StatusCode::NotFound, "no state is called \"s\"");
-    fails(exe.state_set_feed("s", Feed::Replace(0)), StatusCode::NotFound, "states: none");
+    fails(
+        exe.state_unbind("s"),
+        StatusCode::NotFound,
+        "no state is called \"s\"",
+    );
+    fails(
+        exe.state_set_feed("s", Feed::Replace(0)),
+        StatusCode::NotFound,
+        "states: none",
+    );
     exe.state_bind("s", HostTensorRef::from(&ok)).unwrap();
-    fails(exe.state_set_feed("s", Feed::Replace(7)), StatusCode::InvalidArgument, "output 7");
+    fails(
+        exe.state_set_feed("s", Feed::Replace(7)),
+        StatusCode::InvalidArgument,
+        "output 7",
+    );
     // Reads before any run, and of the wrong dtype.
     let mut buf = vec![0u8; 8];
     fails(
@@ -241,7 +276,9 @@ fn every_misuse_is_a_status_naming_what_was_wrong() {
         "no state is fed rows",
     );
     // A feed from an output of another shape.
-    let mut kv = plugin.compile(&kv_step(), rlx_plugin_api::Mode::Lazy).unwrap();
+    let mut kv = plugin
+        .compile(&kv_step(), rlx_plugin_api::Mode::Lazy)
+        .unwrap();
     kv.state_bind("k", HostTensorRef::from(&f32s(&[1, 4, 2], &[0.0; 8])))
         .unwrap();
     fails(
@@ -256,15 +293,56 @@ fn every_misuse_is_a_status_naming_what_was_wrong() {
         "no run has completed yet",
     );
     // A wait with nothing submitted.
-    fails(exe.wait_discard(), StatusCode::InvalidArgument, "no run is submitted");
+    fails(
+        exe.wait_discard(),
+        StatusCode::InvalidArgument,
+        "no run is submitted",
+    );
+    // Active extents between 1 and the upper extent, or none.
+    fails(
+        exe.set_active_extent(Some((5, 4))),
+        StatusCode::InvalidArgument,
+        "active extent 5 of 4",
+    );
+    fails(
+        exe.set_active_extent(Some((0, 4))),
+        StatusCode::InvalidArgument,
+        "active extent 0 of 4",
+    );
+    exe.set_active_extent(None).unwrap();
+    // Param ranges: whole elements inside a bound param.
+    fails(
+        exe.bind_param_range("w", 2, &[0; 4]),
+        StatusCode::InvalidArgument,
+        "not whole 4-byte elements",
+    );
+    fails(
+        exe.bind_param_range("w", 20, &[0; 8]),
+        StatusCode::InvalidArgument,
+        "bytes 20..28 are past its end",
+    );
+    fails(
+        exe.bind_param_range("nope", 0, &[0; 4]),
+        StatusCode::NotFound,
+        "no param",
+    );
+    fails(
+        exe.set_rng(99, 1),
+        StatusCode::Unsupported,
+        "unknown RNG policy 99",
+    );
     // Shared params need the same layout; across plugins, the host refuses.
-    let mut other = plugin.compile(&kv_step(), rlx_plugin_api::Mode::Lazy).unwrap();
+    let mut other = plugin
+        .compile(&kv_step(), rlx_plugin_api::Mode::Lazy)
+        .unwrap();
     fails(
         exe.share_params_from(&other),
         StatusCode::InvalidArgument,
         "src has no param \"w\"",
     );
-    let unbound = plugin.compile(&counter(), rlx_plugin_api::Mode::Lazy).unwrap();
+    let unbound = plugin
+        .compile(&counter(), rlx_plugin_api::Mode::Lazy)
+        .unwrap();
     fails(
         exe.share_params_from(&unbound),
         StatusCode::InvalidArgument,
@@ -306,9 +384,7 @@ fn a_destroyed_or_foreign_executable_is_refused_not_dereferenced() {
         let e = unsafe { plugin.take_status(st) }.expect_err(what);
         assert!(e.message.contains("not a live executable"), "{what}: {e}");
         // SAFETY: as above.
-        let st = unsafe {
-            (state.unbind.unwrap())(p, rlx_plugin_api::RlxStr::from_str("s"))
-        };
+        let st = unsafe { (state.unbind.unwrap())(p, rlx_plugin_api::RlxStr::from_str("s")) };
         assert!(unsafe { plugin.take_status(st) }.is_err(), "{what}");
     }
     // The host library refuses sharing across plugins before any call.
@@ -321,6 +397,24 @@ fn a_destroyed_or_foreign_executable_is_refused_not_dereferenced() {
     // SAFETY: as above.
     unsafe { (api.executable_destroy.unwrap())(handle) };
     drop(mine.state_list());
+}
+
+#[test]
+fn a_param_range_overwrites_only_its_elements() {
+    let plugin = mlx();
+    let mut exe = counter_exe(&plugin, rlx_plugin_api::Mode::Compiled);
+    exe.state_bind("s", HostTensorRef::from(&f32s(&[2, 3], &[0.0; 6])))
+        .unwrap();
+    let x = f32s(&[2, 3], &[1.0; 6]);
+    let bytes: Vec<u8> = [10.0f32, 20.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    exe.bind_param_range("w", 8, &bytes).unwrap();
+    assert_eq!(
+        run(&mut exe, &[("x", &x)])[1],
+        vec![1., 2., 10., 20., 5., 6.]
+    );
 }
 
 #[test]
@@ -345,7 +439,10 @@ fn clones_keep_their_own_state_and_share_params() {
         assert_eq!(read_state(&a, "s", 0, 6), vec![3.0; 6], "{mode:?}");
         // A param bound on one afterwards is its own.
         b.bind_param("w", &f32s(&[2, 3], &[0.0; 6])).unwrap();
-        assert_eq!(run(&mut a, &[("x", &x)])[1], vec![4., 8., 12., 16., 20., 24.]);
+        assert_eq!(
+            run(&mut a, &[("x", &x)])[1],
+            vec![4., 8., 12., 16., 20., 24.]
+        );
         // The clone outlives the original.
         drop(a);
         assert_eq!(run(&mut b, &[("x", &x)])[1], vec![0.0; 6], "{mode:?}");
@@ -363,7 +460,8 @@ fn eight_clones_on_eight_threads_match_one_executable_bit_for_bit() {
         let state = f32s(&[2, 3], &[0.5, -0.25, 1.125, 3.0, -2.0, 0.0625]);
         one.state_bind("s", HostTensorRef::from(&state)).unwrap();
         let want: Vec<Vec<Vec<f32>>> = inputs.iter().map(|x| run(&mut one, &[("x", x)])).collect();
-        let clones: Vec<PluginExecutable> = (0..8).map(|_| one.clone_executable().unwrap()).collect();
+        let clones: Vec<PluginExecutable> =
+            (0..8).map(|_| one.clone_executable().unwrap()).collect();
         let got: Vec<Vec<Vec<Vec<f32>>>> = std::thread::scope(|s| {
             let handles: Vec<_> = clones
                 .into_iter()
@@ -465,7 +563,11 @@ fn submitted_runs_chain_through_state_and_match_synchronous_runs() {
             assert_eq!(got[0].as_ref().unwrap(), &w[0], "{mode:?} run {i}");
             assert!(got[1].is_none(), "a skipped output is not handed over");
         }
-        fails(subm.wait_discard(), StatusCode::InvalidArgument, "no run is submitted");
+        fails(
+            subm.wait_discard(),
+            StatusCode::InvalidArgument,
+            "no run is submitted",
+        );
         assert_eq!(read_state(&subm, "s", 0, 6), read_state(&sync, "s", 0, 6));
     }
 }

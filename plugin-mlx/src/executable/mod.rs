@@ -146,8 +146,9 @@ pub struct MlxExecutable {
     /// (ABI 1.9) Runs submitted and not yet waited for, oldest first.
     pending: std::collections::VecDeque<Pending>,
     /// (ABI 1.9) `(active, upper)`: the rows along axis 0 the next runs
-    /// compute, where the graph allows it.
+    /// compute, where the graph allows it, and the graph narrowed for it.
     extent: Option<(usize, usize)>,
+    narrowed: Vec<extent::Narrowed>,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -243,6 +244,7 @@ impl MlxExecutable {
             states: States::default(),
             pending: Default::default(),
             extent: None,
+            narrowed: Vec::new(),
         })
     }
 
@@ -605,6 +607,8 @@ impl MlxExecutable {
     ) -> PluginResult<(Built, InputSlots)> {
         // A failure left from an earlier run that failed before reading it.
         let _ = self.custom.failures().take();
+        // (ABI 1.9) The narrowed graph of the active extent, if one applies.
+        self.narrowed()?;
         // One slot per graph input, in `self.inputs` order: a run has a
         // handful, found by a scan (hashing cost more than it saved on a
         // tiny run).
@@ -647,7 +651,7 @@ impl MlxExecutable {
         let states = &self.states;
         // An input given for a held state overrides it for this run (the
         // state keeps its value unless a feed replaces it).
-        let input = |slot: usize| -> &A {
+        let base = |slot: usize| -> &A {
             given[slot]
                 .as_ref()
                 .or_else(|| states.value(slot))
@@ -662,6 +666,32 @@ impl MlxExecutable {
                 "param {n:?} is not bound"
             )));
         }
+        // `narrowed()` above left the current extent's plan last.
+        let plan = match self.extent {
+            Some((a, u)) if a < u => self.narrowed.last().and_then(|n| n.plan.as_ref()),
+            _ => None,
+        };
+        // The row-carrying inputs' live rows (none without an extent).
+        let sliced: InputSlots = match plan {
+            Some(p) => (0..self.inputs.len())
+                .map(|slot| {
+                    p.row_inputs[slot]
+                        .then(|| extent::first_rows(base(slot), self.extent.unwrap().0))
+                        .transpose()
+                })
+                .collect::<PluginResult<_>>()?,
+            None => InputSlots::new(),
+        };
+        let input = |slot: usize| -> &A {
+            sliced
+                .get(slot)
+                .and_then(Option::as_ref)
+                .unwrap_or_else(|| base(slot))
+        };
+        let (graph, compiled, write_ids) = match plan {
+            Some(p) => (&p.graph, p.compiled.as_ref(), &p.compiled_writes),
+            None => (&self.graph, self.compiled.as_ref(), &self.compiled_writes),
+        };
         trace.mark("inputs");
         let leaf = |id: NodeId| -> PluginResult<A> {
             Ok(match self.inputs.iter().position(|(_, i)| *i == id) {
@@ -672,7 +702,7 @@ impl MlxExecutable {
         let writes = ParamWrites::default();
         // The list a compiled call returns is the list to evaluate (its
         // outputs, then its param writes): kept rather than built again.
-        let built = match (&self.compiled, self.mode) {
+        let mut built = match (compiled, self.mode) {
             (Some(c), _) => {
                 let args = &mut self.args;
                 // Empty unless an earlier run failed while filling it.
@@ -690,16 +720,12 @@ impl MlxExecutable {
                 let returned = returned.map_err(|e| {
                     PluginError::internal(format!(
                         "compiled graph: {} (run in eager mode to find the node)",
-                        explain(&self.graph, e)
+                        explain(graph, e)
                     ))
                 })?;
                 let mut outs = returned.to_vec();
-                let n = self.graph.outputs.len();
-                let ids = self
-                    .compiled_writes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
+                let n = graph.outputs.len();
+                let ids = write_ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let values = outs.split_off(n.min(outs.len()));
                 Built {
                     outs,
@@ -718,8 +744,9 @@ impl MlxExecutable {
                     },
                     writes: &writes,
                 };
-                let outs = evaluate(&self.graph, &env, &leaf)?;
-                let writes = writes.take_for(&self.graph);
+                let outs = evaluate(graph, &env, &leaf)?;
+                // Param writes belong to the executable's own graph.
+                let writes = writes.take_for(graph);
                 let list = ArrayList::from_arrays(
                     outs.iter()
                         .map(|a| &**a)
@@ -728,6 +755,22 @@ impl MlxExecutable {
                 Built { outs, writes, list }
             }
         };
+        if let Some(p) = plan {
+            // Back to the declared rows, the padding zeros.
+            let upper = self.extent.unwrap().1;
+            for (o, rows) in built.outs.iter_mut().zip(&p.row_outputs) {
+                if *rows {
+                    *o = extent::pad_rows(o, upper)?;
+                }
+            }
+            built.list = ArrayList::from_arrays(
+                built
+                    .outs
+                    .iter()
+                    .map(|a| &**a)
+                    .chain(built.writes.iter().map(|(_, v)| &**v)),
+            );
+        }
         trace.mark("build");
         Ok((built, given))
     }

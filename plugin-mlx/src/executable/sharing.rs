@@ -49,6 +49,8 @@ impl MlxExecutable {
             states: self.states.cloned(),
             pending: Default::default(),
             extent: self.extent,
+            // Narrowed again, with its own compiled function, at its first run.
+            narrowed: Vec::new(),
         })
     }
 
@@ -164,6 +166,8 @@ impl MlxExecutable {
             )?);
         }
         self.rng = rng;
+        // A narrowed graph's compiled function was traced with the old one.
+        self.narrowed.clear();
         Ok(())
     }
 }
