@@ -136,6 +136,17 @@ impl PluginGraph {
         }
     }
 
+    /// Whether it keeps state when the plugin offers it (ABI 1.9): off,
+    /// it reports no handles and refuses them, so rlx-runtime's callers
+    /// take their host paths ([`super::set_resident`]).
+    pub fn with_state(mut self, on: bool) -> PluginGraph {
+        if !on {
+            self.offers.state = false;
+            self.offers.row_feeds = false;
+        }
+        self
+    }
+
     /// The RNG policy it was compiled with (what `rng()` reports until
     /// `set_rng`).
     pub fn with_rng(mut self, rng: rlx_ir::RngOptions) -> PluginGraph {

@@ -67,6 +67,8 @@ struct Registration {
     /// The per-tensor limit its compiles send (ABI 1.7); None = the
     /// plugin's own.
     memory_limit: Option<u64>,
+    /// Whether its executables keep state (ABI 1.9; [`set_resident`]).
+    resident: bool,
 }
 
 fn registry() -> &'static RwLock<HashMap<Device, Registration>> {
@@ -142,6 +144,7 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
                 fallback: Fallback::Cpu,
                 claims: Arc::new(crate::partition::Claims::of(&plugin)),
                 memory_limit: None,
+                resident: true,
             },
         );
     rlx_runtime::register_backend(device, factory_for(device));
@@ -170,10 +173,6 @@ fn update_registration(device: Device, f: impl FnOnce(&mut Registration)) -> boo
     }
 }
 
-/// Set the per-tensor memory limit later compiles on `device` send to the
-/// plugin (ABI 1.7 `memory_limit_bytes`; None = the plugin's own limit).
-/// A graph with a larger tensor then fails to compile, naming it. Returns
-/// false when no plugin is registered for the device.
 /// Whether graphs compiled on `device` may run the nodes its plugin does
 /// not take on rlx-runtime's CPU backend (the default), or fail at the
 /// first such node. False when no plugin is registered for `device`.
@@ -207,8 +206,23 @@ pub fn explain(device: Device, graph: &Graph) -> Result<crate::partition::Plan, 
     .map_err(|e| e.to_string())
 }
 
+/// Set the per-tensor memory limit later compiles on `device` send to the
+/// plugin (ABI 1.7 `memory_limit_bytes`; None = the plugin's own limit).
+/// A graph with a larger tensor then fails to compile, naming it. Returns
+/// false when no plugin is registered for the device.
 pub fn set_memory_limit(device: Device, limit: Option<u64>) -> bool {
     update_registration(device, |r| r.memory_limit = limit)
+}
+
+/// Whether executables compiled later on `device` keep state on the
+/// plugin's device (ABI 1.9: rlx-runtime's persistent and GPU handles and
+/// KV row feeds) when the plugin offers it, the default. Off, they report
+/// no handles, and rlx-runtime's trainer and model API take their host
+/// paths: the same results, with every parameter, moment and cache copied
+/// across each step (to measure what residency saves, or rule it out).
+/// False when no plugin is registered for `device`.
+pub fn set_resident(device: Device, resident: bool) -> bool {
+    update_registration(device, |r| r.resident = resident)
 }
 
 /// The mode the next compile on `device` would use from this thread.

@@ -141,7 +141,11 @@ impl PluginBackend {
             .plugin
             .compile_with(&text, &options)
             .unwrap_or_else(|e| self.pipeline.fail(e));
-        Box::new(PluginGraph::new(exe, name.clone()).with_rng(rng))
+        Box::new(
+            PluginGraph::new(exe, name.clone())
+                .with_rng(rng)
+                .with_state(self.reg.resident),
+        )
     }
 }
 

@@ -29,7 +29,7 @@
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
 use rlx_mlx::custom::CustomScope;
-use rlx_mlx::executable::{evaluate, Env, Eval, StateWrites};
+use rlx_mlx::executable::{evaluate, Env, Eval, ParamWrites};
 use rlx_mlx::lower::A;
 use rlx_mlx_shim::{array, Array, ArrayList};
 use rlx_plugin_api::{HostTensorRef, Mode};
@@ -143,7 +143,7 @@ fn main() {
     let g = std::sync::Arc::new(graph(len));
     let custom = std::sync::Arc::new(CustomScope::resolve(&g).unwrap());
     let lower = move |a: &Array| -> Result<A, String> {
-        let writes = StateWrites::default();
+        let writes = ParamWrites::default();
         let env = Env {
             rng: Default::default(),
             custom: &custom,
