@@ -364,7 +364,8 @@ typedef struct RlxPluginApi {
     /* Optional. Overwrite len bytes of the bound param name, starting
      * byte_offset bytes into its compact row-major storage, with data
      * (borrowed for the call): whole elements, inside the param, which
-     * must be bound. */
+     * must be bound (INVALID_ARGUMENT otherwise; a name that is no param
+     * is NOT_FOUND). */
     RlxStatus* (*executable_bind_param_range)(RlxExecutable* exe,
                                               RlxStr name,
                                               uint64_t byte_offset,
@@ -897,10 +898,12 @@ typedef struct RlxRowFeed {
  * plugin may keep state without row feeds). Every name, value and visitor
  * is borrowed for the call. Errors: a name that is not a graph input, or
  * not a state, or not an output, is NOT_FOUND naming those there are; a
- * dtype or shape other than the input's or output's, a row range past a
- * tensor, a read before any run, a lent buffer that is not BORROWED,
- * compact host memory of the tensor's dtype, are INVALID_ARGUMENT naming
- * what differs; nothing is changed by a call that fails. */
+ * value of another dtype or shape than its input (bind), an output of
+ * another dtype (or, for REPLACE, shape) than its state (set_feed), a row
+ * range past a tensor, a read before any run, a lent buffer that is not
+ * BORROWED, compact host memory of the tensor's dtype, are
+ * INVALID_ARGUMENT naming what differs; ROWS without feed_rows is
+ * UNSUPPORTED; nothing is changed by a call that fails. */
 struct RlxStateApi {
     size_t struct_size;
     /* Hold value (borrowed for the call, whatever its ownership: the

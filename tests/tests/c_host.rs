@@ -1,10 +1,17 @@
 //! The host half of the version-skew matrix: `rlx-c-host`, a host written
 //! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
 //! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
-//! 1.0 ..= 1.8 and drives a real plugin through the whole table: handshake,
+//! 1.0 ..= 1.9 and drives a real plugin through the whole table: handshake,
 //! descriptor, init, op list, lowering table (one eager op), compile in
 //! every mode, signature, bind, run (compact and strided inputs), error
-//! paths, and from 1.1 the custom-op registry with a kernel written in C.
+//! paths, from 1.1 the custom-op registry with a kernel written in C, from
+//! 1.8 outputs written into memory it lends, and at 1.9 every new entry:
+//! executable state (bind, list, REPLACE and ROWS feeds, reads, overrides,
+//! unbind), skipped output slots, clones and shared params, submitted runs
+//! waited for into lent, OWNED and skipped slots, param ranges, the RNG,
+//! active extents and the memory figures, each misuse with its status code.
+//! A host claiming less never uses them, and a plugin whose table lacks them
+//! (the fixture's 1.9 table, whose fields are NULL) is seen to lack them.
 //!
 //! Each minor's host writes its structs at that minor's size with every
 //! padding byte 0xAB, so a plugin that reads a field an older host never
@@ -14,7 +21,7 @@
 
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_tests::parity::mlx_plugin_dir;
+use rlx_plugin_tests::parity::{mlx, mlx_plugin_dir};
 use rlx_plugin_tests::test_plugin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -79,7 +86,9 @@ fn run_c_host<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
 
 /// The run passed every check: exit 0 and `ok` as the last line.
 fn assert_ok(run: &Run, claim: &str) {
-    if run.said("unknown RNG policy") {
+    // 2880154539 is 0xABABABAB, the C host's garbage (a 1.9 host's own
+    // set_rng error path names policy 99).
+    if run.said("unknown RNG policy 2880154539") {
         panic!(
             "the plugin read rng_policy from the 0xAB tail padding of a {claim} host's \
              16-byte RlxCompileOptions (a reader must take rng_policy only when \
@@ -122,14 +131,14 @@ fn assert_ok(run: &Run, claim: &str) {
         assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
     }
     // 1.8's run_into, used only when both sides know it (every plugin
-    // these cells load is 1.8).
-    let run_into = if claim == "1.8" {
+    // these cells load is 1.8 or later).
+    let run_into = if matches!(claim, "1.8" | "1.9") {
         "run_into: output written into the host's buffer"
     } else {
         "run_into: not offered"
     };
     assert!(run.stdout.contains(run_into), "{}", run.transcript());
-    if claim == "1.8" {
+    if matches!(claim, "1.8" | "1.9") {
         for line in [
             "run_into: a NULL-data slot received an OWNED output",
             "error path: run_into with a lent f32[4, 1] for an f32[2, 2] output -> \
@@ -138,7 +147,72 @@ fn assert_ok(run: &Run, claim: &str) {
             assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
         }
     }
+    // 1.9's entries: never looked at by an older host.
+    if claim != "1.9" {
+        assert!(
+            run.stdout.contains(&format!(
+                "1.9 entries: not used (an ABI {claim} host has none)"
+            )),
+            "{}",
+            run.transcript()
+        );
+        for entry in [
+            "state:",
+            "sharing:",
+            "submits:",
+            "memory_usage:",
+            "clone:",
+            "wait ",
+        ] {
+            assert!(
+                !run.stdout.lines().any(|l| l.starts_with(entry)),
+                "{entry}\n{}",
+                run.transcript()
+            );
+        }
+    }
 }
+
+/// What a 1.9 C host prints when it uses each 1.9 entry (the checks behind
+/// each line passed, or it would have exited 1 before `ok`).
+const USED_1_9: [&str; 25] = [
+    // State: bind, list, REPLACE feeds, reads, overrides, skipped slots,
+    // unbind.
+    "state bind: s f32[2, 3] held (host buffer scribbled over after the call); list: s, role \
+     STATE",
+    "state REPLACE feed: 3 runs given only x; s = [3 3 3; 6 6 6] (3x), read back",
+    "state read: s[3..5] = [6 6]; read_output: y[4..6] = [30 36]",
+    "state override: s given for one run (10) -> output 0 = [11 ...], fed into s",
+    "run_into: a SKIP slot was left as it was; the state it feeds still advanced",
+    "state unbind: s is the caller's again (a run without it is refused)",
+    // Its misuse, each with its code.
+    "error path: state bind of an unknown name -> NOT_FOUND (6)",
+    "error path: state bind of s with shape [3, 2] -> INVALID_ARGUMENT (1)",
+    "error path: state read_output before any run -> INVALID_ARGUMENT (1)",
+    "error path: state read of elements 5..7 of 6 -> INVALID_ARGUMENT (1)",
+    "error path: state set_feed from an unknown output -> NOT_FOUND (6)",
+    // Row feeds.
+    "state ROWS feed: 4 steps each wrote its row of k on the plugin's side; k = [2 0; 4 -2; \
+     6 -4; 8 -6]",
+    "error path: state feed_rows to row 4 of a 4-row state -> INVALID_ARGUMENT (1)",
+    // Clones and shared params.
+    "clone: the clone started from s = 1 and ran on its own state and a's w; a's state (1 + \
+     2x) untouched",
+    "share_params: 1 param shared (w); the receiver computes with it",
+    "clone: outlives the original, with its own rebound w",
+    "error path: clone of a destroyed executable -> INVALID_ARGUMENT (1)",
+    "error path: share_params from a pointer that is no executable of the plugin -> \
+     INVALID_ARGUMENT (1)",
+    // Submitted runs: a lent, an OWNED and a skipped slot each.
+    "wait 1: output 0 lent, output 1 OWNED: as synchronous runs give",
+    "wait 2: output 0 SKIP, output 1 lent: as synchronous runs give",
+    "wait 3: output 0 OWNED, output 1 SKIP: as synchronous runs give",
+    "error path: wait with nothing submitted -> INVALID_ARGUMENT (1)",
+    // The root table's 1.9 functions (set_active_extent: see mlx_cell).
+    "bind_param_range: w[2..4] = [10 20]; output 1 = [1 2 10 40 10 12]",
+    "set_rng: seed 1234 draws another stream; seed 42 again draws the compile's, bit for bit",
+    "memory_usage: binding 4 MiB of weights grew the plugin's active bytes by ",
+];
 
 // ------------------------------------------------------------ the MLX plugin
 
@@ -155,7 +229,7 @@ fn mlx_cell(claim: &str, mode: &str) {
     assert_ok(&run, claim);
     // The plugin's RESOURCE_EXHAUSTED (1.6) as each host reads it: a host
     // before 1.6 does not know the code and reads INTERNAL.
-    let code = if matches!(claim, "1.6" | "1.7" | "1.8") {
+    let code = if matches!(claim, "1.6" | "1.7" | "1.8" | "1.9") {
         "RESOURCE_EXHAUSTED (8)"
     } else {
         "INTERNAL (4)"
@@ -177,6 +251,31 @@ fn mlx_cell(claim: &str, mode: &str) {
         "{}",
         run.transcript()
     );
+    if claim == "1.9" {
+        // Every 1.9 entry the MLX plugin offers was used and checked.
+        for line in USED_1_9 {
+            assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
+        }
+        // Active extents: used when the plugin offers them (the root
+        // field set), else reported absent, never called.
+        let extent = if mlx().offers().active_extent {
+            "set_active_extent: row 0 of 2 computed as the whole run computes it; cleared, \
+             every row"
+        } else {
+            "executable_set_active_extent: not offered"
+        };
+        assert!(
+            run.stdout.contains(extent),
+            "{extent}\n{}",
+            run.transcript()
+        );
+        let absent: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter(|l| l.contains("not offered") && !l.starts_with("executable_set_active_extent"))
+            .collect();
+        assert!(absent.is_empty(), "{absent:?}\n{}", run.transcript());
+    }
 }
 
 macro_rules! mlx_cells {
@@ -218,6 +317,9 @@ mlx_cells! {
     mlx_host_1_8_lazy: "1.8", "lazy";
     mlx_host_1_8_eager: "1.8", "eager";
     mlx_host_1_8_compiled: "1.8", "compiled";
+    mlx_host_1_9_lazy: "1.9", "lazy";
+    mlx_host_1_9_eager: "1.9", "eager";
+    mlx_host_1_9_compiled: "1.9", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -311,7 +413,7 @@ fn fixture_cell(claim: &str) {
         }
         // A 1.5 (or later) host reads the 1.5 fields of the fixture's
         // records, an older host does not know them.
-        let knows_1_5 = matches!(claim, "1.5" | "1.6" | "1.7" | "1.8");
+        let knows_1_5 = matches!(claim, "1.5" | "1.6" | "1.7" | "1.8" | "1.9");
         let with_rule = "custom op fixture.scale2 (plugin, 1 in, 1 out) kind kernel, \
                          shape same as input 0\n";
         assert_eq!(
@@ -328,6 +430,23 @@ fn fixture_cell(claim: &str) {
                 "{}",
                 run.transcript()
             );
+        }
+        // The fixture is a 1.9 plugin offering none of 1.9's entries: its
+        // table reaches every 1.9 field, and each is NULL. A 1.9 host sees
+        // that and calls none of them.
+        if claim == "1.9" {
+            for entry in [
+                "state",
+                "sharing",
+                "submits",
+                "executable_bind_param_range",
+                "executable_set_rng",
+                "executable_set_active_extent",
+                "memory_usage",
+            ] {
+                let line = format!("{entry}: not offered (NULL)\n");
+                assert!(run.stdout.contains(&line), "{line}{}", run.transcript());
+            }
         }
     }
 }
@@ -375,6 +494,11 @@ fn fixture_host_1_7() {
 #[test]
 fn fixture_host_1_8() {
     fixture_cell("1.8");
+}
+
+#[test]
+fn fixture_host_1_9() {
+    fixture_cell("1.9");
 }
 
 /// A host of an older major than the plugin is refused too; the message

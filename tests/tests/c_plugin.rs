@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.8).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.9).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -11,21 +11,29 @@
 //! - the C ABI driven by hand (what the Rust host API never sends: refused
 //!   handshakes, short compile options, OWNED params, bad descriptors);
 //! - the `rlx-host` CLI end to end;
-//! - the plain-C host (tests/hosts/c-host) on every build, at every claim.
+//! - the plain-C host (tests/hosts/c-host) on every build, at every claim;
+//! - ABI 1.9 on the 1.9 build, which keeps executable state (no row feeds,
+//!   clones, shared params, submitted runs or 1.9 root functions): through
+//!   the host library, by hand, and through the host adapter, whose
+//!   capabilities each build must report exactly (each flag reported is
+//!   shown to hold, each one not reported is shown to be refused).
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_api::host::{library_file_name, CandidateState, LoadedPlugin, PluginSet};
+use rlx_plugin_api::host::{
+    library_file_name, CandidateState, LentBuffer, LoadedPlugin, OutputDest, PluginExecutable,
+    PluginSet,
+};
 use rlx_plugin_api::tables::{
     RlxCompileOptions, RlxCustomOpDesc, RlxHostApi, RlxLogRecord, RlxPluginApi, RlxShapeOut,
     RlxValueInfo, CUSTOM_OP_API_SIZE_1_1, CUSTOM_OP_DESC_SIZE_1_1,
 };
 use rlx_plugin_api::tensor::{ownership, RlxNamedTensor};
 use rlx_plugin_api::{
-    CompileOptions, CustomImpl, CustomKernel, CustomKind, CustomOp, DType, HostTensor, Mode,
-    Origin, OwnedKernel, RlxAbiVersion, RlxStatus, RlxStr, RlxTensor, Role, ShapeRule,
-    ShapeRuleKind, StatusCode, Strategy, TensorType, TensorView, TensorViewMut,
+    CompileOptions, CustomImpl, CustomKernel, CustomKind, CustomOp, DType, Feed, HostTensor, Mode,
+    Offers, Origin, OwnedKernel, PluginResult, RlxAbiVersion, RlxStatus, RlxStr, RlxTensor, Role,
+    RowFeed, ShapeRule, ShapeRuleKind, StatusCode, Strategy, TensorType, TensorView, TensorViewMut,
 };
 use rlx_plugin_tests::{capture_logs, only_dir, plugins_dir, profile_dir};
 use std::ffi::c_void;
@@ -465,7 +473,9 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.8, this host.
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.9, this (1.9)
+    // host. 1.9's entries are absent on the plugin's side below 1.9 (its
+    // table ends before them) and, but for state, in the 1.9 build too.
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -491,6 +501,17 @@ fn every_c_build_loads_into_this_host_and_runs() {
             .descriptor()
             .build_info
             .contains(&("abi.claimed".into(), claimed)));
+        let offers = if minor >= 9 {
+            Offers {
+                state: true,
+                ..Offers::default()
+            }
+        } else {
+            Offers::default()
+        };
+        assert_eq!(p.offers(), offers, "1.{minor}");
+        assert!(p.raw_sharing().is_none() && p.raw_submits().is_none());
+        assert_eq!(p.raw_state().is_some(), minor >= 9, "1.{minor}");
         for mode in MODES {
             let opts = CompileOptions {
                 mode,
@@ -502,6 +523,17 @@ fn every_c_build_loads_into_this_host_and_runs() {
             let mut exe = p.compile_with(&model, &opts).unwrap();
             exe.bind_param("w", &t(&[3, 2], &W)).unwrap();
             exe.bind_param("b", &t(&[2], &B)).unwrap();
+            if minor < 9 {
+                // No state table: the host library says so, calling nothing.
+                let e = exe.state_bind("x", (&t(&[2, 3], &X)).into()).unwrap_err();
+                assert_eq!(
+                    (e.code, e.message.as_str()),
+                    (
+                        StatusCode::Unsupported,
+                        "plugin c-demo keeps no executable state (ABI 1.9): cannot bind a state"
+                    )
+                );
+            }
             let out = exe.run(&[("x", &t(&[2, 3], &X))]).unwrap();
             assert_eq!(out[0].shape, [2, 2]);
             assert_eq!(
@@ -1480,6 +1512,851 @@ unsafe fn descs_by_hand(
     assert_eq!(deletions(tag + 1), 1, "1.{minor}");
 }
 
+// ---- ABI 1.9: executable state (the 1.9 build) ----
+
+/// `next = x + s` (output "next"), `y = next * w` (output "y"): a counter
+/// whose state `s` is the running sum when `next` feeds it.
+fn counter() -> Graph {
+    let mut g = Graph::new("counter");
+    let x = g.input("x", f32s(&[2, 3]));
+    let s = g.input("s", f32s(&[2, 3]));
+    let w = g.param("w", f32s(&[2, 3]));
+    let next = g.add(x, s);
+    let y = g.mul(next, w);
+    g.set_named_outputs([("next", next), ("y", y)]);
+    g
+}
+
+const CW: [f32; 6] = [1., 2., 3., 4., 5., 6.];
+const CX: [f32; 6] = [1., 1., 1., 2., 2., 2.];
+
+/// The counter's outputs `(next, y)` for input `x` and state `s`: sums and
+/// products of small integers, exact in f32.
+fn counter_ref(x: &[f32], s: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let next: Vec<f32> = x.iter().zip(s).map(|(a, b)| a + b).collect();
+    let y = next.iter().zip(CW).map(|(a, b)| a * b).collect();
+    (next, y)
+}
+
+fn counter_exe(p: &Arc<LoadedPlugin>, mode: Mode) -> PluginExecutable {
+    let mut exe = p.compile(&text(&counter()), mode).unwrap();
+    exe.bind_param("w", &t(&[2, 3], &CW)).unwrap();
+    exe
+}
+
+fn f32_vecs(out: Vec<HostTensor>) -> Vec<Vec<f32>> {
+    out.iter().map(|t| t.to_f32_vec().unwrap()).collect()
+}
+
+/// `n` elements of the state `name` from `first`.
+fn read_state(
+    exe: &PluginExecutable,
+    name: &str,
+    first: usize,
+    n: usize,
+) -> PluginResult<Vec<f32>> {
+    let mut buf = vec![0u8; n * 4];
+    exe.state_read_into(name, first, DType::F32, &mut buf)?;
+    rlx_plugin_api::convert::bytes_to_f32(DType::F32, &buf)
+}
+
+/// `n` elements of output `out` of the last run from `first`.
+fn read_output(
+    exe: &PluginExecutable,
+    out: usize,
+    first: usize,
+    n: usize,
+) -> PluginResult<Vec<f32>> {
+    let mut buf = vec![0u8; n * 4];
+    exe.output_read_into(out, first, DType::F32, &mut buf)?;
+    rlx_plugin_api::convert::bytes_to_f32(DType::F32, &buf)
+}
+
+/// The error of `r`, as (code, message).
+fn error_of<T: std::fmt::Debug>(r: PluginResult<T>) -> (StatusCode, String) {
+    let e = r.expect_err("an error");
+    (e.code, e.message)
+}
+
+#[test]
+fn the_1_9_build_keeps_executable_state_through_the_host_library() {
+    let (_dir, p) = load_build(NEWEST_MINOR);
+    // State without row feeds; nothing else of 1.9.
+    assert_eq!(
+        p.offers(),
+        Offers {
+            state: true,
+            ..Offers::default()
+        }
+    );
+    for mode in MODES {
+        let m = mode.name();
+        let mut exe = counter_exe(&p, mode);
+        assert!(exe.state_list().unwrap().is_empty());
+        exe.state_bind("s", (&t(&[2, 3], &[0.; 6])).into()).unwrap();
+        exe.state_set_feed("s", Feed::Replace(0)).unwrap();
+        let list: Vec<(Role, String, Vec<Option<usize>>, DType)> = exe
+            .state_list()
+            .unwrap()
+            .into_iter()
+            .map(|v| (v.role, v.name, v.shape, v.dtype))
+            .collect();
+        assert_eq!(
+            list,
+            [(Role::State, "s".into(), vec![Some(2), Some(3)], DType::F32)]
+        );
+        // Given only x, each run reads s and feeds `next` back into it.
+        let x = t(&[2, 3], &CX);
+        let mut s = vec![0f32; 6];
+        for step in 1..=3 {
+            let out = f32_vecs(exe.run(&[("x", &x)]).unwrap());
+            let (next, y) = counter_ref(&CX, &s);
+            assert_eq!(out, [next.clone(), y], "[{m}] step {step}");
+            s = next;
+            assert_eq!(read_state(&exe, "s", 0, 6).unwrap(), s, "[{m}] step {step}");
+        }
+        assert_eq!(s, [3., 3., 3., 6., 6., 6.]);
+        // Parts of the state and of the last run's outputs.
+        assert_eq!(read_state(&exe, "s", 3, 2).unwrap(), [6., 6.]);
+        assert_eq!(read_output(&exe, 1, 4, 2).unwrap(), [30., 36.]);
+        assert_eq!(read_output(&exe, 0, 0, 6).unwrap(), s);
+        // A given input overrides the state for that run only; the feed
+        // then takes that run's output.
+        let ten = [10f32; 6];
+        let out = f32_vecs(exe.run(&[("s", &t(&[2, 3], &ten)), ("x", &x)]).unwrap());
+        let (next, y) = counter_ref(&CX, &ten);
+        assert_eq!(out, [next.clone(), y], "[{m}] override");
+        s = next;
+        assert_eq!(read_state(&exe, "s", 0, 6).unwrap(), s, "[{m}]");
+        // A run that fails applies no feed and keeps the last outputs.
+        let e = exe.run(&[("x", &t(&[3, 2], &CX))]).unwrap_err();
+        assert_eq!(e.message, "input \"x\" is f32[2, 3], got f32[3, 2]");
+        assert_eq!(read_state(&exe, "s", 0, 6).unwrap(), s, "[{m}]");
+        assert_eq!(read_output(&exe, 0, 0, 6).unwrap(), s, "[{m}]");
+        // Into buffers the host lends, output 0 skipped: not written, and
+        // the state fed from it still follows.
+        let mut y = [0xABu8; 24];
+        // SAFETY: `y` is lent for the call and aliases nothing.
+        let got = unsafe {
+            exe.run_refs_dest_raw(
+                &[("x", (&x).into())],
+                &[
+                    OutputDest::Skip,
+                    OutputDest::Lend(LentBuffer {
+                        ptr: y.as_mut_ptr(),
+                        len: y.len(),
+                    }),
+                ],
+                |_| -> PluginResult<()> { unreachable!("nothing read") },
+            )
+        }
+        .unwrap();
+        assert!(got.iter().all(Option::is_none));
+        let (next, want_y) = counter_ref(&CX, &s);
+        assert_eq!(
+            rlx_plugin_api::convert::bytes_to_f32(DType::F32, &y).unwrap(),
+            want_y
+        );
+        s = next;
+        assert_eq!(
+            read_state(&exe, "s", 0, 6).unwrap(),
+            s,
+            "[{m}] after a skip"
+        );
+        // NONE: the state keeps its value.
+        exe.state_set_feed("s", Feed::None).unwrap();
+        let out = f32_vecs(exe.run(&[("x", &x)]).unwrap());
+        assert_eq!(out[0], counter_ref(&CX, &s).0);
+        assert_eq!(read_state(&exe, "s", 0, 6).unwrap(), s, "[{m}] fed NONE");
+        // Bound again: the value replaced, the feed kept.
+        exe.state_set_feed("s", Feed::Replace(0)).unwrap();
+        exe.state_bind("s", (&t(&[2, 3], &[100.; 6])).into())
+            .unwrap();
+        exe.run(&[("x", &x)]).unwrap();
+        assert_eq!(
+            read_state(&exe, "s", 0, 6).unwrap(),
+            counter_ref(&CX, &[100.; 6]).0,
+            "[{m}] rebound"
+        );
+        // Two states, listed in name order (the graph's order is x, s);
+        // a run given nothing reads both.
+        exe.state_bind("s", (&t(&[2, 3], &[0.; 6])).into()).unwrap();
+        exe.state_bind("x", (&x).into()).unwrap();
+        let names: Vec<String> = exe
+            .state_list()
+            .unwrap()
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        assert_eq!(names, ["s", "x"]);
+        let out = f32_vecs(exe.run(&[]).unwrap());
+        assert_eq!(out[0], CX, "[{m}] both inputs from state");
+        // Unbound, an input is the caller's again.
+        exe.state_unbind("s").unwrap();
+        let e = exe.run(&[]).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                StatusCode::InvalidArgument,
+                "input \"s\" is missing: it was not given and is not held as state (the graph \
+                 takes 2 inputs (\"x\", \"s\"); 0 given, 1 held)"
+            )
+        );
+        exe.state_unbind("x").unwrap();
+        assert!(exe.state_list().unwrap().is_empty());
+        let e = exe.run(&[("x", &x)]).unwrap_err();
+        assert_eq!(
+            e.message,
+            "the graph takes 2 inputs (\"x\", \"s\"), 1 given"
+        );
+        // A state belongs to its executable alone.
+        let mut other = counter_exe(&p, mode);
+        assert!(other.state_list().unwrap().is_empty());
+        assert!(other.run(&[("x", &x)]).is_err());
+    }
+}
+
+#[test]
+fn the_1_9_build_refuses_every_state_misuse_naming_it() {
+    let (_dir, p) = load_build(NEWEST_MINOR);
+    let mut exe = counter_exe(&p, Mode::Lazy);
+    let zeros = t(&[2, 3], &[0.; 6]);
+    let nf = StatusCode::NotFound;
+    let ia = StatusCode::InvalidArgument;
+    let un = StatusCode::Unsupported;
+    let cases: Vec<(PluginResult<()>, StatusCode, &str)> = vec![
+        (
+            exe.state_bind("nope", (&zeros).into()),
+            nf,
+            "the graph has no input named \"nope\" to hold as state (its inputs: \"x\", \"s\")",
+        ),
+        (
+            exe.state_bind("w", (&zeros).into()),
+            nf,
+            "the graph has no input named \"w\" to hold as state (its inputs: \"x\", \"s\")",
+        ),
+        (
+            exe.state_bind("s", (&t(&[3, 2], &[0.; 6])).into()),
+            ia,
+            "state \"s\" is f32[2, 3], got f32[3, 2]",
+        ),
+        (
+            exe.state_bind(
+                "s",
+                (&HostTensor::new(DType::I32, vec![2, 3], vec![0; 24]).unwrap()).into(),
+            ),
+            ia,
+            "state \"s\" is f32[2, 3], got i32[2, 3]",
+        ),
+        (
+            exe.state_unbind("s"),
+            nf,
+            "no state is called \"s\" (states: none)",
+        ),
+        (
+            exe.state_set_feed("s", Feed::Replace(0)),
+            nf,
+            "no state is called \"s\" (states: none)",
+        ),
+        (
+            read_state(&exe, "s", 0, 1).map(drop),
+            nf,
+            "no state is called \"s\" (states: none)",
+        ),
+        (
+            read_output(&exe, 0, 0, 6).map(drop),
+            ia,
+            "output \"next\": no run has completed yet, so there is no output to read",
+        ),
+    ];
+    for (r, code, msg) in cases {
+        assert_eq!(error_of(r), (code, msg.to_string()));
+    }
+    exe.state_bind("s", (&zeros).into()).unwrap();
+    let mut i32_buf = [0u8; 8];
+    let cases: Vec<(PluginResult<()>, StatusCode, &str)> = vec![
+        (
+            exe.state_set_feed("s", Feed::Rows(0)),
+            un,
+            "state \"s\": c-demo offers no row feeds (its state table's feed_rows is NULL); \
+             feed it REPLACE, or pass the input with each run",
+        ),
+        // The host library checks the output's position itself.
+        (
+            exe.state_set_feed("s", Feed::Replace(7)),
+            ia,
+            "output 7 does not exist: the executable has 2 outputs",
+        ),
+        (
+            exe.state_read_into("s", 0, DType::I32, &mut i32_buf),
+            ia,
+            "state \"s\" is f32; the buffer lent to read it is i32",
+        ),
+        (
+            read_state(&exe, "s", 5, 2).map(drop),
+            ia,
+            "elements 5..7 of state \"s\" are out of range: it has 6",
+        ),
+        (
+            read_state(&exe, "s", usize::MAX, 1).map(drop),
+            ia,
+            "elements 18446744073709551615..18446744073709551615 of state \"s\" are out of \
+             range: it has 6",
+        ),
+        // What c-demo does not offer, refused by the host library before
+        // any call.
+        (
+            exe.state_feed_rows(None, &RowFeed::rows(3, 0, 0, 1)),
+            un,
+            "plugin c-demo keeps state but cannot feed rows",
+        ),
+        (
+            exe.clone_executable().map(drop),
+            un,
+            "plugin c-demo shares nothing between executables (ABI 1.9): cannot clone an \
+             executable",
+        ),
+        (
+            exe.submit(&[("x", (&zeros).into())]),
+            un,
+            "plugin c-demo only runs synchronously (no ABI 1.9 submit and wait)",
+        ),
+        (
+            exe.wait_discard(),
+            un,
+            "plugin c-demo only runs synchronously (no ABI 1.9 submit and wait)",
+        ),
+        (
+            exe.bind_param_range("w", 0, &[0; 4]),
+            un,
+            "plugin c-demo cannot overwrite part of a param (ABI 1.9)",
+        ),
+        (
+            exe.set_rng(0, 1),
+            un,
+            "plugin c-demo cannot change its RNG (ABI 1.9)",
+        ),
+        (
+            exe.set_active_extent(Some((1, 2))),
+            un,
+            "plugin c-demo cannot narrow its runs (ABI 1.9)",
+        ),
+        (
+            p.memory_usage().map(drop),
+            un,
+            "plugin c-demo gives no memory figures (ABI 1.9 memory_usage)",
+        ),
+    ];
+    for (r, code, msg) in cases {
+        assert_eq!(error_of(r), (code, msg.to_string()));
+    }
+    let other = counter_exe(&p, Mode::Lazy);
+    assert_eq!(
+        error_of(exe.share_params_from(&other)),
+        (
+            un,
+            "plugin c-demo shares nothing between executables (ABI 1.9): cannot share params"
+                .to_string()
+        )
+    );
+    // After a run: a read past an output.
+    exe.run(&[("x", &t(&[2, 3], &CX))]).unwrap();
+    assert_eq!(
+        error_of(read_output(&exe, 1, 6, 1)),
+        (
+            ia,
+            "elements 6..7 of output \"y\" are out of range: it has 6".to_string()
+        )
+    );
+    // A replace feed from an output of another shape.
+    let mut aff = p.compile(&text(&affine_relu()), Mode::Lazy).unwrap();
+    aff.state_bind("x", (&t(&[2, 3], &X)).into()).unwrap();
+    assert_eq!(
+        error_of(aff.state_set_feed("x", Feed::Replace(0))),
+        (
+            ia,
+            "state \"x\" is f32[2, 3] but output \"logits\" is f32[2, 2]: a replace feed needs \
+             an output of the state's dtype and shape"
+                .to_string()
+        )
+    );
+    // Every refusal changed nothing: s is still held, zeros, fed NONE.
+    assert_eq!(read_state(&exe, "s", 0, 6).unwrap(), [0.; 6]);
+}
+
+/// A visitor context collecting (role, name) pairs.
+unsafe extern "C" fn collect_names(ctx: *mut c_void, info: *const RlxValueInfo) {
+    let v = &mut *(ctx as *mut Vec<(u32, String)>);
+    v.push(((*info).role, (*info).name.to_string_lossy()));
+}
+
+/// Every field of a descriptor, to see whether a call wrote it (its
+/// padding bytes are not compared: they were never initialised).
+fn fields_of(t: &RlxTensor) -> String {
+    format!("{t:?}")
+}
+
+#[test]
+fn the_1_9_state_table_by_hand_null_pointers_lent_buffers_and_skipped_slots() {
+    for minor in [8, NEWEST_MINOR] {
+        let r = raw(minor);
+        let api =
+            unsafe { &*(r.entry)(host_table(1, std::mem::size_of::<RlxHostApi>(), new_sink())) };
+        assert_eq!(status(api, unsafe { (api.init.unwrap())() }), None);
+        let code = |s| status(api, s);
+        let mut exe = std::ptr::null_mut();
+        let s = unsafe {
+            (api.compile.unwrap())(RlxStr::from_str(ADD_MODEL), std::ptr::null(), &mut exe)
+        };
+        assert_eq!(code(s), None);
+        let w = t(&[2], &[10., 20.]);
+        let wv = w.as_raw(ownership::BORROWED);
+        assert_eq!(
+            code(unsafe {
+                (api.executable_bind_param.unwrap())(exe, RlxStr::from_str("w"), &wv.raw)
+            }),
+            None
+        );
+        if minor >= 9 {
+            let st = unsafe { &*api.state };
+            let mut buf = [0f32; 1];
+            let mut one = [1i64];
+            let mut l = RlxTensor::empty();
+            l.dl.data = buf.as_mut_ptr() as *mut c_void;
+            l.dl.ndim = 1;
+            l.dl.shape = one.as_mut_ptr();
+            assert_eq!(
+                code(unsafe {
+                    (st.read_output.unwrap())(exe, RlxStr::from_str("output0"), 0, &mut l)
+                }),
+                Some((
+                    1,
+                    "output \"output0\": no run has completed yet, so there is no output to read"
+                        .into()
+                ))
+            );
+        }
+        // A skipped output slot (run_into, x passed): the 1.9 build leaves
+        // it as it was; the 1.8 build, which does not know SKIP, hands an
+        // OWNED tensor over in it (what the host releases unread).
+        let x = t(&[2], &[1., 2.]);
+        let xv = x.as_raw(ownership::BORROWED);
+        let input = RlxNamedTensor {
+            struct_size: std::mem::size_of::<RlxNamedTensor>(),
+            name: RlxStr::from_str("x"),
+            tensor: xv.raw,
+        };
+        let mut slot = RlxTensor::empty();
+        slot.ownership = ownership::SKIP;
+        slot.manager_ctx = 0xABAB as *mut c_void;
+        let before = fields_of(&slot);
+        let run_into = api.executable_run_into.unwrap();
+        assert_eq!(
+            code(unsafe { run_into(exe, &input, 1, &mut slot, 1) }),
+            None
+        );
+        if minor < 9 {
+            // The 1.8 table ends before the 1.9 fields.
+            assert_eq!(api.struct_size, std::mem::offset_of!(RlxPluginApi, state));
+            assert_eq!(slot.ownership, ownership::OWNED);
+            let out = unsafe { HostTensor::take_raw(slot) }.unwrap();
+            assert_eq!(out.to_f32_vec().unwrap(), [11., 22.]);
+            unsafe { (api.executable_destroy.unwrap())(exe) };
+            continue;
+        }
+        assert_eq!(fields_of(&slot), before, "a SKIP slot is left as it was");
+        // The 1.9 table: state without row feeds, nothing else.
+        assert_eq!(api.struct_size, std::mem::size_of::<RlxPluginApi>());
+        assert!(api.sharing.is_null() && api.submits.is_null());
+        assert!(api.executable_bind_param_range.is_none());
+        assert!(api.executable_set_rng.is_none());
+        assert!(api.executable_set_active_extent.is_none());
+        assert!(api.memory_usage.is_none());
+        assert!(!api.state.is_null());
+        let st = unsafe { &*api.state };
+        assert_eq!(
+            st.struct_size,
+            std::mem::size_of::<rlx_plugin_api::tables::RlxStateApi>()
+        );
+        assert!(st.feed_rows.is_none());
+        let (bind, unbind, read, list, set_feed, read_output) = (
+            st.bind.unwrap(),
+            st.unbind.unwrap(),
+            st.read.unwrap(),
+            st.list.unwrap(),
+            st.set_feed.unwrap(),
+            st.read_output.unwrap(),
+        );
+        let name = RlxStr::from_str("x");
+        let null_name = RlxStr {
+            ptr: std::ptr::null(),
+            len: 3,
+        };
+        let null = std::ptr::null_mut::<rlx_plugin_api::tables::RlxExecutable>();
+        let msg = |s: &str| Some((1u32, s.to_string()));
+        unsafe {
+            // Null pointers and names: statuses, never crashes.
+            assert_eq!(
+                code(bind(null, name, &xv.raw)),
+                msg("state bind: the executable is NULL")
+            );
+            assert_eq!(
+                code(bind(exe, null_name, &xv.raw)),
+                msg("state bind: the name is NULL with length 3")
+            );
+            assert_eq!(
+                code(bind(exe, name, std::ptr::null())),
+                msg("state bind: the value is NULL")
+            );
+            assert_eq!(
+                code(unbind(null, name)),
+                msg("state unbind: the executable is NULL")
+            );
+            assert_eq!(
+                code(unbind(exe, null_name)),
+                msg("state unbind: the name is NULL with length 3")
+            );
+            assert_eq!(
+                code(list(exe, std::ptr::null())),
+                msg("state list: the visitor (or its visit function) is NULL")
+            );
+            assert_eq!(
+                code(read_output(
+                    exe,
+                    RlxStr::from_str("output0"),
+                    0,
+                    std::ptr::null_mut()
+                )),
+                msg("the buffer lent to read output \"output0\" (`into`) is NULL")
+            );
+            assert_eq!(
+                code(read_output(exe, null_name, 0, std::ptr::null_mut())),
+                msg("state read_output: the output name is NULL with length 3")
+            );
+            // A descriptor of another size.
+            let mut resized = xv.raw;
+            resized.struct_size = 72;
+            assert_eq!(
+                code(bind(exe, name, &resized)),
+                msg(
+                    "state \"x\": RlxTensor.struct_size is 72, but RlxTensor is frozen at 80 bytes"
+                )
+            );
+            // Borrowed for the call whatever its ownership: an OWNED value is
+            // copied, never released; misaligned data is copied too.
+            let tag = 7000usize;
+            let mut bytes = vec![0u8; 2];
+            bytes.extend([3f32, 4.].iter().flat_map(|v| v.to_le_bytes()));
+            let mut shape = [2i64];
+            let mut owned = RlxTensor::empty();
+            owned.ownership = ownership::OWNED;
+            owned.dl.data = bytes.as_mut_ptr() as *mut c_void;
+            owned.dl.ndim = 1;
+            owned.dl.shape = shape.as_mut_ptr();
+            owned.dl.byte_offset = 2;
+            owned.manager_ctx = tag as *mut c_void;
+            owned.deleter = Some(count_delete);
+            assert_eq!(code(bind(exe, name, &owned)), None);
+            assert_eq!(
+                deletions(tag),
+                0,
+                "a state's value is borrowed, never released"
+            );
+            drop(bytes);
+            // Feeds: an unknown kind, an unknown output, a NULL output name;
+            // NONE ignores the output.
+            assert_eq!(
+                code(set_feed(exe, name, 9, RlxStr::EMPTY)),
+                msg("state set_feed: unknown feed kind 9 (0 none, 1 replace, 2 rows)")
+            );
+            assert_eq!(
+                code(set_feed(exe, name, 1, RlxStr::from_str("nope"))),
+                Some((
+                    6,
+                    "the graph has no output named \"nope\" (its outputs: \"output0\")".into()
+                ))
+            );
+            assert_eq!(
+                code(set_feed(exe, name, 1, null_name)),
+                msg("state set_feed: the output name is NULL with length 3")
+            );
+            assert_eq!(code(set_feed(exe, name, 0, null_name)), None);
+            assert_eq!(
+                code(set_feed(exe, name, 1, RlxStr::from_str("output0"))),
+                None
+            );
+            // The list: one state, role STATE.
+            let mut seen: Vec<(u32, String)> = Vec::new();
+            let vis = rlx_plugin_api::tables::RlxValueVisitor {
+                struct_size: std::mem::size_of::<rlx_plugin_api::tables::RlxValueVisitor>(),
+                ctx: &mut seen as *mut _ as *mut c_void,
+                visit: Some(collect_names),
+            };
+            assert_eq!(code(list(exe, &vis)), None);
+            assert_eq!(seen, [(3, "x".to_string())]);
+            assert_eq!(
+                code(list(null, &vis)),
+                msg("state list: the executable is NULL")
+            );
+            // Lent buffers: each rule broken is refused and nothing is
+            // written.
+            let mut buf = [-1f32; 2];
+            let mut one = [2i64];
+            let lent = |buf: &mut [f32; 2], one: &mut [i64; 1]| {
+                let mut l = RlxTensor::empty();
+                l.dl.data = buf.as_mut_ptr() as *mut c_void;
+                l.dl.ndim = 1;
+                l.dl.shape = one.as_mut_ptr();
+                l
+            };
+            let good = lent(&mut buf, &mut one);
+            let mut strides = [2i64];
+            let broken: [(RlxTensor, &str); 6] = [
+                ({ let mut l = good; l.ownership = ownership::OWNED; l },
+                 "the buffer lent to read state \"x\" has ownership 2; it must be BORROWED (the caller keeps it)"),
+                ({ let mut l = good; l.dl.data = std::ptr::null_mut(); l },
+                 "the buffer lent to read state \"x\" has NULL data"),
+                ({ let mut l = good; l.dl.device.device_type = 2; l },
+                 "the buffer lent to read state \"x\" is on DLPack device type 2; it must be host memory (kDLCPU)"),
+                ({ let mut l = good; l.dl.strides = strides.as_mut_ptr(); l },
+                 "the buffer lent to read state \"x\" is strided; it must be compact row-major"),
+                ({ let mut l = good; l.struct_size = 88; l },
+                 "the buffer lent to read state \"x\": RlxTensor.struct_size is 88, but RlxTensor is frozen at 80 bytes"),
+                ({ let mut l = good; l.dl.ndim = 1; l.dl.shape = std::ptr::null_mut(); l },
+                 "the buffer lent to read state \"x\" has 1 dims and a NULL shape (c-demo takes 0 ..= 8, with a shape)"),
+            ];
+            for (mut l, want) in broken {
+                assert_eq!(code(read(exe, name, 0, &mut l)), msg(want));
+            }
+            assert_eq!(
+                code(read(exe, name, 0, std::ptr::null_mut())),
+                msg("the buffer lent to read state \"x\" (`into`) is NULL")
+            );
+            assert_eq!(buf, [-1., -1.], "a refused read writes nothing");
+            let mut l = good;
+            assert_eq!(code(read(exe, name, 0, &mut l)), None);
+            assert_eq!(buf, [3., 4.], "the OWNED, misaligned value was copied");
+            // Runs given nothing read x from the state; x follows output0.
+            for want in [[13f32, 24.], [23., 44.]] {
+                let mut slot = RlxTensor::empty();
+                assert_eq!(
+                    code((api.executable_run.unwrap())(
+                        exe,
+                        std::ptr::null(),
+                        0,
+                        &mut slot,
+                        1
+                    )),
+                    None
+                );
+                let out = HostTensor::take_raw(slot).unwrap();
+                assert_eq!(out.to_f32_vec().unwrap(), want);
+            }
+            // A skipped slot: nothing written, the feed still applied.
+            let mut slot = RlxTensor::empty();
+            slot.ownership = ownership::SKIP;
+            let before = fields_of(&slot);
+            assert_eq!(code(run_into(exe, std::ptr::null(), 0, &mut slot, 1)), None);
+            assert_eq!(fields_of(&slot), before);
+            let mut l = lent(&mut buf, &mut one);
+            assert_eq!(code(read(exe, name, 0, &mut l)), None);
+            assert_eq!(buf, [33., 64.]);
+            let mut l = lent(&mut buf, &mut one);
+            assert_eq!(
+                code(read_output(exe, RlxStr::from_str("output0"), 0, &mut l)),
+                None
+            );
+            assert_eq!(buf, [33., 64.], "the skipped output is the last run's");
+            // Unbound: the caller's input again.
+            assert_eq!(code(unbind(exe, name)), None);
+            let mut slot = RlxTensor::empty();
+            assert_eq!(
+                code((api.executable_run.unwrap())(
+                    exe,
+                    std::ptr::null(),
+                    0,
+                    &mut slot,
+                    1
+                )),
+                msg("the graph takes 1 inputs (\"x\"), 0 given")
+            );
+            (api.executable_destroy.unwrap())(exe);
+        }
+    }
+}
+
+/// x + s and (x + s) * w as rlx-runtime sees them through the host adapter
+/// (an `ExecutableGraph`), on the C build claiming 1.`minor`.
+fn adapter(p: &Arc<LoadedPlugin>, mode: Mode) -> rlx_plugin_host::backend::PluginGraph {
+    let exe = p.compile(&text(&counter()), mode).unwrap();
+    let mut g = rlx_plugin_host::backend::PluginGraph::new(exe, "c-demo".into());
+    use rlx_runtime::ExecutableGraph;
+    g.set_param("w", &CW);
+    g
+}
+
+#[test]
+fn the_host_adapter_reports_what_each_c_build_offers_and_each_flag_holds() {
+    use rlx_runtime::ExecutableGraph;
+    for minor in 0..=NEWEST_MINOR {
+        let (_dir, p) = load_build(minor);
+        let state = minor >= 9;
+        for mode in MODES {
+            let at = format!("1.{minor} [{}]", mode.name());
+            let mut g = adapter(&p, mode);
+            // State (1.9) gives persistent and GPU handles; nothing gives
+            // row feeds, clones, submitted runs or active extents.
+            let want: &[&str] = if state {
+                &["persistent_handles", "gpu_handles", "typed_io"]
+            } else {
+                &["typed_io"]
+            };
+            assert_eq!(g.capabilities().enabled_names(), want, "{at}");
+
+            // persistent_handles: a handle is an input the executable keeps.
+            let s0 = [10f32, 20., 30., 40., 50., 60.];
+            assert_eq!(g.bind_handle("s", &s0), state, "{at}");
+            assert_eq!(g.read_handle("s"), state.then(|| s0.to_vec()), "{at}");
+            assert!(
+                !g.bind_handle("nope", &s0),
+                "{at}: an unknown name is refused"
+            );
+            if state {
+                let out = g.run(&[("x", &CX)]);
+                assert_eq!(out[0], counter_ref(&CX, &s0).0, "{at}: x + the handle");
+            }
+
+            // gpu_handles: bound, fed from output 0, advanced by runs that
+            // read back only output 1, read whole and by rows.
+            let mut g = adapter(&p, mode);
+            assert!(!g.has_gpu_handle("s"));
+            assert_eq!(g.bind_gpu_handle("s", &[0.; 6]), state, "{at}");
+            assert_eq!(g.has_gpu_handle("s"), state, "{at}");
+            assert_eq!(g.set_gpu_handle_feed("s", 0), state, "{at}");
+            let mut s = vec![0f32; 6];
+            for _ in 0..3 {
+                let ins: &[(&str, &[f32])] = if state {
+                    &[("x", &CX)]
+                } else {
+                    &[("x", &CX), ("s", &[0.; 6])]
+                };
+                let out = g.run_read_outputs(ins, Some(&[1]));
+                let (next, y) = counter_ref(&CX, &s);
+                assert_eq!(out, [y], "{at}");
+                if state {
+                    s = next;
+                }
+            }
+            if state {
+                assert_eq!(s, [3., 3., 3., 6., 6., 6.]);
+                assert_eq!(g.read_gpu_handle("s"), Some(s.clone()), "{at}");
+                assert_eq!(g.read_gpu_handle_row("s", 1, 3), Some(vec![6.; 3]), "{at}");
+                // Row 1 of output 1 of the last run: (2x + x) * w.
+                assert_eq!(
+                    g.read_output_row(1, 1, 3),
+                    Some(vec![6. * 4., 6. * 5., 6. * 6.]),
+                    "{at}"
+                );
+                let got = g.run_feed_gpu_handle(&[("x", &CX)], "s", 0);
+                let (next, _) = counter_ref(&CX, &s);
+                assert_eq!(got, Some(next.clone()), "{at}");
+                s = next;
+                assert_eq!(g.read_gpu_handle("s"), Some(s.clone()), "{at}");
+            } else {
+                assert_eq!(g.read_gpu_handle("s"), None, "{at}");
+                assert_eq!(g.read_gpu_handle_row("s", 1, 3), None, "{at}");
+                assert_eq!(g.read_output_row(1, 1, 3), None, "{at}");
+                assert_eq!(g.run_feed_gpu_handle(&[("x", &CX)], "s", 0), None, "{at}");
+            }
+
+            // kv_resident is not reported: row feeds are refused and leave
+            // the handle as it was.
+            assert!(!g.register_kv_row_feed("s", 0), "{at}");
+            assert!(!g.feed_kv_row(0, 0, 3), "{at}");
+            assert!(!g.feed_kv_batch_major(0, 1, 2, 3), "{at}");
+            if state {
+                assert_eq!(g.read_gpu_handle("s"), Some(s.clone()), "{at}");
+            }
+
+            // async_pipeline is not reported: commit_no_wait runs at once
+            // (the handle it feeds has advanced before any sync), and
+            // run_pipelined returns each run's outputs in order.
+            let pass_s: Vec<f32> = vec![0.; 6];
+            let ins: Vec<(&str, &[f32])> = if state {
+                vec![("x", &CX)]
+            } else {
+                vec![("x", &CX), ("s", &pass_s)]
+            };
+            g.commit_no_wait(&ins);
+            if state {
+                s = counter_ref(&CX, &s).0;
+                assert_eq!(g.read_gpu_handle("s"), Some(s.clone()), "{at}: run at once");
+            }
+            g.sync_pending();
+            let sets = vec![ins.clone(), ins.clone(), ins.clone()];
+            let outs = g.run_pipelined(&sets);
+            assert_eq!(outs.len(), 3, "{at}");
+            for (i, o) in outs.iter().enumerate() {
+                let before = if state { s.clone() } else { pass_s.clone() };
+                let (next, y) = counter_ref(&CX, &before);
+                assert_eq!(o, &[next.clone(), y], "{at}: pipelined run {i}");
+                if state {
+                    s = next;
+                }
+            }
+
+            // clone is not reported: clone_box refuses (rlx-runtime's
+            // contract for a backend without clones is a panic; checked in
+            // one mode, to print one backtrace a build), and params are
+            // never shared.
+            if mode == Mode::Lazy {
+                let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    drop(g.clone_box());
+                }));
+                let why = refused.expect_err("clone_box without clones");
+                let why = why.downcast_ref::<String>().cloned().unwrap_or_default();
+                assert!(why.contains("cannot clone executables"), "{at}: {why}");
+            }
+            let other = adapter(&p, mode);
+            assert!(!g.share_params_from(&other), "{at}");
+            assert!(!g.copy_params_from(&other), "{at}");
+            assert!(!g.param_already_set("w"), "{at}");
+
+            // active_extent is not reported: a narrowed run computes every
+            // row anyway.
+            let mut h = adapter(&p, mode);
+            h.set_active_extent(Some((1, 2)));
+            let sv = [1f32, 2., 3., 4., 5., 6.];
+            let (next, y) = counter_ref(&CX, &sv);
+            assert_eq!(h.run(&[("x", &CX), ("s", &sv)]), [next, y], "{at}");
+            h.set_active_extent(None);
+
+            // No param ranges, no RNG changes: refused, and visible.
+            assert!(!h.set_param_range("w", 0, &2f32.to_le_bytes()), "{at}");
+            assert_eq!(h.run(&[("x", &CX), ("s", &sv)])[1], counter_ref(&CX, &sv).1);
+            let rng = h.rng();
+            h.set_rng(rlx_ir::RngOptions::new(7, rlx_ir::RngBackend::Zero));
+            assert_eq!(h.rng(), rng, "{at}: the RNG it keeps");
+
+            // typed_io: params and inputs of other dtypes, converted to the
+            // f32 the plugin declares; outputs in its dtype.
+            let w64: Vec<u8> = CW.iter().flat_map(|v| (*v as f64).to_le_bytes()).collect();
+            h.set_param_typed("w", &w64, rlx_ir::DType::F64);
+            let x32: Vec<u8> = CX.iter().flat_map(|v| (*v as i32).to_le_bytes()).collect();
+            let s32: Vec<u8> = sv.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let out = h.run_typed(&[
+                ("x", &x32, rlx_ir::DType::I32),
+                ("s", &s32, rlx_ir::DType::F32),
+            ]);
+            let (next, y) = counter_ref(&CX, &sv);
+            let f = |b: &[u8]| rlx_plugin_api::convert::bytes_to_f32(DType::F32, b).unwrap();
+            assert_eq!(out.len(), 2, "{at}");
+            assert_eq!((f(&out[0].0), out[0].1), (next, rlx_ir::DType::F32), "{at}");
+            assert_eq!((f(&out[1].0), out[1].1), (y, rlx_ir::DType::F32), "{at}");
+        }
+    }
+}
+
 // ---- the rlx-host CLI ----
 
 fn rlx_host_bin() -> PathBuf {
@@ -1578,7 +2455,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.8 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.9 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
@@ -1636,6 +2513,72 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
                 claim >= 8 && minor >= 8,
                 "host 1.{claim} x plugin 1.{minor}:\n{out}"
             );
+            // 1.9: a 1.9 host uses the 1.9 build's state (the misuse each
+            // with its code, or the host would have failed), and finds every
+            // other 1.9 entry absent: NULL in the 1.9 build, beyond the
+            // table of an older one.
+            let cell = format!("host 1.{claim} x plugin 1.{minor}:\n{out}");
+            if claim < 9 {
+                assert!(
+                    out.contains(&format!(
+                        "1.9 entries: not used (an ABI 1.{claim} host has none)"
+                    )),
+                    "{cell}"
+                );
+                continue;
+            }
+            let used = [
+                "state bind: s f32[2, 3] held",
+                "state REPLACE feed: 3 runs given only x; s = [3 3 3; 6 6 6] (3x), read back",
+                "state read: s[3..5] = [6 6]; read_output: y[4..6] = [30 36]",
+                "state override: s given for one run (10) -> output 0 = [11 ...], fed into s",
+                "run_into: a SKIP slot was left as it was; the state it feeds still advanced",
+                "state unbind: s is the caller's again",
+                "error path: state bind of an unknown name -> NOT_FOUND (6): the graph has no \
+                 input named \"nope\" to hold as state",
+                "error path: state bind of s with shape [3, 2] -> INVALID_ARGUMENT (1): state \
+                 \"s\" is f32[2, 3], got f32[3, 2]",
+                "error path: state read of elements 5..7 of 6 -> INVALID_ARGUMENT (1)",
+                "error path: state read_output before any run -> INVALID_ARGUMENT (1)",
+            ];
+            for line in used {
+                assert_eq!(out.contains(line), minor >= 9, "{line}\n{cell}");
+            }
+            let fields = [
+                "sharing",
+                "submits",
+                "executable_bind_param_range",
+                "executable_set_rng",
+                "executable_set_active_extent",
+                "memory_usage",
+            ];
+            for field in fields {
+                let absent = if minor >= 9 {
+                    format!("{field}: not offered (NULL)")
+                } else {
+                    format!("{field}: not offered (plugin ABI 1.{minor}: its table of ")
+                };
+                assert!(out.contains(&absent), "{absent}\n{cell}");
+            }
+            if minor >= 9 {
+                assert!(
+                    out.contains("state feed_rows: not offered (NULL): no row feeds"),
+                    "{cell}"
+                );
+            } else {
+                assert!(
+                    out.contains(&format!(
+                        "state: not offered (plugin ABI 1.{minor}: its table of "
+                    )),
+                    "{cell}"
+                );
+            }
+            for never in ["clone:", "share_params:", "wait ", "submits: 3", "set_rng:"] {
+                assert!(
+                    !out.lines().any(|l| l.starts_with(never)),
+                    "{never}\n{cell}"
+                );
+            }
         }
     }
     for mode in ["eager", "compiled"] {
@@ -1643,5 +2586,6 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
         run(5, 5, mode);
         run(6, 6, mode);
         run(8, 8, mode);
+        run(9, 9, mode);
     }
 }

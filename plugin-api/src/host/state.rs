@@ -12,20 +12,29 @@ use crate::tensor::{ownership, DType, HostTensorRef, RlxTensor};
 use std::ffi::c_void;
 
 impl PluginExecutable {
-    /// The plugin's state table, or `UNSUPPORTED` naming what was asked.
-    fn state_api(&self, what: &str) -> PluginResult<&RlxStateApi> {
-        self.plugin.state.as_ref().ok_or_else(|| {
+    /// One function of the plugin's state table, or `UNSUPPORTED` naming
+    /// what was asked: the table is absent, or the function null (a plugin
+    /// may offer part of it).
+    fn state_fn<F>(
+        &self,
+        what: &str,
+        pick: impl FnOnce(&RlxStateApi) -> Option<F>,
+    ) -> PluginResult<F> {
+        let name = &self.plugin.descriptor.name;
+        let table = self.plugin.state.as_ref().ok_or_else(|| {
             PluginError::unsupported(format!(
-                "plugin {} keeps no executable state (ABI 1.9): cannot {what}",
-                self.plugin.descriptor.name
+                "plugin {name} keeps no executable state (ABI 1.9): cannot {what}"
             ))
+        })?;
+        pick(table).ok_or_else(|| {
+            PluginError::unsupported(format!("plugin {name} keeps state but cannot {what}"))
         })
     }
 
     /// Hold `value` as the state `name` (a graph input of its dtype and
     /// shape); runs then read that input from it.
     pub fn state_bind(&mut self, name: &str, value: HostTensorRef<'_>) -> PluginResult<()> {
-        let f = self.state_api("bind a state")?.bind.expect("offered");
+        let f = self.state_fn("bind a state", |t| t.bind)?;
         let view =
             crate::tensor::RawView::of(value.dtype, value.shape, value.data, ownership::BORROWED);
         // SAFETY: `exe` is live; name and descriptor are borrowed for the call.
@@ -35,7 +44,7 @@ impl PluginExecutable {
 
     /// Forget the state `name`: its input is the caller's to pass again.
     pub fn state_unbind(&mut self, name: &str) -> PluginResult<()> {
-        let f = self.state_api("unbind a state")?.unbind.expect("offered");
+        let f = self.state_fn("unbind a state", |t| t.unbind)?;
         // SAFETY: `exe` is live; the name is borrowed for the call.
         self.plugin
             .check(unsafe { f(self.exe, RlxStr::from_str(name)) })
@@ -50,7 +59,7 @@ impl PluginExecutable {
         dtype: DType,
         into: &mut [u8],
     ) -> PluginResult<()> {
-        let f = self.state_api("read a state")?.read.expect("offered");
+        let f = self.state_fn("read a state", |t| t.read)?;
         let (mut shape, mut raw) = lent_1d(dtype, into)?;
         raw.dl.shape = shape.as_mut_ptr();
         // SAFETY: `exe` is live; `raw` describes `into`, writable for the call.
@@ -67,10 +76,7 @@ impl PluginExecutable {
         dtype: DType,
         into: &mut [u8],
     ) -> PluginResult<()> {
-        let f = self
-            .state_api("read an output back")?
-            .read_output
-            .expect("offered");
+        let f = self.state_fn("read an output back", |t| t.read_output)?;
         let name = self
             .values(Role::Output)
             .nth(output)
@@ -87,7 +93,7 @@ impl PluginExecutable {
 
     /// Every state the executable holds (role [`Role::State`]).
     pub fn state_list(&self) -> PluginResult<Vec<ValueInfo>> {
-        let f = self.state_api("list its states")?.list.expect("offered");
+        let f = self.state_fn("list its states", |t| t.list)?;
         let mut out: Vec<PluginResult<ValueInfo>> = Vec::new();
         let visitor = RlxValueVisitor {
             struct_size: RlxValueVisitor::STRUCT_SIZE,
@@ -109,7 +115,7 @@ impl PluginExecutable {
     /// How the state `name` follows the runs ([`Feed`] names the output by
     /// its position).
     pub fn state_set_feed(&mut self, name: &str, feed: Feed) -> PluginResult<()> {
-        let f = self.state_api("feed a state")?.set_feed.expect("offered");
+        let f = self.state_fn("feed a state", |t| t.set_feed)?;
         let output = match feed.output() {
             None => String::new(),
             Some(i) => self
@@ -138,12 +144,7 @@ impl PluginExecutable {
     /// Copy `rows` from the last run's outputs into every state fed rows
     /// (or only the one called `name`).
     pub fn state_feed_rows(&mut self, name: Option<&str>, rows: &RowFeed) -> PluginResult<()> {
-        let f = self.state_api("feed rows")?.feed_rows.ok_or_else(|| {
-            PluginError::unsupported(format!(
-                "plugin {} keeps state but offers no row feeds",
-                self.plugin.descriptor.name
-            ))
-        })?;
+        let f = self.state_fn("feed rows", |t| t.feed_rows)?;
         let raw = rows.to_raw();
         // SAFETY: `exe` is live; the feed and its dst_rows (in `rows`) are borrowed for the call.
         self.plugin

@@ -7,10 +7,11 @@ use crate::tables::RlxSubmitApi;
 use crate::tensor::{HostTensorRef, TensorRef};
 
 impl PluginExecutable {
-    fn submit_api(&self) -> PluginResult<&RlxSubmitApi> {
-        self.plugin.submits.as_ref().ok_or_else(|| {
+    /// One function of the plugin's submit table, or `UNSUPPORTED`.
+    fn submit_fn<F>(&self, pick: impl FnOnce(&RlxSubmitApi) -> Option<F>) -> PluginResult<F> {
+        self.plugin.submits.as_ref().and_then(pick).ok_or_else(|| {
             PluginError::unsupported(format!(
-                "plugin {} only runs synchronously (no ABI 1.9 submit)",
+                "plugin {} only runs synchronously (no ABI 1.9 submit and wait)",
                 self.plugin.descriptor.name
             ))
         })
@@ -19,7 +20,7 @@ impl PluginExecutable {
     /// Start a run with these inputs (read before this returns) without
     /// waiting for it.
     pub fn submit(&mut self, inputs: &[(&str, HostTensorRef<'_>)]) -> PluginResult<()> {
-        let f = self.submit_api()?.submit.expect("offered");
+        let f = self.submit_fn(|t| t.submit)?;
         let borrowed = crate::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
         // SAFETY: `exe` is live; the inputs point into `borrowed`, alive for the call.
@@ -29,7 +30,7 @@ impl PluginExecutable {
 
     /// Wait for the oldest submitted run and drop its outputs.
     pub fn wait_discard(&mut self) -> PluginResult<()> {
-        let f = self.submit_api()?.wait.expect("offered");
+        let f = self.submit_fn(|t| t.wait)?;
         // SAFETY: `exe` is live; no slots.
         self.plugin
             .check(unsafe { f(self.exe, std::ptr::null_mut(), 0) })
@@ -45,7 +46,7 @@ impl PluginExecutable {
         dests: &[OutputDest],
         mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
     ) -> PluginResult<Vec<Option<T>>> {
-        let f = self.submit_api()?.wait.expect("offered");
+        let f = self.submit_fn(|t| t.wait)?;
         let mut shapes = self.check_dests(dests)?;
         let mut slots = self.dest_slots(dests, &mut shapes);
         // SAFETY: `exe` is live; the lent slots point into the caller's

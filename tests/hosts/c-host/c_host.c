@@ -8,7 +8,7 @@
  *
  *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
  *
- *   --claim 1.N        the ABI the host claims (1.0 ..= 1.7; another major
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.9; another major
  *                      is sent as is, to be refused)
  *   --mode M           lazy (default), eager or compiled
  *   --activation A     exp (default) or relu: the graph's activation
@@ -19,6 +19,11 @@
  *   --huge             also compile a graph with a 16 TB tensor, which the
  *                      plugin must refuse: RESOURCE_EXHAUSTED at a 1.6
  *                      claim, INTERNAL (the unknown code) before
+ *
+ * Claiming 1.8 it lends output buffers (executable_run_into); claiming 1.9
+ * it uses every 1.9 entry the plugin's table reaches and holds (state,
+ * clones and shared params, submitted runs, the 1.9 root functions; see
+ * that section), and says which are absent.
  *
  * Exit codes: 0 ok; 1 a check failed; 2 usage or load error; 3 the plugin
  * refused the handshake; 4 the host refused the plugin (another major, a
@@ -470,6 +475,7 @@ static void check_table(const RlxPluginApi* api) {
     if (api->abi_version.minor >= 1 && g_opt.minor >= 1) need = RLX_PLUGIN_API_SIZE_1_1;
     if (api->abi_version.minor >= 4 && g_opt.minor >= 4) need = RLX_PLUGIN_API_SIZE_1_4;
     if (api->abi_version.minor >= 8 && g_opt.minor >= 8) need = RLX_PLUGIN_API_SIZE_1_8;
+    if (api->abi_version.minor >= 9 && g_opt.minor >= 9) need = RLX_PLUGIN_API_SIZE_1_9;
     if (api->struct_size < need) {
         printf("host refuses: a %u.%u table of %zu bytes, at least %zu expected\n",
                api->abi_version.major, api->abi_version.minor, api->struct_size, need);
@@ -1295,6 +1301,845 @@ static void custom_ops(void) {
 }
 
 /* ======================================================================
+ * 1.9: executable state, clones and shared params, submitted runs, and
+ * the root table's 1.9 functions
+ *
+ * Used only when this host claims 1.9 and the plugin's table reaches the
+ * field (the size rule) and holds it (NULL: not offered); every value is
+ * checked against small-integer arithmetic, exact in f32.
+ * ====================================================================== */
+
+/* next = x + s (output 0), y = next * w (output 1): a counter whose state
+ * s is the running sum when output 0 feeds it. */
+static const char* const COUNTER_GRAPH = "rlxmodel 1\n"
+                                         "opset 1\n"
+                                         "\n"
+                                         "graph @counter {\n"
+                                         "  %x = input : f32[2, 3]\n"
+                                         "  %s = input : f32[2, 3]\n"
+                                         "  %w = param : f32[2, 3]\n"
+                                         "  %3 = Binary(Add) %x, %s : f32[2, 3]\n"
+                                         "  %4 = Binary(Mul) %3, %w : f32[2, 3]\n"
+                                         "  return %3, %4\n"
+                                         "}\n";
+
+/* A cache k of 4 rows of 2: output 0 is the new row 2t (fed ROWS into
+ * k), output 1 is k + 2t (every row), which shows what k held. */
+static const char* const KV_GRAPH = "rlxmodel 1\n"
+                                    "opset 1\n"
+                                    "\n"
+                                    "graph @kv {\n"
+                                    "  %k = input : f32[4, 2]\n"
+                                    "  %t = input : f32[1, 2]\n"
+                                    "  %2 = Binary(Add) %t, %t : f32[1, 2]\n"
+                                    "  %3 = Binary(Add) %k, %2 : f32[4, 2]\n"
+                                    "  return %2, %3\n"
+                                    "}\n";
+
+/* 16 uniform samples plus x: what a seed changes. */
+static const char* const RNG_GRAPH = "rlxmodel 1\n"
+                                     "opset 1\n"
+                                     "\n"
+                                     "graph @rng {\n"
+                                     "  %x = input : f32[16]\n"
+                                     "  %u = RngUniform{low: 0.0, high: 1.0, key: 7} : f32[16]\n"
+                                     "  %2 = Binary(Add) %x, %u : f32[16]\n"
+                                     "  return %2\n"
+                                     "}\n";
+
+/* x[1, 512] . w[512, 2048]: 4 MiB of weights for the memory figures. */
+static const char* const BIG_GRAPH = "rlxmodel 1\n"
+                                     "opset 1\n"
+                                     "\n"
+                                     "graph @big {\n"
+                                     "  %x = input : f32[1, 512]\n"
+                                     "  %w = param : f32[512, 2048]\n"
+                                     "  %2 = MatMul %x, %w : f32[1, 2048]\n"
+                                     "  return %2\n"
+                                     "}\n";
+
+static int64_t SHAPE_23[2] = {2, 3}, SHAPE_32[2] = {3, 2};
+static const float CW[6] = {1, 2, 3, 4, 5, 6};
+static const float CX[6] = {1, 1, 1, 2, 2, 2};
+
+/* Is the 1.9 root-table field `f` there: claimed by both sides, inside the
+ * plugin's struct_size, and not NULL? Says why when it is not. */
+#define OFFERED_1_9(f) offered_1_9(#f, COVERS(g_api, RlxPluginApi, f), g_api->f != NULL)
+static int offered_1_9(const char* what, int covered, int set) {
+    if (covered && set) return 1;
+    if (!covered)
+        step("%s: not offered (plugin ABI %u.%u: its table of %zu bytes ends before it)", what,
+             g_api->abi_version.major, g_api->abi_version.minor, g_api->struct_size);
+    else
+        step("%s: not offered (NULL)", what);
+    return 0;
+}
+
+/* Is the function `f` of a 1.9 sub-table `t` (of type T) there? */
+#define HAS_FN(t, T, f) (COVERS(t, T, f) && (t)->f)
+
+static RlxExecutable* compile_or_fail(const char* text, const char* what) {
+    RlxStatus* s;
+    RlxExecutable* exe = compile_text(text, g_opt.mode, &s);
+    must(s, what);
+    if (!exe) fail("%s: success without an executable", what);
+    return exe;
+}
+
+/* The names of the executable's outputs (exactly `n` of them). */
+static void output_names(RlxExecutable* exe, char names[][64], size_t n) {
+    Signature s;
+    memset(&s, 0, sizeof s);
+    RlxValueVisitor vis;
+    memset(&vis, GARBAGE, sizeof vis);
+    vis.struct_size = RLX_VALUE_VISITOR_STRUCT_SIZE;
+    vis.ctx = &s;
+    vis.visit = visit_value;
+    must(g_api->executable_signature(exe, &vis), "executable_signature");
+    size_t k = 0;
+    for (size_t i = 0; i < s.n; i++)
+        if (s.v[i].role == RLX_ROLE_OUTPUT) {
+            if (k == n) fail("more than %zu outputs", n);
+            memcpy(names[k++], s.v[i].name, sizeof s.v[i].name);
+        }
+    if (k != n) fail("%zu outputs, want %zu", k, n);
+}
+
+static void bind_f32(RlxExecutable* exe, const char* name, const float* v, size_t n,
+                     int64_t* shape, int32_t ndim) {
+    float* copy = malloc(n * sizeof(float));
+    if (!copy) fail("out of memory");
+    memcpy(copy, v, n * sizeof(float));
+    RlxTensor t;
+    borrowed_f32(&t, copy, 0, shape, ndim, NULL);
+    char what[96];
+    snprintf(what, sizeof what, "bind_param %s", name);
+    must(g_api->executable_bind_param(exe, str_of(name), &t), what);
+    free(copy);
+}
+
+/* Exact comparison of n floats (every value here is a small integer). */
+static void expect_floats(const float* got, const float* want, size_t n, const char* what) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail("%s: element %zu is %.9g, want %.9g", what, i, got[i], want[i]);
+}
+
+/* A well-formed OWNED f32 output with exactly these values; released. */
+static void expect_owned(RlxTensor* t, const float* want, size_t n, const char* what) {
+    if (t->struct_size != sizeof(RlxTensor) || t->ownership != RLX_OWNERSHIP_OWNED ||
+        !t->deleter || !t->dl.data || !is_f32(t->dl.dtype) || t->dl.device.device_type != 1)
+        fail("%s: not a well-formed OWNED f32 host tensor", what);
+    size_t numel = 1;
+    for (int32_t i = 0; i < t->dl.ndim; i++) numel *= (size_t)t->dl.shape[i];
+    if (numel != n) fail("%s: %zu elements, want %zu", what, numel, n);
+    if (t->dl.strides) {
+        for (size_t i = 0; i < n; i++)
+            if (element_2d(t, i) != want[i]) fail("%s: element %zu differs", what, i);
+    } else {
+        expect_floats((const float*)((const char*)t->dl.data + t->dl.byte_offset), want, n,
+                      what);
+    }
+    release(t);
+}
+
+/* x and (optionally) s as named inputs. */
+static size_t counter_inputs(RlxNamedTensor in[2], RlxTensor* tx, RlxTensor* ts, float* x,
+                             const float* s) {
+    borrowed_f32(tx, x, 0, SHAPE_23, 2, NULL);
+    named(&in[0], "x", tx);
+    if (!s) return 1;
+    borrowed_f32(ts, (float*)s, 0, SHAPE_23, 2, NULL);
+    named(&in[1], "s", ts);
+    return 2;
+}
+
+/* Run the counter, its two outputs into out0 and out1. */
+static RlxStatus* run_counter(RlxExecutable* exe, const float* s, float out0[6],
+                              float out1[6]) {
+    float x[6];
+    memcpy(x, CX, sizeof x);
+    RlxTensor tx, ts, slots[2];
+    RlxNamedTensor in[2];
+    size_t n = counter_inputs(in, &tx, &ts, x, s);
+    garbage_slots(slots, 2);
+    RlxStatus* st = g_api->executable_run(exe, in, n, slots, 2);
+    if (st) return st;
+    RlxTensor* t[2] = {&slots[0], &slots[1]};
+    float* dst[2] = {out0, out1};
+    for (int k = 0; k < 2; k++) {
+        if (t[k]->struct_size != sizeof(RlxTensor) || t[k]->ownership != RLX_OWNERSHIP_OWNED ||
+            !t[k]->dl.data || t[k]->dl.ndim != 2 || t[k]->dl.shape[0] != 2 ||
+            t[k]->dl.shape[1] != 3)
+            fail("counter output %d is not an OWNED f32[2, 3]", k);
+        for (size_t i = 0; i < 6; i++) dst[k][i] = (float)element_2d(t[k], i);
+        release(t[k]);
+    }
+    return NULL;
+}
+
+/* A BORROWED 1-D f32 buffer of n elements lent to a read. */
+static void lend_1d(RlxTensor* t, float* buf, int64_t* shape, size_t n) {
+    shape[0] = (int64_t)n;
+    borrowed_f32(t, buf, 0, shape, 1, NULL);
+}
+
+static RlxStatus* state_read(const RlxStateApi* st, RlxExecutable* exe, const char* name,
+                             uint64_t first, float* out, size_t n) {
+    int64_t shape[1];
+    RlxTensor t;
+    lend_1d(&t, out, shape, n);
+    return st->read(exe, str_of(name), first, &t);
+}
+
+static RlxStatus* output_read(const RlxStateApi* st, RlxExecutable* exe, const char* output,
+                              uint64_t first, float* out, size_t n) {
+    int64_t shape[1];
+    RlxTensor t;
+    lend_1d(&t, out, shape, n);
+    return st->read_output(exe, str_of(output), first, &t);
+}
+
+typedef struct {
+    unsigned n, malformed, wrong_role;
+    char names[4][64];
+    int shape_ok[4];
+} StateList;
+
+static void visit_state(void* ctx, const RlxValueInfo* info) {
+    StateList* l = ctx;
+    if (!info || !COVERS(info, RlxValueInfo, shape) || info->name.len >= 64 || l->n == 4) {
+        l->malformed++;
+        return;
+    }
+    if (info->role != RLX_ROLE_STATE) l->wrong_role++;
+    memcpy(l->names[l->n], info->name.ptr, info->name.len);
+    l->names[l->n][info->name.len] = 0;
+    l->shape_ok[l->n] = is_f32(info->dtype) && info->ndim == 2 && info->shape &&
+                        info->shape[0] == 2 && info->shape[1] == 3;
+    l->n++;
+}
+
+static StateList state_list(const RlxStateApi* st, RlxExecutable* exe) {
+    StateList l;
+    memset(&l, 0, sizeof l);
+    RlxValueVisitor vis;
+    memset(&vis, GARBAGE, sizeof vis);
+    vis.struct_size = RLX_VALUE_VISITOR_STRUCT_SIZE;
+    vis.ctx = &l;
+    vis.visit = visit_state;
+    must(st->list(exe, &vis), "state list");
+    if (l.malformed || l.wrong_role)
+        fail("state list: %u malformed records, %u not of role STATE", l.malformed, l.wrong_role);
+    return l;
+}
+
+/* The counter's outputs for state s (before the run) and input x. */
+static void counter_ref(const float* s, float next[6], float y[6]) {
+    for (int i = 0; i < 6; i++) {
+        next[i] = CX[i] + s[i];
+        y[i] = next[i] * CW[i];
+    }
+}
+
+/* 1.9 row feeds: a KV cache grown one row a step without leaving the
+ * plugin, and every range checked before a row is written. */
+static void state_rows(const RlxStateApi* st) {
+    RlxExecutable* exe = compile_or_fail(KV_GRAPH, "compile the kv graph");
+    char out[2][64];
+    output_names(exe, out, 2);
+    float zeros[8] = {0};
+    int64_t shape_k[2] = {4, 2}, shape_t[2] = {1, 2};
+    RlxTensor tk;
+    borrowed_f32(&tk, zeros, 0, shape_k, 2, NULL);
+    must(st->bind(exe, str_of("k"), &tk), "state bind k");
+    expect_error(st->set_feed(exe, str_of("k"), RLX_FEED_REPLACE, str_of(out[0])),
+                 RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state set_feed REPLACE from an output of another shape");
+    must(st->set_feed(exe, str_of("k"), RLX_FEED_ROWS, str_of(out[0])), "state set_feed ROWS");
+    RlxRowFeed rows;
+    memset(&rows, GARBAGE, sizeof rows);
+    rows.struct_size = RLX_ROW_FEED_STRUCT_SIZE;
+    rows.row_elems = 2;
+    rows.n_rows = 1;
+    rows.src_row = 0;
+    rows.dst_row = 0;
+    rows.batch = 1;
+    rows.src_batch_rows = 1;
+    rows.dst_batch_rows = 4;
+    rows.dst_rows = NULL;
+    expect_error(st->feed_rows(exe, str_of(""), &rows), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state feed_rows before any run");
+    float want[8] = {0};
+    for (int p = 0; p < 4; p++) {
+        float t[2] = {(float)(p + 1), (float)-p};
+        RlxTensor tt, slots[2];
+        RlxNamedTensor in[1];
+        borrowed_f32(&tt, t, 0, shape_t, 2, NULL);
+        named(&in[0], "t", &tt);
+        garbage_slots(slots, 2);
+        must(g_api->executable_run(exe, in, 1, slots, 2), "run the kv step");
+        /* Output 1 is k + 2t: the cache as it was before this step's row. */
+        float sum[8];
+        for (int i = 0; i < 8; i++) sum[i] = want[i] + 2 * t[i % 2];
+        float row[2] = {2 * t[0], 2 * t[1]};
+        expect_owned(&slots[0], row, 2, "kv step: the new row");
+        expect_owned(&slots[1], sum, 8, "kv step: k + 2t");
+        rows.dst_row = (uint64_t)p;
+        must(st->feed_rows(exe, str_of(p % 2 ? "k" : ""), &rows), "state feed_rows");
+        want[p * 2] = row[0];
+        want[p * 2 + 1] = row[1];
+        float k[8];
+        must(state_read(st, exe, "k", 0, k, 8), "state read k");
+        expect_floats(k, want, 8, "the cache after a row feed");
+    }
+    step("state ROWS feed: 4 steps each wrote its row of k on the plugin's side; k = [%g %g; "
+         "%g %g; %g %g; %g %g]",
+         want[0], want[1], want[2], want[3], want[4], want[5], want[6], want[7]);
+    /* Out of range, and misuse: refused, and nothing is written. */
+    rows.dst_row = 4;
+    expect_error(st->feed_rows(exe, str_of(""), &rows), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state feed_rows to row 4 of a 4-row state");
+    rows.dst_row = 0;
+    rows.src_row = 1;
+    expect_error(st->feed_rows(exe, str_of(""), &rows), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state feed_rows from row 1 of a 1-row output");
+    rows.src_row = 0;
+    expect_error(st->feed_rows(exe, str_of("nope"), &rows), RLX_STATUS_NOT_FOUND, NULL,
+                 "state feed_rows into an unknown state");
+    expect_error(st->feed_rows(exe, str_of(""), NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state feed_rows(rows NULL)");
+    rows.struct_size = RLX_STRUCT_SIZE(RlxRowFeed, batch);
+    expect_error(st->feed_rows(exe, str_of(""), &rows), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state feed_rows with a row feed short of dst_rows");
+    float k[8];
+    must(state_read(st, exe, "k", 0, k, 8), "state read k");
+    expect_floats(k, want, 8, "the cache after refused row feeds");
+    g_api->executable_destroy(exe);
+}
+
+/* 1.9 executable state on the counter: bind, list, REPLACE feeds, reads
+ * of states and of the last run's outputs, overrides, skipped outputs,
+ * unbind; each misuse with its code. */
+static void state_1_9(void) {
+    if (!OFFERED_1_9(state)) return;
+    const RlxStateApi* st = g_api->state;
+    if (!HAS_FN(st, RlxStateApi, bind) || !HAS_FN(st, RlxStateApi, unbind) ||
+        !HAS_FN(st, RlxStateApi, read) || !HAS_FN(st, RlxStateApi, list) ||
+        !HAS_FN(st, RlxStateApi, set_feed) || !HAS_FN(st, RlxStateApi, read_output)) {
+        step("state: the table (struct_size %zu) lacks a function this host uses; not used",
+             st->struct_size);
+        return;
+    }
+    RlxExecutable* exe = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+    char out[2][64];
+    output_names(exe, out, 2);
+    bind_f32(exe, "w", CW, 6, SHAPE_23, 2);
+    if (state_list(st, exe).n != 0) fail("a new executable lists states");
+    float buf[6];
+    expect_error(output_read(st, exe, out[0], 0, buf, 6), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state read_output before any run");
+
+    /* Bind: a graph input, of its dtype and shape. */
+    float zeros[6] = {0}, s0[6] = {0};
+    RlxTensor ts;
+    borrowed_f32(&ts, zeros, 0, SHAPE_23, 2, NULL);
+    expect_error(st->bind(exe, str_of("nope"), &ts), RLX_STATUS_NOT_FOUND, NULL,
+                 "state bind of an unknown name");
+    expect_error(st->bind(exe, str_of("w"), &ts), RLX_STATUS_NOT_FOUND, NULL,
+                 "state bind of a param (not a graph input)");
+    RlxTensor wrong;
+    borrowed_f32(&wrong, zeros, 0, SHAPE_32, 2, NULL);
+    expect_error(st->bind(exe, str_of("s"), &wrong), RLX_STATUS_INVALID_ARGUMENT, "f32[2, 3]",
+                 "state bind of s with shape [3, 2]");
+    expect_error(st->bind(exe, str_of("s"), NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state bind(value NULL)");
+    expect_error(st->unbind(exe, str_of("s")), RLX_STATUS_NOT_FOUND, NULL,
+                 "state unbind of s before it is bound");
+    must(st->bind(exe, str_of("s"), &ts), "state bind s");
+    memset(zeros, GARBAGE, sizeof zeros); /* copied: ours again */
+    StateList l = state_list(st, exe);
+    if (l.n != 1 || strcmp(l.names[0], "s") != 0 || !l.shape_ok[0])
+        fail("state list: %u states; want s f32[2, 3]", l.n);
+    step("state bind: s f32[2, 3] held (host buffer scribbled over after the call); list: s, "
+         "role STATE");
+
+    /* Feeds. */
+    expect_error(st->set_feed(exe, str_of("s"), 9, str_of(out[0])), RLX_STATUS_INVALID_ARGUMENT,
+                 NULL, "state set_feed of unknown kind 9");
+    expect_error(st->set_feed(exe, str_of("nope"), RLX_FEED_REPLACE, str_of(out[0])),
+                 RLX_STATUS_NOT_FOUND, NULL, "state set_feed of an unknown state");
+    expect_error(st->set_feed(exe, str_of("s"), RLX_FEED_REPLACE, str_of("no_such_output")),
+                 RLX_STATUS_NOT_FOUND, NULL, "state set_feed from an unknown output");
+    must(st->set_feed(exe, str_of("s"), RLX_FEED_REPLACE, str_of(out[0])),
+         "state set_feed REPLACE");
+    float next[6], y[6], want_next[6], want_y[6];
+    for (int k = 1; k <= 3; k++) {
+        must(run_counter(exe, NULL, next, y), "run the counter on its state");
+        counter_ref(s0, want_next, want_y);
+        expect_floats(next, want_next, 6, "counter output 0");
+        expect_floats(y, want_y, 6, "counter output 1");
+        memcpy(s0, want_next, sizeof s0);
+        must(state_read(st, exe, "s", 0, buf, 6), "state read s");
+        expect_floats(buf, s0, 6, "the state after a REPLACE-fed run");
+    }
+    step("state REPLACE feed: 3 runs given only x; s = [%g %g %g; %g %g %g] (3x), read back",
+         s0[0], s0[1], s0[2], s0[3], s0[4], s0[5]);
+
+    /* Reads of a part, and misuse of the lent buffer. */
+    must(state_read(st, exe, "s", 3, buf, 2), "state read s[3..5]");
+    expect_floats(buf, s0 + 3, 2, "state read s[3..5]");
+    expect_error(state_read(st, exe, "s", 5, buf, 2), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state read of elements 5..7 of 6");
+    expect_error(state_read(st, exe, "nope", 0, buf, 2), RLX_STATUS_NOT_FOUND, NULL,
+                 "state read of an unknown state");
+    int64_t shape1[1] = {2};
+    RlxTensor lent;
+    borrowed_f32(&lent, buf, 0, shape1, 1, NULL);
+    lent.dl.dtype.code = RLX_DL_INT;
+    expect_error(st->read(exe, str_of("s"), 0, &lent), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state read into an i32 buffer");
+    borrowed_f32(&lent, buf, 0, shape1, 1, NULL);
+    lent.ownership = RLX_OWNERSHIP_OWNED;
+    expect_error(st->read(exe, str_of("s"), 0, &lent), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state read into an OWNED buffer");
+    expect_error(st->read(exe, str_of("s"), 0, NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "state read(into NULL)");
+    float part[2];
+    must(output_read(st, exe, out[1], 4, part, 2), "state read_output");
+    expect_floats(part, want_y + 4, 2, "read_output of output 1, elements 4..6");
+    expect_error(output_read(st, exe, "no_such_output", 0, part, 2), RLX_STATUS_NOT_FOUND, NULL,
+                 "state read_output of an unknown output");
+    step("state read: s[3..5] = [%g %g]; read_output: y[4..6] = [%g %g]", buf[0], buf[1],
+         part[0], part[1]);
+
+    /* A given input overrides the state for that run; the feed then
+     * takes that run's output. */
+    float ten[6] = {10, 10, 10, 10, 10, 10};
+    must(run_counter(exe, ten, next, y), "run the counter with s given");
+    counter_ref(ten, want_next, want_y);
+    expect_floats(next, want_next, 6, "output 0 of a run that overrides s");
+    expect_floats(y, want_y, 6, "output 1 of a run that overrides s");
+    memcpy(s0, want_next, sizeof s0);
+    must(state_read(st, exe, "s", 0, buf, 6), "state read s");
+    expect_floats(buf, s0, 6, "the state after an overriding run");
+    step("state override: s given for one run (10) -> output 0 = [%g ...], fed into s", next[0]);
+
+    /* A skipped output slot (run_into): nothing handed over, the slot left
+     * as it was, and the feed from that output still applied. */
+    if (COVERS(g_api, RlxPluginApi, executable_run_into) && g_api->executable_run_into) {
+        float x[6], ylent[6];
+        memcpy(x, CX, sizeof x);
+        RlxTensor tx, ts2, slots[2], before;
+        RlxNamedTensor in[2];
+        size_t n = counter_inputs(in, &tx, &ts2, x, NULL);
+        memset(&slots[0], GARBAGE, sizeof slots[0]);
+        slots[0].struct_size = sizeof(RlxTensor);
+        slots[0].ownership = RLX_OWNERSHIP_SKIP;
+        slots[0].dl.data = NULL;
+        before = slots[0];
+        memset(ylent, GARBAGE, sizeof ylent);
+        borrowed_f32(&slots[1], ylent, 0, SHAPE_23, 2, NULL);
+        must(g_api->executable_run_into(exe, in, n, slots, 2), "run_into with a SKIP slot");
+        if (memcmp(&slots[0], &before, sizeof before) != 0)
+            fail("run_into: the SKIP slot was written");
+        counter_ref(s0, want_next, want_y);
+        expect_floats(ylent, want_y, 6, "run_into: the lent output beside a SKIP slot");
+        memcpy(s0, want_next, sizeof s0);
+        must(state_read(st, exe, "s", 0, buf, 6), "state read s");
+        expect_floats(buf, s0, 6, "the state fed from a skipped output");
+        step("run_into: a SKIP slot was left as it was; the state it feeds still advanced");
+    }
+
+    /* NONE: the state keeps its value. */
+    must(st->set_feed(exe, str_of("s"), RLX_FEED_NONE, str_of("")), "state set_feed NONE");
+    must(run_counter(exe, NULL, next, y), "run the counter on its state");
+    must(state_read(st, exe, "s", 0, buf, 6), "state read s");
+    expect_floats(buf, s0, 6, "a state fed NONE after a run");
+
+    /* Unbound: the input is the caller's again. */
+    must(st->unbind(exe, str_of("s")), "state unbind s");
+    if (state_list(st, exe).n != 0) fail("state list after unbind is not empty");
+    float o0[6], o1[6];
+    expect_error(run_counter(exe, NULL, o0, o1), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "run without s after unbind");
+    expect_error(st->unbind(exe, str_of("s")), RLX_STATUS_NOT_FOUND, NULL,
+                 "state unbind of s twice");
+    step("state unbind: s is the caller's again (a run without it is refused)");
+    g_api->executable_destroy(exe);
+
+    if (HAS_FN(st, RlxStateApi, feed_rows))
+        state_rows(st);
+    else
+        step("state feed_rows: not offered (NULL): no row feeds");
+}
+
+/* A counter with w bound, s held as state (value s) and fed REPLACE from
+ * output 0; the output names into out. */
+static RlxExecutable* fed_counter(const RlxStateApi* st, const float* s, char out[2][64]) {
+    RlxExecutable* exe = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+    output_names(exe, out, 2);
+    bind_f32(exe, "w", CW, 6, SHAPE_23, 2);
+    float v[6];
+    memcpy(v, s, sizeof v);
+    RlxTensor t;
+    borrowed_f32(&t, v, 0, SHAPE_23, 2, NULL);
+    must(st->bind(exe, str_of("s"), &t), "state bind s");
+    must(st->set_feed(exe, str_of("s"), RLX_FEED_REPLACE, str_of(out[0])), "state set_feed");
+    return exe;
+}
+
+/* 1.9 clones and shared params. */
+static void sharing_1_9(void) {
+    if (!OFFERED_1_9(sharing)) return;
+    const RlxSharingApi* sh = g_api->sharing;
+    const RlxStateApi* st =
+        COVERS(g_api, RlxPluginApi, state) && g_api->state && HAS_FN(g_api->state, RlxStateApi,
+                                                                      read)
+            ? g_api->state
+            : NULL;
+    if (!HAS_FN(sh, RlxSharingApi, clone) || !HAS_FN(sh, RlxSharingApi, share_params) || !st) {
+        step("sharing: clone, share_params or the state this host checks clones with is "
+             "missing; not used");
+        return;
+    }
+    float ones[6] = {1, 1, 1, 1, 1, 1}, next[6], y[6], want_next[6], want_y[6], buf[6];
+    char out[2][64];
+    RlxExecutable* a = fed_counter(st, ones, out);
+    RlxExecutable* b = (RlxExecutable*)(uintptr_t)0xABABABABu;
+    must(sh->clone(a, &b), "clone");
+    if (!b || b == a) fail("clone wrote no new executable");
+    /* a runs twice; the clone keeps the state it was cloned with. */
+    float sa[6];
+    memcpy(sa, ones, sizeof sa);
+    for (int k = 0; k < 2; k++) {
+        must(run_counter(a, NULL, next, y), "run the original");
+        counter_ref(sa, want_next, want_y);
+        memcpy(sa, want_next, sizeof sa);
+    }
+    must(state_read(st, b, "s", 0, buf, 6), "state read of the clone");
+    expect_floats(buf, ones, 6, "the clone's state after the original ran");
+    must(run_counter(b, NULL, next, y), "run the clone");
+    counter_ref(ones, want_next, want_y);
+    expect_floats(next, want_next, 6, "the clone's output 0 (its own state, fed)");
+    expect_floats(y, want_y, 6, "the clone's output 1 (the shared w)");
+    must(state_read(st, a, "s", 0, buf, 6), "state read of the original");
+    expect_floats(buf, sa, 6, "the original's state after the clone ran");
+    step("clone: the clone started from s = 1 and ran on its own state and a's w; a's state "
+         "(1 + 2x) untouched");
+
+    /* A param bound on the clone afterwards is its own. */
+    float zeros[6] = {0};
+    bind_f32(b, "w", zeros, 6, SHAPE_23, 2);
+    must(run_counter(a, NULL, next, y), "run the original");
+    counter_ref(sa, want_next, want_y);
+    expect_floats(y, want_y, 6, "the original's output 1 after the clone rebound w");
+    memcpy(sa, want_next, sizeof sa);
+
+    /* share_params: c takes a's w (n_shared 1), and with n_shared NULL. */
+    RlxExecutable* c = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+    size_t n = 12345;
+    must(sh->share_params(c, a, &n), "share_params");
+    if (n != 1) fail("share_params shared %zu params, want 1", n);
+    must(sh->share_params(c, a, NULL), "share_params (n_shared NULL)");
+    float s5[6] = {5, 5, 5, 5, 5, 5};
+    must(run_counter(c, s5, next, y), "run with shared params");
+    counter_ref(s5, want_next, want_y);
+    expect_floats(y, want_y, 6, "output 1 with w shared from another executable");
+    step("share_params: 1 param shared (w); the receiver computes with it");
+
+    /* Misuse: a src that is not a live executable of this plugin, itself,
+     * or one whose params are not bound. */
+    RlxExecutable* unbound = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+    expect_error(sh->share_params(c, unbound, &n), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "share_params from an executable whose w is not bound");
+    expect_error(sh->share_params(c, c, &n), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "share_params of an executable with itself");
+    expect_error(sh->share_params(c, (const RlxExecutable*)(uintptr_t)0x1000, &n),
+                 RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "share_params from a pointer that is no executable of the plugin");
+    RlxExecutable* dead = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+    g_api->executable_destroy(dead);
+    expect_error(sh->share_params(c, dead, &n), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "share_params from a destroyed executable");
+    RlxExecutable* none = NULL;
+    expect_error(sh->clone(dead, &none), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "clone of a destroyed executable");
+    expect_error(sh->clone(a, NULL), RLX_STATUS_INVALID_ARGUMENT, NULL, "clone(out NULL)");
+
+    /* The clone outlives the original and keeps its own w (zeros). */
+    g_api->executable_destroy(a);
+    must(run_counter(b, NULL, next, y), "run the clone after the original is destroyed");
+    expect_floats(y, zeros, 6, "the clone's output 1 with its own w = 0");
+    step("clone: outlives the original, with its own rebound w");
+    g_api->executable_destroy(b);
+    g_api->executable_destroy(c);
+    g_api->executable_destroy(unbound);
+}
+
+/* A slot for wait: lent (a garbage-filled host buffer), OWNED (data NULL)
+ * or SKIP. */
+enum { SLOT_LENT, SLOT_OWNED, SLOT_SKIP };
+
+static void make_slot(RlxTensor* t, int kind, float* buf) {
+    memset(t, GARBAGE, sizeof *t);
+    if (kind == SLOT_LENT) {
+        memset(buf, GARBAGE, 6 * sizeof(float));
+        borrowed_f32(t, buf, 0, SHAPE_23, 2, NULL);
+        return;
+    }
+    t->struct_size = sizeof(RlxTensor);
+    t->ownership = kind == SLOT_SKIP ? RLX_OWNERSHIP_SKIP : RLX_OWNERSHIP_BORROWED;
+    t->dl.data = NULL;
+}
+
+static const char* slot_name(int kind) {
+    return kind == SLOT_LENT ? "lent" : kind == SLOT_OWNED ? "OWNED" : "SKIP";
+}
+
+/* Check a slot after wait against the output it was for. */
+static void check_slot(RlxTensor* t, const RlxTensor* before, int kind, const float* buf,
+                       const float* want, const char* what) {
+    if (kind == SLOT_OWNED) {
+        expect_owned(t, want, 6, what);
+        return;
+    }
+    if (memcmp(t, before, sizeof *t) != 0)
+        fail("%s: the %s slot was written", what, slot_name(kind));
+    if (kind == SLOT_LENT) expect_floats(buf, want, 6, what);
+}
+
+/* 1.9 submitted runs: three in flight, each reading the state the one
+ * before made; their outputs waited for into a lent, an OWNED and a
+ * skipped slot in turn. */
+static void submits_1_9(void) {
+    if (!OFFERED_1_9(submits)) return;
+    const RlxSubmitApi* su = g_api->submits;
+    const RlxStateApi* st =
+        COVERS(g_api, RlxPluginApi, state) && g_api->state && HAS_FN(g_api->state, RlxStateApi,
+                                                                      set_feed)
+            ? g_api->state
+            : NULL;
+    if (!HAS_FN(su, RlxSubmitApi, submit) || !HAS_FN(su, RlxSubmitApi, wait) || !st) {
+        step("submits: submit, wait or the state this host chains runs with is missing; not "
+             "used");
+        return;
+    }
+    float zeros[6] = {0};
+    char out[2][64];
+    RlxExecutable* exe = fed_counter(st, zeros, out);
+    RlxTensor slots[2];
+    float unused[6];
+    make_slot(&slots[0], SLOT_OWNED, unused);
+    make_slot(&slots[1], SLOT_OWNED, unused);
+    expect_error(su->wait(exe, slots, 2), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "wait with nothing submitted");
+    expect_error(su->wait(exe, NULL, 0), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "wait (outputs dropped) with nothing submitted");
+    /* Each run's inputs are read before submit returns: the buffer is
+     * scribbled over after each. */
+    for (int k = 0; k < 3; k++) {
+        float x[6];
+        memcpy(x, CX, sizeof x);
+        RlxTensor tx;
+        RlxNamedTensor in[1];
+        borrowed_f32(&tx, x, 0, SHAPE_23, 2, NULL);
+        named(&in[0], "x", &tx);
+        must(su->submit(exe, in, 1), "submit");
+        memset(x, GARBAGE, sizeof x);
+    }
+    static const int kinds[3][2] = {
+        {SLOT_LENT, SLOT_OWNED}, {SLOT_SKIP, SLOT_LENT}, {SLOT_OWNED, SLOT_SKIP}};
+    float s[6] = {0};
+    for (int k = 0; k < 3; k++) {
+        float b0[6], b1[6], want_next[6], want_y[6];
+        RlxTensor before[2];
+        make_slot(&slots[0], kinds[k][0], b0);
+        make_slot(&slots[1], kinds[k][1], b1);
+        memcpy(before, slots, sizeof before);
+        must(su->wait(exe, slots, 2), "wait");
+        counter_ref(s, want_next, want_y);
+        char what[64];
+        snprintf(what, sizeof what, "submitted run %d, output 0", k + 1);
+        check_slot(&slots[0], &before[0], kinds[k][0], b0, want_next, what);
+        snprintf(what, sizeof what, "submitted run %d, output 1", k + 1);
+        check_slot(&slots[1], &before[1], kinds[k][1], b1, want_y, what);
+        memcpy(s, want_next, sizeof s);
+        step("wait %d: output 0 %s, output 1 %s: as synchronous runs give", k + 1,
+             slot_name(kinds[k][0]), slot_name(kinds[k][1]));
+    }
+    make_slot(&slots[0], SLOT_OWNED, unused);
+    make_slot(&slots[1], SLOT_OWNED, unused);
+    expect_error(su->wait(exe, slots, 2), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "wait after every run was waited for");
+    /* One more, its outputs dropped (n_out 0); the state still follows. */
+    float x[6];
+    memcpy(x, CX, sizeof x);
+    RlxTensor tx;
+    RlxNamedTensor in[1];
+    borrowed_f32(&tx, x, 0, SHAPE_23, 2, NULL);
+    named(&in[0], "x", &tx);
+    must(su->submit(exe, in, 1), "submit");
+    must(su->wait(exe, NULL, 0), "wait dropping the outputs");
+    float want_next[6], want_y[6], buf[6];
+    counter_ref(s, want_next, want_y);
+    must(state_read(st, exe, "s", 0, buf, 6), "state read s");
+    expect_floats(buf, want_next, 6, "the state after 4 submitted runs");
+    step("submits: 3 runs in flight chained through the state; a 4th waited for with its "
+         "outputs dropped; s = 4x");
+    /* A bad input is refused at submit, as executable_run refuses it. */
+    int64_t shape_wrong[2] = {3, 2};
+    borrowed_f32(&tx, x, 0, shape_wrong, 2, NULL);
+    named(&in[0], "x", &tx);
+    expect_error(su->submit(exe, in, 1), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                 "submit with x of shape [3, 2]");
+    /* Destroyed with a run submitted: the run is dropped. */
+    borrowed_f32(&tx, x, 0, SHAPE_23, 2, NULL);
+    named(&in[0], "x", &tx);
+    must(su->submit(exe, in, 1), "submit");
+    g_api->executable_destroy(exe);
+    step("submits: an executable destroyed with a run submitted");
+}
+
+/* The 1.9 root functions: param ranges, RNG, active extents, memory. */
+static void root_1_9(void) {
+    if (OFFERED_1_9(executable_bind_param_range)) {
+        RlxExecutable* exe = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+        float part[2] = {10, 20}, zeros[6] = {0}, next[6], y[6];
+        expect_error(g_api->executable_bind_param_range(exe, str_of("w"), 0, part, 8),
+                     RLX_STATUS_INVALID_ARGUMENT, NULL, "bind_param_range of an unbound param");
+        bind_f32(exe, "w", CW, 6, SHAPE_23, 2);
+        must(g_api->executable_bind_param_range(exe, str_of("w"), 8, part, 8),
+             "bind_param_range w bytes 8..16");
+        expect_error(g_api->executable_bind_param_range(exe, str_of("w"), 2, part, 4),
+                     RLX_STATUS_INVALID_ARGUMENT, NULL,
+                     "bind_param_range at byte 2 (not a whole element)");
+        expect_error(g_api->executable_bind_param_range(exe, str_of("w"), 20, part, 8),
+                     RLX_STATUS_INVALID_ARGUMENT, NULL,
+                     "bind_param_range past the param's end");
+        expect_error(g_api->executable_bind_param_range(exe, str_of("w"), 0, NULL, 4),
+                     RLX_STATUS_INVALID_ARGUMENT, NULL, "bind_param_range(data NULL)");
+        expect_error(g_api->executable_bind_param_range(exe, str_of("nope"), 0, part, 4),
+                     RLX_STATUS_NOT_FOUND, NULL, "bind_param_range of an unknown param");
+        must(run_counter(exe, zeros, next, y), "run after bind_param_range");
+        float want[6] = {1, 2, 10, 40, 10, 12}; /* x * {1, 2, 10, 20, 5, 6} */
+        expect_floats(y, want, 6, "output 1 with w's elements 2..4 overwritten");
+        step("bind_param_range: w[2..4] = [10 20]; output 1 = [%g %g %g %g %g %g]", y[0], y[1],
+             y[2], y[3], y[4], y[5]);
+        g_api->executable_destroy(exe);
+    }
+    if (OFFERED_1_9(executable_set_rng)) {
+        RlxExecutable* exe = compile_or_fail(RNG_GRAPH, "compile the rng graph");
+        float draws[3][16];
+        uint64_t seeds[3] = {RLX_DEFAULT_RNG_SEED, 1234, RLX_DEFAULT_RNG_SEED};
+        for (int k = 0; k < 3; k++) {
+            if (k > 0)
+                must(g_api->executable_set_rng(exe, RLX_RNG_PHILOX, seeds[k]), "set_rng");
+            float x[16] = {0};
+            int64_t shape[1] = {16};
+            RlxTensor tx, slot[1];
+            RlxNamedTensor in[1];
+            borrowed_f32(&tx, x, 0, shape, 1, NULL);
+            named(&in[0], "x", &tx);
+            garbage_slots(slot, 1);
+            must(g_api->executable_run(exe, in, 1, slot, 1), "run the rng graph");
+            if (slot[0].ownership != RLX_OWNERSHIP_OWNED || !slot[0].dl.data)
+                fail("rng graph: no OWNED output");
+            memcpy(draws[k], (const char*)slot[0].dl.data + slot[0].dl.byte_offset,
+                   sizeof draws[k]);
+            release(&slot[0]);
+            for (int i = 0; i < 16; i++)
+                if (!(draws[k][i] >= 0.0f && draws[k][i] < 1.0f))
+                    fail("rng draw %d element %d is %g, outside [0, 1)", k, i, draws[k][i]);
+        }
+        if (memcmp(draws[0], draws[1], sizeof draws[0]) == 0)
+            fail("set_rng: seed 1234 draws what seed 42 drew");
+        if (memcmp(draws[0], draws[2], sizeof draws[0]) != 0)
+            fail("set_rng: seed 42 again does not draw what the compile's seed 42 drew");
+        expect_error(g_api->executable_set_rng(exe, 99, 1), RLX_STATUS_UNSUPPORTED, NULL,
+                     "set_rng with unknown policy 99");
+        step("set_rng: seed 1234 draws another stream; seed 42 again draws the compile's, bit "
+             "for bit");
+        g_api->executable_destroy(exe);
+    }
+    if (OFFERED_1_9(executable_set_active_extent)) {
+        RlxExecutable* exe = compile_or_fail(COUNTER_GRAPH, "compile the counter");
+        bind_f32(exe, "w", CW, 6, SHAPE_23, 2);
+        float s[6] = {1, 2, 3, 4, 5, 6}, next[6], y[6], want_next[6], want_y[6];
+        counter_ref(s, want_next, want_y);
+        must(g_api->executable_set_active_extent(exe, 1, 2), "set_active_extent 1 of 2");
+        must(run_counter(exe, s, next, y), "run with 1 live row of 2");
+        expect_floats(y, want_y, 3, "the live row of output 1");
+        expect_error(g_api->executable_set_active_extent(exe, 3, 2), RLX_STATUS_INVALID_ARGUMENT,
+                     NULL, "set_active_extent 3 of 2");
+        expect_error(g_api->executable_set_active_extent(exe, 0, 2), RLX_STATUS_INVALID_ARGUMENT,
+                     NULL, "set_active_extent 0 of 2");
+        must(g_api->executable_set_active_extent(exe, 0, 0), "set_active_extent cleared");
+        must(run_counter(exe, s, next, y), "run with every row");
+        expect_floats(y, want_y, 6, "output 1 with the extent cleared");
+        step("set_active_extent: row 0 of 2 computed as the whole run computes it; cleared, "
+             "every row");
+        g_api->executable_destroy(exe);
+    }
+    if (OFFERED_1_9(memory_usage)) {
+        expect_error(g_api->memory_usage(NULL), RLX_STATUS_INVALID_ARGUMENT, NULL,
+                     "memory_usage(NULL)");
+        RlxMemoryUsage before, after, part;
+        memset(&before, GARBAGE, sizeof before);
+        before.struct_size = RLX_MEMORY_USAGE_STRUCT_SIZE;
+        after = before;
+        must(g_api->memory_usage(&before), "memory_usage");
+        if (before.struct_size != RLX_MEMORY_USAGE_STRUCT_SIZE ||
+            before.peak_bytes < before.active_bytes)
+            fail("memory_usage: struct_size %zu, active %llu, peak %llu", before.struct_size,
+                 (unsigned long long)before.active_bytes, (unsigned long long)before.peak_bytes);
+        RlxExecutable* exe = compile_or_fail(BIG_GRAPH, "compile the 4 MiB graph");
+        size_t n = 512 * 2048;
+        float* w = malloc(n * sizeof(float));
+        if (!w) fail("out of memory");
+        for (size_t i = 0; i < n; i++) w[i] = 0.5f;
+        int64_t shape[2] = {512, 2048};
+        RlxTensor t;
+        borrowed_f32(&t, w, 0, shape, 2, NULL);
+        must(g_api->executable_bind_param(exe, str_of("w"), &t), "bind_param w (4 MiB)");
+        free(w);
+        must(g_api->memory_usage(&after), "memory_usage");
+        uint64_t grew = after.active_bytes - before.active_bytes;
+        if (after.active_bytes < before.active_bytes || grew < 3u * 1024 * 1024 ||
+            after.peak_bytes < after.active_bytes)
+            fail("memory_usage: binding 4 MiB moved active bytes from %llu to %llu (peak %llu)",
+                 (unsigned long long)before.active_bytes, (unsigned long long)after.active_bytes,
+                 (unsigned long long)after.peak_bytes);
+        /* An out-struct: a caller that knows only active_bytes gets that,
+         * and no byte beyond. */
+        memset(&part, GARBAGE, sizeof part);
+        part.struct_size = RLX_STRUCT_SIZE(RlxMemoryUsage, active_bytes);
+        must(g_api->memory_usage(&part), "memory_usage (active_bytes only)");
+        RlxMemoryUsage garbage;
+        memset(&garbage, GARBAGE, sizeof garbage);
+        if (part.struct_size != RLX_STRUCT_SIZE(RlxMemoryUsage, active_bytes) ||
+            part.peak_bytes != garbage.peak_bytes || part.cached_bytes != garbage.cached_bytes)
+            fail("memory_usage wrote past the caller's struct_size %zu",
+                 (size_t)RLX_STRUCT_SIZE(RlxMemoryUsage, active_bytes));
+        step("memory_usage: binding 4 MiB of weights grew the plugin's active bytes by %llu; a "
+             "16-byte out-struct got active bytes only",
+             (unsigned long long)grew);
+        g_api->executable_destroy(exe);
+    }
+}
+
+static void abi_1_9(void) {
+    if (g_opt.minor < 9) {
+        step("1.9 entries: not used (an ABI %u.%u host has none)", g_opt.major, g_opt.minor);
+        return;
+    }
+    state_1_9();
+    sharing_1_9();
+    submits_1_9();
+    root_1_9();
+}
+
+/* ======================================================================
  * main
  * ====================================================================== */
 
@@ -1382,6 +2227,7 @@ int main(int argc, char** argv) {
     check_lowering_table();
     run_graph();
     custom_ops();
+    abi_1_9();
 
     unsigned dropped = atomic_load(&g_log.too_verbose), bad = atomic_load(&g_log.malformed);
     step("log: %u records, %u above INFO dropped, %u malformed", atomic_load(&g_log.records),

@@ -16,7 +16,12 @@
  * 1.1 form only: the 1.5 build lists each op's kind and shape rule, and
  * refuses a desc that needs what 1.5 added, composites, in-place kernels
  * and shape rules, rather than ignoring it; its registry table has none
- * of 1.5's optional functions).
+ * of 1.5's optional functions). From ABI 1.8 it writes outputs into
+ * memory the host lends (executable_run_into), and from 1.9 it keeps
+ * executable state (bind, unbind, read, list, REPLACE feeds, reads of the
+ * last run's outputs; no row feeds) and honours skipped output slots; its
+ * 1.9 table has no clones, shared params, submitted runs or 1.9 root
+ * functions (those fields are NULL).
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
  * -DRLX_C_PLUGIN_MINOR=N (0..=9): build 1.N writes its root table the way a
@@ -31,10 +36,11 @@
  *   5. the .rlxmodel lexer and parser (the executable's graph)
  *   6. the interpreter
  *   7. the executable functions of the root table
- *   8. eager single-op execution (lowering entries)
- *   9. the custom-op registry (1.1+)
- *  10. descriptor, registration tables, init
- *  11. the entry point and the handshake
+ *   8. executable state (1.9)
+ *   9. eager single-op execution (lowering entries)
+ *  10. the custom-op registry (1.1+)
+ *  11. descriptor, registration tables, init
+ *  12. the entry point and the handshake
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -62,7 +68,7 @@
 #endif
 
 /* -DRLX_C_PLUGIN_FAULTS builds "c-faulty": the same plugin, which breaks
- * the ABI's rules on purpose where the test asks (see section 12). */
+ * the ABI's rules on purpose where the test asks (see section 7). */
 #ifdef RLX_C_PLUGIN_FAULTS
 #define PLUGIN_NAME "c-faulty"
 #else
@@ -513,6 +519,14 @@ typedef struct {
      * buffer). */
     const float* bound;
     float* owned;
+    /* (1.9) An Input node held as executable state: `state` is its value
+     * (compact, numel elements, malloc'd), read by a run the caller gives
+     * nothing for; `feed` is RLX_FEED_NONE or RLX_FEED_REPLACE, the
+     * latter from output `feed_from` after each run that succeeds. */
+    bool held;
+    float* state;
+    uint32_t feed;
+    size_t feed_from;
 } Node;
 
 typedef struct {
@@ -532,6 +546,10 @@ struct RlxExecutable {
     uint32_t mode;
     uint32_t rng_policy;
     uint64_t rng_seed;
+    /* (1.9) The outputs of the last run that succeeded, one compact
+     * buffer each (NULL before the first run): what read_output reads and
+     * REPLACE feeds copy from. */
+    float** last;
 };
 
 typedef struct {
@@ -1663,7 +1681,11 @@ static void exe_free(RlxExecutable* e) {
         free(e->nodes[i].name);
         free(e->nodes[i].data);
         free(e->nodes[i].owned);
+        free(e->nodes[i].state);
     }
+    if (e->last)
+        for (size_t i = 0; i < e->n_outputs; i++) free(e->last[i]);
+    free(e->last);
     for (size_t i = 0; i < e->n_outputs; i++) free(e->outputs[i].name);
     free(e->nodes);
     free(e->inputs);
@@ -1966,7 +1988,7 @@ static RlxStatus* c_executable_signature(const RlxExecutable* e,
 }
 
 /* The Input or Param node called `name` (NULL if none). */
-static Node* find_named(RlxExecutable* e, const size_t* list, size_t n,
+static Node* find_named(const RlxExecutable* e, const size_t* list, size_t n,
                         RlxStr name) {
     for (size_t i = 0; i < n; i++) {
         Node* nd = &e->nodes[list[i]];
@@ -2075,8 +2097,73 @@ done:
     return s;
 }
 
+#if RLX_C_PLUGIN_MINOR >= 9
+/* 1.9: the inputs a run was given nothing for, each read from its state
+ * (vals[node] is set for those given). One neither given nor held is
+ * missing: refused naming it. */
+static RlxStatus* read_held_inputs(const RlxExecutable* e, const float** vals,
+                                   size_t n_in, const char* known) {
+    size_t n_held = 0;
+    for (size_t i = 0; i < e->n_inputs; i++) n_held += e->nodes[e->inputs[i]].held;
+    for (size_t i = 0; i < e->n_inputs; i++) {
+        size_t at = e->inputs[i];
+        const Node* nd = &e->nodes[at];
+        if (vals[at]) continue; /* given: it overrides a state */
+        if (nd->held) {
+            vals[at] = nd->state;
+            continue;
+        }
+        if (n_held == 0) /* the message of a plugin without state */
+            return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                          "the graph takes %zu inputs (%s), %zu given",
+                          e->n_inputs, known, n_in);
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "input \"%s\" is missing: it was not given and is not "
+                      "held as state (the graph takes %zu inputs (%s); %zu "
+                      "given, %zu held)",
+                      nd->name, e->n_inputs, known, n_in, n_held);
+    }
+    return NULL;
+}
+
+/* 1.9: a compact copy of every output of a run, to be kept as the last
+ * run's (NULL when out of memory: nothing is then kept). */
+static float** copy_outputs(const RlxExecutable* e, const float** vals) {
+    float** outs = calloc(e->n_outputs ? e->n_outputs : 1, sizeof *outs);
+    for (size_t i = 0; outs && i < e->n_outputs; i++) {
+        const Node* nd = &e->nodes[e->outputs[i].node];
+        outs[i] = malloc(nd->numel ? nd->numel * sizeof(float) : 1);
+        if (!outs[i]) {
+            for (size_t j = 0; j < i; j++) free(outs[j]);
+            free(outs);
+            return NULL;
+        }
+        if (nd->numel)
+            memcpy(outs[i], vals[e->outputs[i].node], nd->numel * sizeof(float));
+    }
+    return outs;
+}
+
+/* 1.9: after a run that succeeded, each state fed REPLACE becomes its
+ * output (from the copies, so that states fed from each other's inputs
+ * see this run's values), and `outs` becomes the last run's outputs. */
+static void follow_feeds(RlxExecutable* e, float** outs) {
+    for (size_t i = 0; i < e->n_inputs; i++) {
+        Node* nd = &e->nodes[e->inputs[i]];
+        if (nd->held && nd->feed == RLX_FEED_REPLACE && nd->numel)
+            memcpy(nd->state, outs[nd->feed_from], nd->numel * sizeof(float));
+    }
+    if (e->last)
+        for (size_t i = 0; i < e->n_outputs; i++) free(e->last[i]);
+    free(e->last);
+    e->last = outs;
+}
+#endif
+
 /* The body of executable_run. Inputs are borrowed for the call whatever
- * their ownership says (rlx_plugin.h §3): they are never released here. */
+ * their ownership says (rlx_plugin.h §3): they are never released here.
+ * (1.9) An input held as state may be left out; after the run the states
+ * follow their feeds and the outputs are kept as the last run's. */
 static RlxStatus* run_checked(RlxExecutable* e, const RlxNamedTensor* in,
                               size_t n_in, RlxTensor* outputs,
                               size_t n_outputs) {
@@ -2093,7 +2180,12 @@ static RlxStatus* run_checked(RlxExecutable* e, const RlxNamedTensor* in,
                       "executable_run: %zu inputs but a NULL array", n_in);
     char known[512];
     names_list(e, e->inputs, e->n_inputs, known, sizeof known);
+#if RLX_C_PLUGIN_MINOR >= 9
+    /* Those held as state may be left out: fewer, never more. */
+    if (n_in > e->n_inputs)
+#else
     if (n_in != e->n_inputs)
+#endif
         return errorf(RLX_STATUS_INVALID_ARGUMENT,
                       "the graph takes %zu inputs (%s), %zu given",
                       e->n_inputs, known, n_in);
@@ -2143,11 +2235,27 @@ static RlxStatus* run_checked(RlxExecutable* e, const RlxNamedTensor* in,
         if ((s = view_f32(&in[i].tensor, what, &views[i]))) goto done;
         vals[at] = views[i].data;
     }
+#if RLX_C_PLUGIN_MINOR >= 9
+    if ((s = read_held_inputs(e, vals, n_in, known))) goto done;
+#endif
     if ((s = interpret(e, vals, owned))) goto done;
+#if RLX_C_PLUGIN_MINOR >= 9
+    /* The copies kept as the last run's outputs, made before anything
+     * changes: out of memory, the run fails and applies no feed. */
+    float** last = copy_outputs(e, vals);
+    if (!last) {
+        s = errorf(RLX_STATUS_INTERNAL, "executable_run: out of memory");
+        goto done;
+    }
+#endif
     /* Every output block first, so that running out of memory leaves no
      * slot written. */
     RlxTensor* made = calloc(n_outputs ? n_outputs : 1, sizeof *made);
     if (!made) {
+#if RLX_C_PLUGIN_MINOR >= 9
+        for (size_t j = 0; j < n_outputs; j++) free(last[j]);
+        free(last);
+#endif
         s = errorf(RLX_STATUS_INTERNAL, "executable_run: out of memory");
         goto done;
     }
@@ -2157,6 +2265,10 @@ static RlxStatus* run_checked(RlxExecutable* e, const RlxNamedTensor* in,
         if (!data) {
             for (size_t j = 0; j < i; j++) drop_output(&made[j]);
             free(made);
+#if RLX_C_PLUGIN_MINOR >= 9
+            for (size_t j = 0; j < n_outputs; j++) free(last[j]);
+            free(last);
+#endif
             s = errorf(RLX_STATUS_INTERNAL, "output \"%s\": out of memory",
                        e->outputs[i].name);
             goto done;
@@ -2165,6 +2277,9 @@ static RlxStatus* run_checked(RlxExecutable* e, const RlxNamedTensor* in,
     }
     for (size_t i = 0; i < n_outputs; i++) outputs[i] = made[i];
     free(made);
+#if RLX_C_PLUGIN_MINOR >= 9
+    follow_feeds(e, last);
+#endif
 done:
     if (views)
         for (size_t i = 0; i < n_in; i++) view_free(&views[i]);
@@ -2206,7 +2321,11 @@ static RlxStatus* c_executable_run(RlxExecutable* e, const RlxNamedTensor* in,
 /* 1.8: executable_run with outputs written into the caller's memory. The
  * lent slots are checked before anything runs; the run makes its outputs
  * as executable_run does, then each is copied into its lent slot (and
- * released) or moved into its NULL-data slot. */
+ * released) or moved into its NULL-data slot. (1.9) A NULL-data slot of
+ * ownership RLX_OWNERSHIP_SKIP asks for nothing: its output is computed
+ * (a state fed from it sees it) and released, and the slot is left as it
+ * was. The 1.8 build, which does not know SKIP, fills such a slot with an
+ * OWNED tensor, as a 1.8 plugin does. */
 static RlxStatus* c_executable_run_into(RlxExecutable* e,
                                         const RlxNamedTensor* in, size_t n_in,
                                         RlxTensor* outputs, size_t n_outputs) {
@@ -2254,6 +2373,10 @@ static RlxStatus* c_executable_run_into(RlxExecutable* e,
             size_t n = e->nodes[e->outputs[i].node].numel * sizeof(float);
             if (n) memcpy((char*)t->dl.data + t->dl.byte_offset, made[i].dl.data, n);
             drop_output(&made[i]);
+#if RLX_C_PLUGIN_MINOR >= 9
+        } else if (t->ownership == RLX_OWNERSHIP_SKIP) {
+            drop_output(&made[i]);
+#endif
         } else {
             *t = made[i];
         }
@@ -2264,7 +2387,329 @@ static RlxStatus* c_executable_run_into(RlxExecutable* e,
 #endif
 
 /* ======================================================================
- * 8. Eager single-op execution (the lowering entries' `execute`)
+ * 8. Executable state (ABI 1.9)
+ *
+ * A state is an Input node held by the executable (Node.held, .state):
+ * bound from a host tensor (copied), read by every run the caller gives
+ * nothing for, and, when fed REPLACE, overwritten after each run that
+ * succeeds by the copy of its output that the run kept (run_checked). A
+ * run's outputs are kept as the last run's (RlxExecutable.last), which
+ * read_output reads. c-demo offers no row feeds: its table's feed_rows
+ * is NULL, and set_feed refuses RLX_FEED_ROWS (UNSUPPORTED).
+ * ====================================================================== */
+#if RLX_C_PLUGIN_MINOR >= 9
+
+/* `"a", "b"` of the held states, in graph order, or `none`. */
+static void held_list(const RlxExecutable* e, char* buf, size_t cap) {
+    size_t at = 0, n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < e->n_inputs && at < cap; i++) {
+        const Node* nd = &e->nodes[e->inputs[i]];
+        if (!nd->held) continue;
+        int w = snprintf(buf + at, cap - at, n++ ? ", \"%s\"" : "\"%s\"", nd->name);
+        if (w > 0) at += (size_t)w;
+    }
+    if (n == 0) snprintf(buf, cap, "none");
+}
+
+/* `"a", "b"` of the outputs, for messages. */
+static void outputs_list(const RlxExecutable* e, char* buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < e->n_outputs && at < cap; i++) {
+        int w = snprintf(buf + at, cap - at, i ? ", \"%s\"" : "\"%s\"",
+                         e->outputs[i].name);
+        if (w > 0) at += (size_t)w;
+    }
+    if (e->n_outputs == 0) snprintf(buf, cap, "none");
+}
+
+/* printf arguments for a name from the caller ("%.*s"), at most 100
+ * bytes; {NULL, 0} prints as "". */
+#define NAME_ARG(s) (int)((s).len > 100 ? 100 : (s).len), ((s).ptr ? (s).ptr : "")
+
+/* The executable and the name every state entry takes: neither NULL. */
+static RlxStatus* check_exe_name(const RlxExecutable* e, RlxStr name,
+                                 const char* entry, const char* what) {
+    if (!e)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT, "state %s: the executable is NULL",
+                      entry);
+    if (!str_ok(name))
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "state %s: the %s is NULL with length %zu", entry, what,
+                      name.len);
+    return NULL;
+}
+
+/* The held state `name`, or NOT_FOUND naming those there are. */
+static RlxStatus* find_state(const RlxExecutable* e, RlxStr name, Node** out) {
+    Node* nd = find_named(e, e->inputs, e->n_inputs, name);
+    if (nd && nd->held) {
+        *out = nd;
+        return NULL;
+    }
+    char held[512];
+    held_list(e, held, sizeof held);
+    return errorf(RLX_STATUS_NOT_FOUND, "no state is called \"%.*s\" (states: %s)",
+                  NAME_ARG(name), held);
+}
+
+/* The output called `name` (its index), or NOT_FOUND naming the outputs. */
+static RlxStatus* find_output(const RlxExecutable* e, RlxStr name, size_t* out) {
+    for (size_t i = 0; i < e->n_outputs; i++)
+        if (str_eq(name, e->outputs[i].name)) {
+            *out = i;
+            return NULL;
+        }
+    char known[512];
+    outputs_list(e, known, sizeof known);
+    return errorf(RLX_STATUS_NOT_FOUND,
+                  "the graph has no output named \"%.*s\" (its outputs: %s)",
+                  NAME_ARG(name), known);
+}
+
+/* Copy elements first.. of `src` (`total` f32 values; `of` names it) into
+ * the buffer the caller lends, `into`: BORROWED, of the frozen size, with
+ * data, in host memory, f32, compact row-major; its element count says how
+ * many. Every rule broken, and a range past `total`, is INVALID_ARGUMENT
+ * and writes nothing. */
+static RlxStatus* read_into(const float* src, size_t total, uint64_t first,
+                            RlxTensor* into, const char* of) {
+    if (!into)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s (`into`) is NULL", of);
+    if (into->struct_size != sizeof(RlxTensor))
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s: RlxTensor.struct_size is %zu, "
+                      "but RlxTensor is frozen at %zu bytes",
+                      of, into->struct_size, sizeof(RlxTensor));
+    if (into->ownership != RLX_OWNERSHIP_BORROWED)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s has ownership %u; it must be "
+                      "BORROWED (the caller keeps it)",
+                      of, into->ownership);
+    if (!into->dl.data)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s has NULL data", of);
+    if (into->dl.device.device_type != DL_CPU)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s is on DLPack device type %d; "
+                      "it must be host memory (kDLCPU)",
+                      of, into->dl.device.device_type);
+    if (!is_f32(into->dl.dtype)) {
+        char dn[64];
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "%s is f32; the buffer lent to read it is %s", of,
+                      dtype_name(into->dl.dtype, dn, sizeof dn));
+    }
+    if (into->dl.ndim < 0 || into->dl.ndim > MAX_DIMS ||
+        (into->dl.ndim > 0 && !into->dl.shape))
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s has %d dims%s (c-demo takes "
+                      "0 ..= %d, with a shape)",
+                      of, into->dl.ndim,
+                      into->dl.ndim > 0 && !into->dl.shape ? " and a NULL shape" : "",
+                      MAX_DIMS);
+    size_t n;
+    if (!numel_of(into->dl.ndim, into->dl.shape, &n))
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s has a negative or oversized "
+                      "shape",
+                      of);
+    if (!strides_compact(into->dl.ndim, into->dl.shape, into->dl.strides))
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "the buffer lent to read %s is strided; it must be compact "
+                      "row-major",
+                      of);
+    if (first > total || n > total - first) {
+        unsigned long long end = (unsigned long long)first + n;
+        if (end < first) end = ~0ull; /* saturate */
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "elements %llu..%llu of %s are out of range: it has %zu",
+                      (unsigned long long)first, end, of, total);
+    }
+    if (n)
+        memcpy((char*)into->dl.data + into->dl.byte_offset, src + first,
+               n * sizeof(float));
+    return NULL;
+}
+
+static RlxStatus* c_state_bind(RlxExecutable* e, RlxStr name,
+                                const RlxTensor* value) {
+    RlxStatus* s = check_exe_name(e, name, "bind", "name");
+    if (s) return s;
+    if (!value)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT, "state bind: the value is NULL");
+    Node* nd = find_named(e, e->inputs, e->n_inputs, name);
+    if (!nd) {
+        char known[512];
+        names_list(e, e->inputs, e->n_inputs, known, sizeof known);
+        return errorf(RLX_STATUS_NOT_FOUND,
+                      "the graph has no input named \"%.*s\" to hold as state "
+                      "(its inputs: %s)",
+                      NAME_ARG(name), known);
+    }
+    /* Borrowed for the call whatever its ownership: copied, never
+     * released. */
+    char what[200];
+    snprintf(what, sizeof what, "state \"%s\"", nd->name);
+    if ((s = check_against(value, nd, what))) return s;
+    F32View v;
+    if ((s = view_f32(value, what, &v))) return s;
+    float* copy = malloc(nd->numel ? nd->numel * sizeof(float) : 1);
+    if (!copy) {
+        view_free(&v);
+        return errorf(RLX_STATUS_INTERNAL, "%s: out of memory", what);
+    }
+    if (nd->numel) memcpy(copy, v.data, nd->numel * sizeof(float));
+    view_free(&v);
+    /* Bound again: the value is replaced and the feed kept. */
+    if (!nd->held) {
+        nd->feed = RLX_FEED_NONE;
+        nd->feed_from = 0;
+    }
+    free(nd->state);
+    nd->state = copy;
+    nd->held = true;
+    LOG_TRACE("holding %s (%zu elements)", what, nd->numel);
+    return NULL;
+}
+
+static RlxStatus* c_state_unbind(RlxExecutable* e, RlxStr name) {
+    Node* nd = NULL;
+    RlxStatus* s = check_exe_name(e, name, "unbind", "name");
+    if (!s) s = find_state(e, name, &nd);
+    if (s) return s;
+    free(nd->state);
+    nd->state = NULL;
+    nd->held = false;
+    nd->feed = RLX_FEED_NONE;
+    nd->feed_from = 0;
+    return NULL;
+}
+
+static RlxStatus* c_state_read(const RlxExecutable* e, RlxStr name,
+                               uint64_t first_elem, RlxTensor* into) {
+    Node* nd = NULL;
+    RlxStatus* s = check_exe_name(e, name, "read", "name");
+    if (!s) s = find_state(e, name, &nd);
+    if (s) return s;
+    char of[160];
+    snprintf(of, sizeof of, "state \"%s\"", nd->name);
+    return read_into(nd->state, nd->numel, first_elem, into, of);
+}
+
+static RlxStatus* c_state_list(const RlxExecutable* e,
+                               const RlxValueVisitor* visitor) {
+    if (!e)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "state list: the executable is NULL");
+    if (!visitor || visitor->struct_size < RLX_STRUCT_SIZE(RlxValueVisitor, visit) ||
+        !visitor->visit)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "state list: the visitor (or its visit function) is NULL");
+    /* In name order (byte order, as the names are UTF-8): an insertion
+     * sort of the held inputs' nodes. */
+    size_t* order = malloc((e->n_inputs ? e->n_inputs : 1) * sizeof *order);
+    if (!order) return errorf(RLX_STATUS_INTERNAL, "state list: out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_inputs; i++) {
+        size_t at = e->inputs[i];
+        if (!e->nodes[at].held) continue;
+        size_t j = n++;
+        while (j > 0 && strcmp(e->nodes[order[j - 1]].name, e->nodes[at].name) > 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = at;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const Node* nd = &e->nodes[order[i]];
+        visit_value(visitor, RLX_ROLE_STATE, nd->name, nd);
+    }
+    free(order);
+    return NULL;
+}
+
+static RlxStatus* c_state_set_feed(RlxExecutable* e, RlxStr name, uint32_t kind,
+                                   RlxStr output) {
+    Node* nd = NULL;
+    RlxStatus* s = check_exe_name(e, name, "set_feed", "name");
+    if (s) return s;
+    if (kind > RLX_FEED_ROWS)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "state set_feed: unknown feed kind %u (0 none, 1 replace, "
+                      "2 rows)",
+                      kind);
+    if ((s = find_state(e, name, &nd))) return s;
+    if (kind == RLX_FEED_NONE) { /* the output is ignored */
+        nd->feed = RLX_FEED_NONE;
+        nd->feed_from = 0;
+        return NULL;
+    }
+    if (kind == RLX_FEED_ROWS)
+        return errorf(RLX_STATUS_UNSUPPORTED,
+                      "state \"%s\": c-demo offers no row feeds (its state "
+                      "table's feed_rows is NULL); feed it REPLACE, or pass the "
+                      "input with each run",
+                      nd->name);
+    if (!str_ok(output))
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "state set_feed: the output name is NULL with length %zu",
+                      output.len);
+    size_t o;
+    if ((s = find_output(e, output, &o))) return s;
+    /* REPLACE: the output must be the state's dtype (f32, as every c-demo
+     * value) and shape. */
+    const Node* out = &e->nodes[e->outputs[o].node];
+    if (!same_shape(nd->ndim, nd->shape, out->ndim, out->shape)) {
+        char want[160], got[160];
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "state \"%s\" is %s but output \"%s\" is %s: a replace feed "
+                      "needs an output of the state's dtype and shape",
+                      nd->name,
+                      fmt_shape(want, sizeof want, "f32", nd->ndim, nd->shape),
+                      e->outputs[o].name,
+                      fmt_shape(got, sizeof got, "f32", out->ndim, out->shape));
+    }
+    nd->feed = RLX_FEED_REPLACE;
+    nd->feed_from = o;
+    return NULL;
+}
+
+static RlxStatus* c_state_read_output(const RlxExecutable* e, RlxStr output,
+                                      uint64_t first_elem, RlxTensor* into) {
+    size_t o;
+    RlxStatus* s = check_exe_name(e, output, "read_output", "output name");
+    if (!s) s = find_output(e, output, &o);
+    if (s) return s;
+    if (!e->last)
+        return errorf(RLX_STATUS_INVALID_ARGUMENT,
+                      "output \"%s\": no run has completed yet, so there is no "
+                      "output to read",
+                      e->outputs[o].name);
+    char of[160];
+    snprintf(of, sizeof of, "output \"%s\"", e->outputs[o].name);
+    return read_into(e->last[o], e->nodes[e->outputs[o].node].numel,
+                     first_elem, into, of);
+}
+
+/* The state table: everything but row feeds. */
+static const RlxStateApi g_state_api = {
+    .struct_size = RLX_STATE_API_STRUCT_SIZE,
+    .bind = c_state_bind,
+    .unbind = c_state_unbind,
+    .read = c_state_read,
+    .list = c_state_list,
+    .set_feed = c_state_set_feed,
+    .feed_rows = NULL,
+    .read_output = c_state_read_output,
+};
+
+#endif /* RLX_C_PLUGIN_MINOR >= 9 */
+
+/* ======================================================================
+ * 9. Eager single-op execution (the lowering entries' `execute`)
  * ====================================================================== */
 
 /* ctx is the entry's op kind ("Binary"). node is a graph whose only
@@ -2359,7 +2804,7 @@ done:
 }
 
 /* ======================================================================
- * 9. The custom-op registry (ABI 1.1+)
+ * 10. The custom-op registry (ABI 1.1+)
  * ====================================================================== */
 #if RLX_C_PLUGIN_MINOR >= 1
 
@@ -2728,7 +3173,7 @@ static const RlxCustomOpApi g_custom_api = {
 #endif /* RLX_C_PLUGIN_MINOR >= 1 */
 
 /* ======================================================================
- * 10. Descriptor, registration tables, init
+ * 11. Descriptor, registration tables, init
  * ====================================================================== */
 
 static const RlxStr k_devices[] = {STR_INIT("cpu")};
@@ -2872,7 +3317,7 @@ static RlxStatus* c_lowering_table(RlxLoweringTable* out) {
 }
 
 /* ======================================================================
- * 11. The entry point and the handshake
+ * 12. The entry point and the handshake
  * ====================================================================== */
 
 #if RLX_C_PLUGIN_MINOR >= 4
@@ -2898,12 +3343,20 @@ static RlxStatus* c_executable_device(const RlxExecutable* exe, RlxDeviceInfo* o
  * had no custom_ops, so its struct_size stops before that field. */
 static const RlxPluginApi g_api = {
 #if RLX_C_PLUGIN_MINOR >= 9
-    /* 1.9's state, sharing and submit tables and its root functions are
-     * absent (NULL): a host takes its host paths. */
+    /* 1.9: executable state (without row feeds, section 8). Clones and
+     * shared params, submitted runs and the four new root functions are
+     * absent (NULL): a host takes its host paths for them. */
     .struct_size = RLX_PLUGIN_API_SIZE_1_9,
     .custom_ops = &g_custom_api,
     .executable_device = c_executable_device,
     .executable_run_into = c_executable_run_into,
+    .state = &g_state_api,
+    .sharing = NULL,
+    .submits = NULL,
+    .executable_bind_param_range = NULL,
+    .executable_set_rng = NULL,
+    .executable_set_active_extent = NULL,
+    .memory_usage = NULL,
 #elif RLX_C_PLUGIN_MINOR >= 8
     .struct_size = RLX_PLUGIN_API_SIZE_1_8,
     .custom_ops = &g_custom_api,
