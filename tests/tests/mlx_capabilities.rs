@@ -137,6 +137,7 @@ fn kv_resident_feeds_one_row_a_step() {
     for mode in MODES {
         with_mode(mode, || {
             let mut c = session(g.clone());
+            let before = rlx_plugin_host::backend::state_counters();
             assert!(c.bind_gpu_handle("k", &[0.0; 8]));
             assert!(c.register_kv_row_feed("k", 0));
             let mut want = [0.0f32; 8];
@@ -156,6 +157,11 @@ fn kv_resident_feeds_one_row_a_step() {
             }
             // Past the cache: refused, not written around.
             assert!(!c.feed_kv_row(0, 4, 2));
+            // What a program reads to know the resident path was live (other
+            // tests of this binary count too, so at least).
+            let after = rlx_plugin_host::backend::state_counters();
+            assert!(after.binds > before.binds && after.feeds > before.feeds);
+            assert!(after.row_feeds >= before.row_feeds + 4);
         });
     }
 }

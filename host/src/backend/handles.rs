@@ -10,6 +10,38 @@
 
 use super::graph::{shape_for, PluginGraph};
 use rlx_plugin_api::{convert, DType, Feed, HostTensorRef, PluginResult, RowFeed};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How often this process's plugin executables used their state: what a
+/// program (or a test) reads to know that a resident path was live, not
+/// silently the host one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateCounters {
+    /// Inputs bound as state (handles), each bind counted.
+    pub binds: u64,
+    /// Feeds set: an output into a state after each run, or rows of it.
+    pub feeds: u64,
+    /// Row feeds applied (`feed_kv_row` and its batched forms) that copied
+    /// rows on the device.
+    pub row_feeds: u64,
+    /// Reads of a state or of an output's rows back to the host.
+    pub reads: u64,
+}
+
+static BINDS: AtomicU64 = AtomicU64::new(0);
+static FEEDS: AtomicU64 = AtomicU64::new(0);
+static ROW_FEEDS: AtomicU64 = AtomicU64::new(0);
+static READS: AtomicU64 = AtomicU64::new(0);
+
+/// The counts so far, process-wide, over every plugin executable.
+pub fn state_counters() -> StateCounters {
+    StateCounters {
+        binds: BINDS.load(Ordering::Relaxed),
+        feeds: FEEDS.load(Ordering::Relaxed),
+        row_feeds: ROW_FEEDS.load(Ordering::Relaxed),
+        reads: READS.load(Ordering::Relaxed),
+    }
+}
 
 impl PluginGraph {
     /// `r`'s value, or `fallback` with a warning naming what failed.
@@ -48,6 +80,7 @@ impl PluginGraph {
         );
         if ok {
             self.held.insert(name.to_string(), (dtype, data.len()));
+            BINDS.fetch_add(1, Ordering::Relaxed);
         }
         ok
     }
@@ -94,6 +127,7 @@ impl PluginGraph {
                 Feed::Rows(_) => self.row_fed.insert(name.to_string()),
                 _ => self.row_fed.remove(name),
             };
+            FEEDS.fetch_add(1, Ordering::Relaxed);
         }
         ok
     }
@@ -108,7 +142,11 @@ impl PluginGraph {
             return true;
         }
         let r = self.exe.state_feed_rows(None, &rows);
-        self.or_warn("cannot feed rows", r.map(|()| true), false)
+        let ok = self.or_warn("cannot feed rows", r.map(|()| true), false);
+        if ok {
+            ROW_FEEDS.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
     }
 }
 

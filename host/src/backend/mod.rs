@@ -311,6 +311,7 @@ mod plugin_backend;
 mod submitted;
 
 pub use graph::*;
+pub use handles::{state_counters, StateCounters};
 pub use pipeline::*;
 use plugin_backend::*;
 
