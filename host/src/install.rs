@@ -154,8 +154,8 @@ pub fn missing_plugin_message(set: &PluginSet, name: &str) -> String {
                 plugin.descriptor().name,
                 by.display()
             ),
-            CandidateState::Rejected(e) => {
-                format!("{}: rejected: {e}", c.path.display())
+            CandidateState::Skipped(_) | CandidateState::Rejected(_) => {
+                format!("{}: {}", c.path.display(), c.reason())
             }
         })
         .collect();

@@ -56,6 +56,7 @@ fn rejected(state: CandidateState) -> LoadError {
         CandidateState::Shadowed { by, .. } => {
             panic!("expected a rejection, got shadowed by {}", by.display())
         }
+        CandidateState::Skipped(why) => panic!("expected a rejection, got skipped: {why}"),
     }
 }
 

@@ -6,18 +6,21 @@
 //! order (`rlx_plugin_api::host::deps`); then what loading it gave, the
 //! devices a loaded plugin lists, its build info (MLX version, backend,
 //! BLAS) and the state of its kernel caches, with a hint where one costs
-//! speed or safety. Exit status: 0 when every candidate's
+//! speed or safety; a model plugin of rlx-runtime's is shown as skipped,
+//! and a backend plugin directly in the directory rlx-runtime's
+//! model-plugin loader reads gets a warning. Exit status: 0 when every candidate's
 //! libraries resolve, 1 when one is missing or unusable, 2 when PATH names
 //! no plugin.
 
 mod json;
 mod runtime;
+mod shared_dir;
 mod text;
 
 use rlx_plugin_api::host::deps::{self, DepWalk, SearchEnv, SonameClash};
 use rlx_plugin_api::host::{
-    discover, plugin_library, Candidate, CandidateReport, CandidateState, DiscoveryConfig,
-    PluginSet, Source,
+    discover, model_plugin_dir, plugin_library, Candidate, CandidateReport, CandidateState,
+    DiscoveryConfig, PluginSet, Source,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,8 @@ struct Finding {
     report: CandidateReport,
     walk: Option<DepWalk>,
     clashes: Vec<SonameClash>,
+    /// Its library lies directly in rlx-runtime's model plugin directory.
+    shared_dir: Option<String>,
 }
 
 impl Finding {
@@ -52,6 +57,8 @@ impl Finding {
 
 /// Run the doctor and exit with its status.
 pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
+    let cfg = DiscoveryConfig::from_env(explicit);
+    let model_dir = model_plugin_dir(&cfg);
     let candidates = match path {
         Some(p) => match one_candidate(p) {
             Ok(c) => vec![c],
@@ -60,7 +67,7 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
                 std::process::exit(2);
             }
         },
-        None => discover(&DiscoveryConfig::from_env(explicit)),
+        None => discover(&cfg),
     };
     let env = ELF_PLATFORM.then(SearchEnv::from_process);
     let walks: Vec<Option<DepWalk>> = candidates
@@ -74,14 +81,28 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
         .candidates
         .into_iter()
         .zip(walks)
-        .map(|(report, walk)| Finding {
-            clashes: if walk.is_some() {
+        .map(|(report, walk)| {
+            let clashes = if walk.is_some() {
                 clashes.next().unwrap_or_default()
             } else {
                 Vec::new()
-            },
-            report,
-            walk,
+            };
+            // A skipped model plugin is rlx-runtime's to load: what its
+            // libraries need is no backend plugin's problem.
+            if matches!(report.state, CandidateState::Skipped(_)) {
+                return Finding {
+                    report,
+                    walk: None,
+                    clashes: Vec::new(),
+                    shared_dir: None,
+                };
+            }
+            Finding {
+                shared_dir: shared_dir::warning(&report, model_dir.as_deref()),
+                clashes,
+                report,
+                walk,
+            }
         })
         .collect();
     let ok = findings.iter().all(Finding::ok);

@@ -9,6 +9,11 @@
 //! those directly inside each of its subdirectories (a plugin shipped as a
 //! directory with its own runtime libraries below it). Other files are
 //! ignored. Candidates are de-duplicated by canonical path, first one wins.
+//!
+//! Rule 4's directory is also rlx-runtime's model-plugin directory: a
+//! backend plugin belongs in a subdirectory of it, and a model plugin found
+//! directly in it is skipped when loading, unloaded
+//! ([`super::model_plugins`]).
 
 use std::ffi::OsString;
 use std::fmt;

@@ -1,4 +1,5 @@
-//! Loading one plugin file: trust and file checks → the embedded manifest's
+//! Loading one plugin file: a model plugin of rlx-runtime's is left alone
+//! (§15) → trust and file checks → the embedded manifest's
 //! ABI major, when it has one (docs/ABI.md §19) → dlopen → entry → version
 //! and layout checks → registration. Every way this can fail is a [`LoadError`] variant, and
 //! none of them takes the host down.
@@ -10,6 +11,7 @@
 //! under a running thread. Keeping the mapping costs only address space.
 
 use super::log_sink;
+use super::model_plugins::{library_kind, LibraryKind};
 use super::plugin::LoadedPlugin;
 use super::trusted::{check_plugin_files, TrustPolicy};
 use crate::error::{PluginError, StatusCode};
@@ -38,6 +40,13 @@ pub enum LoadError {
     MissingDependency { library: String, detail: String },
     /// A library, but not an RLX plugin: no `rlx_plugin_entry`.
     MissingEntrySymbol,
+    /// A model plugin for rlx-runtime's model API (it exports
+    /// `rlx_model_plugin_v1`, and neither `rlx_plugin_entry` nor a
+    /// manifest), read from the file: refused before `dlopen`, so none of
+    /// its code ran. Discovery reports such a candidate as skipped
+    /// ([`super::CandidateState::Skipped`]), not as rejected: it belongs in
+    /// the plugins directory, to the other loader.
+    ModelPlugin,
     /// The entry returned null.
     EntryReturnedNull,
     /// The entry panicked (caught by the plugin and reported).
@@ -85,6 +94,12 @@ impl fmt::Display for LoadError {
                 f,
                 "not an RLX plugin: the library does not export `{ENTRY_SYMBOL}`"
             ),
+            LoadError::ModelPlugin => write!(
+                f,
+                "a model plugin for rlx-runtime's model API (it exports `{}` and no \
+                 `{ENTRY_SYMBOL}`), not a backend plugin; not loaded (none of its code ran)",
+                super::model_plugins::MODEL_PLUGIN_SYMBOL
+            ),
             LoadError::EntryReturnedNull => write!(f, "the plugin's `{ENTRY_SYMBOL}` returned null"),
             LoadError::EntryPanicked { message } => write!(f, "{message}"),
             LoadError::AbiMismatch(m) => write!(f, "ABI version mismatch: {m}"),
@@ -122,6 +137,11 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
 pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin, LoadError> {
     if !path.exists() {
         return Err(LoadError::NotFound);
+    }
+    // Before the trust check: a model plugin is not ours to load, whoever
+    // wrote it, and reading its symbols runs none of it.
+    if library_kind(path) == LibraryKind::ModelPlugin {
+        return Err(LoadError::ModelPlugin);
     }
     if let Err(detail) = check_plugin_files(path) {
         match trust {

@@ -72,7 +72,9 @@ fn fat_slice<A: FatArch>(
     )))
 }
 
-fn this_architecture() -> object::Architecture {
+/// The architecture this program runs on, for picking a universal
+/// binary's slice.
+pub(super) fn this_architecture() -> object::Architecture {
     use object::Architecture as A;
     match std::env::consts::ARCH {
         "x86_64" => A::X86_64,
@@ -87,14 +89,7 @@ fn read_object(data: &[u8]) -> Result<Option<EmbeddedManifest>, ManifestReadErro
     let file =
         object::File::parse(data).map_err(|e| ManifestReadError::Unreadable(e.to_string()))?;
     let is_macho = matches!(file.format(), object::BinaryFormat::MachO);
-    let mut found = file.sections().filter(|s| {
-        if is_macho {
-            s.name_bytes() == Ok(manifest::SECTION_MACHO.as_bytes())
-                && s.segment_name_bytes() == Ok(Some(manifest::SEGMENT_MACHO.as_bytes()))
-        } else {
-            s.name_bytes() == Ok(manifest::SECTION_ELF.as_bytes())
-        }
-    });
+    let mut found = file.sections().filter(|s| is_manifest_section(s, is_macho));
     let Some(section) = found.next() else {
         return Ok(None);
     };
@@ -108,6 +103,19 @@ fn read_object(data: &[u8]) -> Result<Option<EmbeddedManifest>, ManifestReadErro
     manifest::parse(bytes)
         .map(Some)
         .map_err(ManifestReadError::Malformed)
+}
+
+/// Is `s` the section a manifest is placed in?
+pub(super) fn is_manifest_section<'d, R: object::ReadRef<'d>>(
+    s: &object::Section<'d, '_, R>,
+    is_macho: bool,
+) -> bool {
+    if is_macho {
+        s.name_bytes() == Ok(manifest::SECTION_MACHO.as_bytes())
+            && s.segment_name_bytes() == Ok(Some(manifest::SEGMENT_MACHO.as_bytes()))
+    } else {
+        s.name_bytes() == Ok(manifest::SECTION_ELF.as_bytes())
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod executable;
 pub mod load;
 mod log_sink;
 pub mod manifest;
+pub mod model_plugins;
 pub mod plugin;
 pub mod set;
 mod sharing;
@@ -23,6 +24,9 @@ pub use discover::{
 pub use executable::{LentBuffer, OutputDest, PluginExecutable};
 pub use load::{load_plugin, load_plugin_with, load_static, LoadError};
 pub use manifest::{read_manifest, read_manifest_file, ManifestReadError};
+pub use model_plugins::{
+    library_kind, model_plugin_dir, read_by_model_loader, LibraryKind, MODEL_PLUGIN_SYMBOL,
+};
 pub use plugin::{graph_opset, LoadedPlugin, LoweringInfo, OpSupport};
-pub use set::{CandidateReport, CandidateState, PluginSet};
+pub use set::{CandidateReport, CandidateState, PluginSet, SkipReason};
 pub use trusted::{TrustPolicy, ENV_ALLOW_INSECURE};

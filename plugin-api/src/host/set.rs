@@ -1,5 +1,5 @@
-//! Discovery plus loading: every candidate ends loaded, shadowed or
-//! rejected with its reason. The first plugin of a name wins.
+//! Discovery plus loading: every candidate ends loaded, shadowed, skipped
+//! or rejected with its reason. The first plugin of a name wins.
 
 use super::discover::{discover, Candidate, DiscoveryConfig, Source};
 use super::load::{load_plugin_with, LoadError};
@@ -7,6 +7,7 @@ use super::plugin::LoadedPlugin;
 use super::trusted::TrustPolicy;
 use crate::DeviceKind;
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -19,7 +20,32 @@ pub enum CandidateState {
         plugin: Arc<LoadedPlugin>,
         by: PathBuf,
     },
+    /// Not a backend plugin, and rightly where it is: not loaded, and not
+    /// an error (logged at debug level only).
+    Skipped(SkipReason),
     Rejected(LoadError),
+}
+
+/// Why a candidate was skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// A model plugin for rlx-runtime's model API, which shares the plugins
+    /// directory with backend plugins (docs/ABI.md §15): recognised from
+    /// its file, none of its code ran.
+    ModelPlugin,
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::ModelPlugin => write!(
+                f,
+                "a model plugin for rlx-runtime's model API (it exports `{}`), not a backend \
+                 plugin; not loaded",
+                super::model_plugins::MODEL_PLUGIN_SYMBOL
+            ),
+        }
+    }
 }
 
 impl CandidateState {
@@ -27,6 +53,7 @@ impl CandidateState {
         match self {
             CandidateState::Loaded(_) => "loaded",
             CandidateState::Shadowed { .. } => "shadowed",
+            CandidateState::Skipped(_) => "skipped",
             CandidateState::Rejected(_) => "rejected",
         }
     }
@@ -45,15 +72,16 @@ impl CandidateReport {
     pub fn plugin(&self) -> Option<&Arc<LoadedPlugin>> {
         match &self.state {
             CandidateState::Loaded(p) | CandidateState::Shadowed { plugin: p, .. } => Some(p),
-            CandidateState::Rejected(_) => None,
+            CandidateState::Skipped(_) | CandidateState::Rejected(_) => None,
         }
     }
 
-    /// "loaded", "shadowed by PATH" or "rejected: REASON".
+    /// "loaded", "shadowed by PATH", "skipped: WHY" or "rejected: REASON".
     pub fn reason(&self) -> String {
         match &self.state {
             CandidateState::Loaded(_) => "loaded".into(),
             CandidateState::Shadowed { by, .. } => format!("shadowed by {}", by.display()),
+            CandidateState::Skipped(why) => format!("skipped: {why}"),
             CandidateState::Rejected(e) => format!("rejected: {e}"),
         }
     }
@@ -108,6 +136,7 @@ impl PluginSet {
                 CandidateState::Rejected(LoadError::NotFound)
             } else {
                 match load_cached(&c.path, trust) {
+                    Err(LoadError::ModelPlugin) => CandidateState::Skipped(SkipReason::ModelPlugin),
                     Err(e) => CandidateState::Rejected(e),
                     Ok(p) => match winners.get(&p.descriptor().name) {
                         Some(by) => CandidateState::Shadowed {
@@ -136,6 +165,11 @@ impl PluginSet {
                         c.path.display(),
                         by.display()
                     )
+                }
+                // Debug only: a model plugin in the shared directory is
+                // expected, and a program's log should not mention it.
+                CandidateState::Skipped(why) => {
+                    log::debug!("{} skipped: {why}", c.path.display())
                 }
                 CandidateState::Rejected(e) => {
                     log::info!("plugin {} rejected: {e}", c.path.display())

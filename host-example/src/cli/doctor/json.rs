@@ -107,6 +107,6 @@ fn finding_json(f: &Finding) -> Value {
         "problem": f.walk.as_ref().and_then(|w| w.root_problem.clone()),
         "libraries": f.walk.as_ref().map_or(Vec::new(), |w| w.libraries.iter().map(library_json).collect()),
         "missing": f.walk.as_ref().map_or(Vec::new(), |w| w.unresolved().map(|l| l.name.clone()).collect()),
-        "warnings": f.clashes.iter().map(clash_text).collect::<Vec<_>>(),
+        "warnings": f.clashes.iter().map(clash_text).chain(f.shared_dir.clone()).collect::<Vec<_>>(),
     })
 }

@@ -48,6 +48,9 @@ pub(super) fn print(env: Option<&SearchEnv>, findings: &[Finding], ok: bool) {
         for f in findings {
             println!("plugin {}  ({})", f.report.path.display(), f.report.source);
             println!("  load     {}", load_line(&f.report));
+            if let Some(w) = &f.shared_dir {
+                println!("  warning: {w}");
+            }
         }
         return;
     };
@@ -91,6 +94,9 @@ pub(super) fn print(env: Option<&SearchEnv>, findings: &[Finding], ok: bool) {
         }
         for c in &f.clashes {
             println!("  warning: {}", clash_text(c));
+        }
+        if let Some(w) = &f.shared_dir {
+            println!("  warning: {w}");
         }
     }
     println!();
