@@ -2,6 +2,7 @@
 //! libraries are, temp plugin directories, a log capture, and the parity
 //! harness.
 
+pub mod decoder_package;
 pub mod mlp_reference;
 pub mod parity;
 pub mod relu_affine;
@@ -154,6 +155,7 @@ pub fn c_constants() -> ([u32; 3], usize) {
     // SAFETY: constant data of layout.c.
     unsafe { (rlx_c_abi_version, rlx_c_plugin_api_header_size) }
 }
+
 /// The fixture plugin (a small Rust interpreter, no executable state),
 /// loaded once per test binary from a temp plugins directory kept for the
 /// rest of the process.
