@@ -190,6 +190,18 @@ inline ArrayPtr slice_update(
       to_shape_any(strides), target()));
 }
 
+// `update` written into `src` at the offsets in `start` (an integer array,
+// one entry per axis in `axes`), read when the graph runs.
+inline ArrayPtr slice_update_dynamic(
+    const Array& src,
+    const Array& update,
+    const Array& start,
+    rust::Slice<const int32_t> axes) {
+  return wrap(mx::slice_update(
+      src.a, update.a, start.a, std::vector<int>(axes.begin(), axes.end()),
+      target()));
+}
+
 inline ArrayPtr concatenate(const ArrayList& arrays, int32_t axis) {
   return wrap(mx::concatenate(arrays.v, axis, target()));
 }

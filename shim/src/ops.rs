@@ -142,6 +142,14 @@ pub mod ffi {
             stop: &[i32],
             strides: &[i32],
         ) -> Result<UniquePtr<Array>>;
+        /// `update` written into `src` at the offsets held by `start` (an
+        /// integer array, one per axis in `axes`), read when the graph runs.
+        fn slice_update_dynamic(
+            src: &Array,
+            update: &Array,
+            start: &Array,
+            axes: &[i32],
+        ) -> Result<UniquePtr<Array>>;
         fn concatenate(arrays: &ArrayList, axis: i32) -> Result<UniquePtr<Array>>;
         fn stack(arrays: &ArrayList, axis: i32) -> Result<UniquePtr<Array>>;
         /// Splits into `num_splits` equal parts along `axis`.

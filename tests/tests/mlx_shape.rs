@@ -485,3 +485,58 @@ fn malformed_shape_nodes_fail_at_compile_naming_the_node() {
         );
     }
 }
+
+#[test]
+fn dynamic_update_slice_writes_at_the_run_time_start_clamped() {
+    // operand [2, 5, 3], update [2, 2, 3] on axis 1; starts inside, past
+    // the end (clamped to 3), negative (clamped to 0) and fractional
+    // (truncated). Reference: the write done here, and rlx-cpu's result.
+    let od = [2usize, 5, 3];
+    let ud = [2usize, 2, 3];
+    let operand: Vec<f32> = (0..30).map(|v| v as f32).collect();
+    let update: Vec<f32> = (0..12).map(|v| -(v as f32) - 1.0).collect();
+    for start in [1.0f32, 4.0, 9.0, -2.0, 2.7] {
+        let mut g = Graph::new("dus");
+        let o = g.input("o", s(&od, IrDType::F32));
+        let u = g.input("u", s(&ud, IrDType::F32));
+        let st = g.input("start", s(&[1], IrDType::F32));
+        let y = g.add_node(
+            Op::DynamicUpdateSlice { axis: 1 },
+            vec![o, u, st],
+            s(&od, IrDType::F32),
+        );
+        g.set_outputs(vec![y]);
+        let at = (start.max(0.0) as usize).min(od[1] - ud[1]);
+        let mut want = operand.clone();
+        for b in 0..2 {
+            for r in 0..2 {
+                for c in 0..3 {
+                    want[(b * 5 + at + r) * 3 + c] = update[(b * 2 + r) * 3 + c];
+                }
+            }
+        }
+        let feeds = vec![
+            Feed {
+                name: "o".into(),
+                values: operand.clone(),
+            },
+            Feed {
+                name: "u".into(),
+                values: update.clone(),
+            },
+            Feed {
+                name: "start".into(),
+                values: vec![start],
+            },
+        ];
+        let cpu = run_cpu(&g, &feeds);
+        assert_eq!(cpu[0], want, "rlx-cpu at start {start}");
+        check_against(
+            &format!("DynamicUpdateSlice at {start}"),
+            &g,
+            &feeds,
+            &[want],
+            Tol::for_dtype(IrDType::F32),
+        );
+    }
+}

@@ -56,6 +56,13 @@ pub fn entries() -> Vec<Lowering> {
             concat
         ),
         row!(
+            DynamicUpdateSlice,
+            MOVE,
+            Native,
+            "mx::slice_update at a run-time start (clamped), in place when nothing else holds the operand",
+            dynamic_update_slice
+        ),
+        row!(
             Expand,
             MOVE,
             Native,
@@ -112,6 +119,43 @@ fn transpose(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     let p: Vec<i32> = perm.iter().map(|p| *p as i32).collect();
     Ok(ops::transpose(a[0], &p)?)
+}
+
+/// `operand` with `update` written at a run-time `start` along `axis`
+/// (`[operand, update, start]`), the start clamped into
+/// `[0, extent - rows]` as rlx-ir (and JAX) define it. MLX writes into the
+/// operand's buffer when nothing else holds it (a decode cache's row, O(1)
+/// in the context); otherwise it copies first, as the ScatterNd rlx would
+/// lower it to always does.
+fn dynamic_update_slice(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 3, "DynamicUpdateSlice")?;
+    crate::op_fields!(cx, DynamicUpdateSlice { axis });
+    let (od, ud) = (cx.in_dims(0), cx.in_dims(1));
+    if *axis >= od.len()
+        || ud.len() != od.len()
+        || od.iter().zip(&ud).enumerate().any(|(i, (o, u))| i != *axis && o != u)
+        || ud[*axis] > od[*axis]
+    {
+        return Err(format!(
+            "DynamicUpdateSlice on axis {axis}: update {ud:?} does not fit operand {od:?}"
+        )
+        .into());
+    }
+    if cx.in_dims(2).iter().product::<i32>() != 1 {
+        return Err(format!(
+            "DynamicUpdateSlice: start {:?} must hold one element",
+            cx.in_dims(2)
+        )
+        .into());
+    }
+    let last = (od[*axis] - ud[*axis]) as f64;
+    let start = ops::reshape(a[2], &[1])?;
+    // Floats truncate toward zero, as rlx-cpu reads an f32 start.
+    let start = ops::astype(&start, MxDType::F32)?;
+    let start = ops::clip(&start, 0.0, last)?;
+    let start = ops::astype(&start, MxDType::I32)?;
+    let update = ops::astype(a[1], a[0].dtype())?;
+    Ok(ops::slice_update_dynamic(a[0], &update, &start, &[*axis as i32])?)
 }
 
 fn narrow(cx: &Ctx, a: &[&Array]) -> LResult {
