@@ -69,7 +69,11 @@ impl Default for DecoderConfig {
             decode_caps: vec![16, 64],
             prefill_seqs: vec![8, 64],
             check_tokens: 4,
-            seed: 0x5eed,
+            // Of seeds 0..40, the one whose greedy picks in
+            // tests/model_generate_cpu.rs are furthest from a tie (top two
+            // logits >= 1.4% of the largest apart), its runs still over
+            // many tokens (a cache fault shows in the tokens too).
+            seed: 24,
         }
     }
 }

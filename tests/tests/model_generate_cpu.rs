@@ -144,15 +144,18 @@ fn greedy_generation_matches_a_full_recompute() {
     assert!(prompt.len() + n - 1 == pkg.config.max_context());
     check_against_reference(&mut *model, &mut *reference, &prompt, n);
     // A prompt longer than the first function, straight into the next.
-    let long: Vec<u32> = (0..first_cap as u32 + 4).map(|i| (i * 7) % 48).collect();
+    let vocab = pkg.token_ids().end;
+    let long: Vec<u32> = (0..first_cap as u32 + 4).map(|i| (i * 7) % vocab).collect();
     check_against_reference(&mut *model, &mut *reference, &long, 8);
 
     // One token more than the caches hold is refused, not wrapped around.
     let e = dp::generate(&mut *model, &prompt, n + 1).unwrap_err();
     assert!(e.to_string().contains("the context is full"), "{e}");
 
-    // The short prompts again, now in the longest function, whose cache
-    // rows past the prompt hold the last generation's: masked, not read.
+    // The short prompts again, now in the longest function (the runtime
+    // keeps it): the one-token prompt is stepped into caches that still
+    // hold the last generation's rows past it (no prefill rebinds them),
+    // which the mask must keep out.
     for (prompt, want) in short.iter().zip(&first) {
         let got = dp::generate(&mut *model, prompt, want.len()).expect("generate");
         assert_eq!(&got, want, "prompt {prompt:?} after a long context");
@@ -174,7 +177,10 @@ fn speculative_decoding_gives_the_greedy_tokens() {
         let got = dp::generate(&mut *spec, prompt, n).expect("speculative");
         assert_eq!(got, want, "prompt {prompt:?}");
     }
-    // The check needs `check_tokens - 1` rows past the last position.
+    // Speculative decoding holds `check_tokens` fewer tokens than plain:
+    // its last run writes `check_tokens - 1` rows past the last position,
+    // and rlx-runtime asks for one row more than that (`prompt + n - 1 +
+    // q` rows).
     let prompt = &prompts[0];
     let n = pkg.max_new_tokens(prompt.len(), false);
     let e = dp::generate(&mut *spec, prompt, n).unwrap_err();
