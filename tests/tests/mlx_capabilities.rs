@@ -414,3 +414,53 @@ fn set_rng_draws_what_a_compile_with_that_policy_draws() {
         });
     }
 }
+
+#[test]
+fn eight_compiled_graph_clones_on_eight_threads_match_one_bit_for_bit() {
+    let model = rlx_host::models::mlp(&rlx_host::models::MlpConfig::default());
+    let data = rlx_host::run::random_data(&model.graph, 11).unwrap();
+    let name = data.inputs[0].0.clone();
+    let xs: Vec<Vec<f32>> = (0..8)
+        .map(|s| {
+            data.inputs[0]
+                .1
+                .iter()
+                .map(|v| v * (0.5 + s as f32))
+                .collect()
+        })
+        .collect();
+    for mode in MODES {
+        with_mode(mode, || {
+            let mut one = session(model.graph.clone());
+            for (n, v) in &data.params {
+                one.set_param(n, v);
+            }
+            let want: Vec<Vec<f32>> = xs
+                .iter()
+                .map(|x| one.run(&[(&name, x)]).remove(0))
+                .collect();
+            let clones: Vec<CompiledGraph> = (0..8).map(|_| one.clone()).collect();
+            let got: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+                let hs: Vec<_> = clones
+                    .into_iter()
+                    .map(|mut c| {
+                        let (xs, name) = (&xs, &name);
+                        s.spawn(move || xs.iter().map(|x| c.run(&[(name, x)]).remove(0)).collect())
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (t, runs) in got.iter().enumerate() {
+                for (i, r) in runs.iter().enumerate() {
+                    assert_eq!(
+                        bits(r),
+                        bits(&want[i]),
+                        "[{}] thread {t} run {i}",
+                        mode.name()
+                    );
+                }
+            }
+        });
+    }
+}
