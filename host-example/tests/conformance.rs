@@ -1,11 +1,13 @@
-//! `rlx-host plugins check PATH`, the conformance kit, on the plugins of
-//! this workspace: the MLX plugin directory, the fixture test plugin, the
-//! purpose-built broken plugins, an ABI 1.0 plugin and (when the tests
-//! crate has built it) the C plugin.
+//! `rlx-host plugins check PATH`, the conformance kit
+//! (`rlx_plugin_conformance`), on the plugins of this workspace: the MLX
+//! plugin directory, the fixture test plugin, the purpose-built broken
+//! plugins, an ABI 1.0 plugin and (when the tests crate has built it) the
+//! C plugin in every minor. The kit is also called as a library, as a
+//! plugin author's test would.
 
 mod common;
 
-use rlx_host::conformance::{self, Outcome};
+use rlx_plugin_conformance::{self as conformance, Outcome};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -113,6 +115,82 @@ fn the_mlx_plugin_directory_passes_with_its_eager_entries_checked() {
     assert!(skips
         .iter()
         .any(|c| c["detail"] == "no generated case for Conv"));
+    // The MLX plugin offers every part of 1.9: each ran, none "not offered".
+    for name in ABI_1_9_CHECKS {
+        assert_eq!(outcome(&v, name), "ok", "{name}: {v}");
+    }
+    assert!(
+        !skips
+            .iter()
+            .any(|c| c["name"].as_str().unwrap().ends_with(": not offered")),
+        "{v}"
+    );
+}
+
+/// Every 1.9 check the MLX plugin (which offers all of 1.9) must pass.
+const ABI_1_9_CHECKS: [&str; 50] = [
+    "1.9 tables: consistent",
+    "state lazy: REPLACE feed keeps a running sum",
+    "state eager: REPLACE feed keeps a running sum",
+    "state compiled: REPLACE feed keeps a running sum",
+    "state: bind, list, bind again",
+    "state: read whole and in part",
+    "state: a given input overrides it for one run",
+    "state: read_output reads the last run's outputs",
+    "state: unbind gives the input back",
+    "state: a failed run applies no feed",
+    "state: bind to a name that is no input",
+    "state: unknown state name",
+    "state: unknown output name",
+    "state: bind of another dtype",
+    "state: bind of another shape",
+    "state: read of another dtype",
+    "state: read past the end",
+    "state: read_output before any run",
+    "state: read_output past the end",
+    "state: REPLACE feed from an output of another shape",
+    "state: unknown feed kind",
+    "state: lent buffers that break the rules",
+    "state: null pointers",
+    "state rows: feed_rows grows a cache a row a step",
+    "state rows: feed_rows of one state by name",
+    "state rows: rows out of range are refused, nothing written",
+    "state rows: feed_rows before any run",
+    "state rows: feed_rows with no state fed rows",
+    "clone: copies the state, shares the params",
+    "clone: goes its own way after",
+    "clone: of a destroyed executable",
+    "clone: NULL out",
+    "share_params: dst reads src's params",
+    "share_params: a mismatch is refused, nothing changed",
+    "share_params: handles that are not live executables",
+    "submit: results equal synchronous runs",
+    "submit: a synchronous run runs after the submitted ones",
+    "submit: wait with nothing submitted",
+    "submit: a bad input is refused and queues nothing",
+    "submit: 64 in flight, one more RESOURCE_EXHAUSTED",
+    "submit: destroy with runs in flight",
+    "param range: overwrites only its elements",
+    "param range: misuse refused, nothing changed",
+    "param range: a clone's shared param keeps its values",
+    "set_rng: as a compile with that policy and seed",
+    "set_rng: an unknown policy is UNSUPPORTED",
+    "active extent: live rows exact, then cleared",
+    "active extent: out of bounds refused",
+    "skipped slots: run_into leaves a skipped slot as it was",
+    "skipped slots: a state fed from a skipped output sees it",
+];
+
+/// The outcome of the check called `name` (panics if it did not run).
+fn outcome<'a>(v: &'a Value, name: &str) -> &'a str {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("{name} did not run: {v}"))["outcome"]
+        .as_str()
+        .unwrap()
 }
 
 #[test]
@@ -145,7 +223,19 @@ fn the_fixture_plugin_passes_and_prints_one_line_per_check() {
         lines.last().unwrap().starts_with("plugin fixture 0.1.0: "),
         "{text}"
     );
-    assert_passes(&check(&common::fixture_path(), true));
+    let v = assert_passes(&check(&common::fixture_path(), true));
+    // The fixture offers nothing of 1.9 but lent (and so skipped) slots.
+    assert_eq!(outcome(&v, "1.9 tables: consistent"), "ok");
+    assert_eq!(
+        outcome(
+            &v,
+            "skipped slots: run_into leaves a skipped slot as it was"
+        ),
+        "ok"
+    );
+    for part in ["state", "clone", "share_params", "submit", "memory_usage"] {
+        assert_eq!(outcome(&v, &format!("{part}: not offered")), "skip", "{v}");
+    }
 }
 
 #[test]
@@ -216,6 +306,11 @@ fn the_library_api_gives_the_report_the_cli_prints() {
     assert_eq!(ok + fail + skip, r.checks.len());
     assert_eq!(r.exit_code(), if fail == 0 { 0 } else { 1 });
     assert_eq!(r.to_json()["summary"]["ok"], ok);
+    assert!(r.failures().is_empty(), "{}", r.text());
+    assert!(r.text().ends_with(&format!("{}\n", r.summary())));
+    // rlx-host re-exports the kit under its earlier path.
+    let again = rlx_host::conformance::check(common::fixture_path());
+    assert_eq!(again.checks.len(), r.checks.len());
     let missing = conformance::check(Path::new("/nonexistent/librlx_nothing.so"));
     assert!(!missing.loaded);
     assert_eq!(missing.exit_code(), 2);
@@ -250,7 +345,7 @@ fn c_plugin_builds() -> Vec<(u32, PathBuf)> {
     let Some((_, dir)) = newest else {
         return Vec::new();
     };
-    (0..=3)
+    (0..=9)
         .map(|minor| (minor, dir.join(format!("1.{minor}")).join(&file)))
         .filter(|(_, p)| p.exists())
         .collect()
@@ -278,5 +373,20 @@ fn the_c_plugin_passes_in_every_minor_when_it_is_built() {
             .filter(|c| c["name"].as_str().unwrap().ends_with(": run_into"))
             .count();
         assert_eq!(into, if minor >= 8 { 3 } else { 0 }, "1.{minor}: {v}");
+        // 1.9: state without row feeds; nothing else of 1.9.
+        if minor >= 9 {
+            for name in [
+                "state: unknown output name",
+                "state rows: ROWS without feed_rows is UNSUPPORTED",
+                "skipped slots: a state fed from a skipped output sees it",
+            ] {
+                assert_eq!(outcome(&v, name), "ok", "{name}: {v}");
+            }
+            assert_eq!(outcome(&v, "state rows: not offered"), "skip");
+            assert_eq!(outcome(&v, "submit: not offered"), "skip");
+        } else {
+            // Before 1.9 nothing of it runs: "not offered", each part.
+            assert_eq!(outcome(&v, "state: not offered"), "skip", "1.{minor}");
+        }
     }
 }

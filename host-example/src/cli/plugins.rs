@@ -68,22 +68,11 @@ pub fn print_candidates(set: &PluginSet) {
     );
 }
 
-/// Load exactly one file (no discovery) and fail with its reason.
 /// Load the plugin `path` names: a library, or a plugin directory holding
-/// one.
+/// one (no discovery), or fail with its reason. The conformance kit's
+/// loader, so that `inspect` and `check` load a plugin the same way.
 pub fn load_one(path: &Path) -> Result<std::sync::Arc<LoadedPlugin>, String> {
-    let path = &rlx_plugin_api::host::plugin_library(path)?;
-    let c = rlx_plugin_api::host::Candidate {
-        path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
-        source: rlx_plugin_api::host::Source::Explicit,
-        exists: path.exists(),
-    };
-    let set = PluginSet::load_candidates(vec![c]);
-    let report = &set.candidates[0];
-    report
-        .plugin()
-        .cloned()
-        .ok_or_else(|| format!("{}: {}", path.display(), report.reason()))
+    rlx_plugin_conformance::load(path)
 }
 
 pub fn inspect(path: &Path, as_json: bool) -> CliResult {
@@ -177,12 +166,12 @@ pub fn inspect(path: &Path, as_json: bool) -> CliResult {
 pub fn check(path: &Path, as_json: bool) -> CliResult {
     use std::io::Write;
     let report = if as_json {
-        let r = crate::conformance::check(path);
+        let r = rlx_plugin_conformance::check(path);
         r.print(true);
         r
     } else {
         println!("checking {}", path.display());
-        let r = crate::conformance::check_with(path, &mut |c| println!("{}", c.line()));
+        let r = rlx_plugin_conformance::check_with(path, &mut |c| println!("{}", c.line()));
         r.print_summary();
         r
     };
