@@ -135,8 +135,8 @@ pub(super) fn destroy(exe: *mut RlxExecutable) {
     }
     // Dropping runs the plugin's own code: keep a panic inside (and say
     // so: destroy has no status to carry it).
-    // SAFETY: removed from LIVE above, so this is the only reference.
     if let Err(p) = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: removed from LIVE above, so this is the only reference.
         drop(unsafe { Box::from_raw(exe as *mut ExeBox) })
     })) {
         log::error!(

@@ -156,7 +156,7 @@ impl PluginExecutable {
 /// caller points `dl.shape` at the returned shape, which it keeps alive.
 fn lent_1d(dtype: DType, into: &mut [u8]) -> PluginResult<([i64; 1], RlxTensor)> {
     let size = dtype.size_bytes();
-    if into.len() % size != 0 {
+    if !into.len().is_multiple_of(size) {
         return Err(PluginError::invalid_argument(format!(
             "a buffer of {} bytes is not a whole number of {dtype} elements",
             into.len()

@@ -49,10 +49,11 @@ impl PluginExecutable {
         let f = self.submit_fn(|t| t.wait)?;
         let mut shapes = self.check_dests(dests)?;
         let mut slots = self.dest_slots(dests, &mut shapes);
-        // SAFETY: `exe` is live; the lent slots point into the caller's
-        // buffers and `shapes`, alive for the call.
-        self.plugin
-            .check(unsafe { f(self.exe, slots.as_mut_ptr(), slots.len()) })?;
+        let status =
+            // SAFETY: `exe` is live; the lent slots point into the caller's
+            // buffers and `shapes`, alive for the call.
+            unsafe { f(self.exe, slots.as_mut_ptr(), slots.len()) };
+        self.plugin.check(status)?;
         self.read_dest_slots(slots, dests, &mut read)
     }
 }
