@@ -101,6 +101,7 @@ fn main() {
             "src/cuda_copy.cc",
             "src/info.cc",
             "src/kernels.cc",
+            "src/gemm.cc",
             "src/host_kernel.cc",
         ])
         .std("c++20")

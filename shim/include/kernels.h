@@ -11,6 +11,14 @@ namespace rlx {
 // Throws for other dtypes.
 std::unique_ptr<Array> gelu_erf_cpu(const Array& x);
 
+// A float32 matrix product [..., M, K] x [K, N] (or x [..., K, N] with
+// the same batch dims) on the CPU stream, with the plugin's own kernel for
+// few rows and its own threads around the BLAS (src/gemm.cc says why). The
+// operands may be any strided views. Throws for other dtypes and shapes.
+std::unique_ptr<Array> matmul_cpu(const Array& a, const Array& b);
+// Whether matmul_cpu takes these operands.
+bool matmul_cpu_takes(const Array& a, const Array& b);
+
 // Whether this CPU has the vector kernel (AVX2 + FMA); otherwise the
 // kernels run their scalar loop (same formula).
 bool kernels_vectorized();

@@ -2,6 +2,8 @@
 // shapes, run the op on the CPU device, wrap the result.
 #pragma once
 
+#include "rlx-mlx-shim/include/kernels.h"
+
 #include <cmath>
 #include <optional>
 
@@ -110,11 +112,20 @@ RLX_BINARY(less)
 RLX_BINARY(less_equal)
 RLX_BINARY(greater)
 RLX_BINARY(greater_equal)
-RLX_BINARY(matmul)
 RLX_BINARY(outer)
 RLX_BINARY(inner)
 RLX_BINARY(kron)
 #undef RLX_BINARY
+
+// A matrix product; a float32 one on the CPU with a 2-D right operand or
+// the same batch dims on both sides runs
+// the plugin's own kernel (src/gemm.cc), everything else MLX's.
+inline ArrayPtr matmul(const Array& a, const Array& b) {
+  if (thread_device().type == mx::Device::DeviceType::cpu && matmul_cpu_takes(a, b)) {
+    return matmul_cpu(a, b);
+  }
+  return wrap(mx::matmul(a.a, b.a, target()));
+}
 
 inline ArrayPtr where_(const Array& cond, const Array& a, const Array& b) {
   return wrap(mx::where(cond.a, a.a, b.a, target()));

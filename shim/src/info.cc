@@ -1,4 +1,5 @@
 #include "rlx-mlx-shim/include/info.h"
+#include "rlx-mlx-shim/include/symbols.h"
 
 #include <dlfcn.h>
 
@@ -33,15 +34,6 @@ void* mlx_handle() {
   return handle;
 }
 
-void* find_symbol(const char* name) {
-  if (void* h = mlx_handle()) {
-    if (void* p = dlsym(h, name)) {
-      return p;
-    }
-  }
-  return dlsym(RTLD_DEFAULT, name);
-}
-
 std::string library_of_symbols(std::initializer_list<const char*> names) {
   for (const char* n : names) {
     auto p = path_of_address(find_symbol(n));
@@ -71,6 +63,15 @@ std::string from_proc_maps(const std::string& needle) {
 }
 
 }  // namespace
+
+void* find_symbol(const char* name) {
+  if (void* h = mlx_handle()) {
+    if (void* p = dlsym(h, name)) {
+      return p;
+    }
+  }
+  return dlsym(RTLD_DEFAULT, name);
+}
 
 rust::String mlx_version() {
   return rust::String::lossy(mx::version());

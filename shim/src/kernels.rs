@@ -14,6 +14,10 @@ pub mod ffi {
 
         /// Erf-GELU of a float32 array, on the CPU stream.
         fn gelu_erf_cpu(x: &Array) -> Result<UniquePtr<Array>>;
+        /// A float32 matrix product `[..., M, K] x [K, N]` on the CPU stream,
+        /// with the plugin's own kernel for a few rows and its own threads
+        /// around the BLAS.
+        fn matmul_cpu(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         /// Whether the vector (AVX2 + FMA) kernels run on this CPU.
         fn kernels_vectorized() -> bool;
     }

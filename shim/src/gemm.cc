@@ -1,0 +1,520 @@
+// The plugin's own float32 matrix product on the CPU, an MLX primitive.
+//
+// Why, in two cases MLX's matmul (one cblas_sgemm call) handles badly:
+//
+// - Few rows (a decode step's x [1, d] times a weight [d, n]): OpenBLAS's
+//   sgemm packs the whole weight matrix before it multiplies one row by
+//   it, reading the weights twice; a one-token step is bound by reading
+//   its weights once. Up to kSkinnyRows rows run a kernel of our own that
+//   streams each weight row once (four at a time), vectorised with AVX-512
+//   or AVX2/FMA, split by columns over our threads.
+// - A BLAS the host pinned: the OpenBLAS MLX calls is the process's, and a
+//   host that runs rlx-runtime's CPU backend pins it to one thread. The
+//   plugin reads (never sets) that thread count; when the BLAS would run
+//   single-threaded (pinned, or the reference BLAS), a large product is
+//   split by rows over our own threads, each calling sgemm on its block.
+//   The host's setting and its results are untouched either way.
+//
+// Every output element is one dot product over k in order, so splitting by
+// rows or columns changes no value.
+
+#include "rlx-mlx-shim/include/kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+#include "rlx-mlx-shim/include/symbols.h"
+
+namespace rlx {
+
+namespace {
+
+// Products with at most this many rows take the skinny kernel.
+constexpr int64_t kSkinnyRows = 8;
+
+// ---- threads ------------------------------------------------------------
+
+// The machine's other cores, kept for the plugin's kernels: a run's
+// products come in quick succession, so a worker spins a little before it
+// sleeps (as MLX's own stream thread lingers), and a product of a
+// microsecond or two does not pay a wake-up.
+class Pool {
+ public:
+  static Pool& get() {
+    static Pool* pool = new Pool();  // never destroyed: workers run to exit
+    return *pool;
+  }
+
+  // Participants: the workers and the caller.
+  size_t size() const { return workers_ + 1; }
+
+  // f(0) .. f(n - 1), spread over the caller and the workers. A caller
+  // that finds the pool busy (another stream's product) runs them alone.
+  void run(size_t n, const std::function<void(size_t)>& f) {
+    std::unique_lock<std::mutex> busy(run_, std::try_to_lock);
+    if (!busy.owns_lock() || workers_ == 0 || n <= 1) {
+      for (size_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+    job_ = &f;
+    n_ = n;
+    next_.store(0, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> g(m_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    work();
+    while (done_.load(std::memory_order_acquire) < n) {
+      _mm_pause();
+    }
+    job_ = nullptr;
+  }
+
+ private:
+  Pool() {
+    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    workers_ = hw - 1;
+    for (size_t i = 0; i < workers_; ++i) {
+      std::thread([this] { loop(); }).detach();
+    }
+  }
+
+  void work() {
+    for (;;) {
+      size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n_) return;
+      (*job_)(i);
+      done_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      // Spin ~50 us for the next job, then sleep.
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (generation_.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < until) {
+        _mm_pause();
+      }
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      if (job_ != nullptr) work();
+    }
+  }
+
+  size_t workers_ = 0;
+  std::mutex run_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  const std::function<void(size_t)>* job_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> done_{0};
+};
+
+// ---- the skinny kernel: C[m, n0:n1] = sum_k A[m, k] B[k, n0:n1] ---------
+
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+// One pass over k for R rows of A (R <= 8) and columns [n0, n1) of a
+// row-major B: C's rows stay in L1, B's rows stream four at a time.
+template <int R>
+__attribute__((target("avx512f"))) void skinny_n_avx512(
+    const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+    int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
+  for (int r = 0; r < R; ++r) std::memset(C + r * ldc + n0, 0, (n1 - n0) * 4);
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const float* b0 = B + k * ldb;
+    __m512 a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) a[r][j] = _mm512_set1_ps(A[r * lda + k + j]);
+    int64_t n = n0;
+    for (; n + 16 <= n1; n += 16) {
+      __m512 b[4];
+      for (int j = 0; j < 4; ++j) b[j] = _mm512_loadu_ps(b0 + j * ldb + n);
+      for (int r = 0; r < R; ++r) {
+        __m512 c = _mm512_loadu_ps(C + r * ldc + n);
+        for (int j = 0; j < 4; ++j) c = _mm512_fmadd_ps(a[r][j], b[j], c);
+        _mm512_storeu_ps(C + r * ldc + n, c);
+      }
+    }
+    if (n < n1) {
+      __mmask16 m = (__mmask16)((1u << (n1 - n)) - 1);
+      __m512 b[4];
+      for (int j = 0; j < 4; ++j) b[j] = _mm512_maskz_loadu_ps(m, b0 + j * ldb + n);
+      for (int r = 0; r < R; ++r) {
+        __m512 c = _mm512_maskz_loadu_ps(m, C + r * ldc + n);
+        for (int j = 0; j < 4; ++j) c = _mm512_fmadd_ps(a[r][j], b[j], c);
+        _mm512_mask_storeu_ps(C + r * ldc + n, m, c);
+      }
+    }
+  }
+  for (; k < K; ++k) {
+    const float* b0 = B + k * ldb;
+    for (int r = 0; r < R; ++r) {
+      float a = A[r * lda + k];
+      for (int64_t n = n0; n < n1; ++n) C[r * ldc + n] = std::fma(a, b0[n], C[r * ldc + n]);
+    }
+  }
+}
+
+template <int R>
+__attribute__((target("avx2,fma"))) void skinny_n_avx2(
+    const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+    int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
+  for (int r = 0; r < R; ++r) std::memset(C + r * ldc + n0, 0, (n1 - n0) * 4);
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const float* b0 = B + k * ldb;
+    int64_t n = n0;
+    for (; n + 8 <= n1; n += 8) {
+      __m256 b[4];
+      for (int j = 0; j < 4; ++j) b[j] = _mm256_loadu_ps(b0 + j * ldb + n);
+      for (int r = 0; r < R; ++r) {
+        __m256 c = _mm256_loadu_ps(C + r * ldc + n);
+        for (int j = 0; j < 4; ++j)
+          c = _mm256_fmadd_ps(_mm256_set1_ps(A[r * lda + k + j]), b[j], c);
+        _mm256_storeu_ps(C + r * ldc + n, c);
+      }
+    }
+    for (; n < n1; ++n)
+      for (int r = 0; r < R; ++r) {
+        float c = C[r * ldc + n];
+        for (int j = 0; j < 4; ++j) c = std::fma(A[r * lda + k + j], b0[j * ldb + n], c);
+        C[r * ldc + n] = c;
+      }
+  }
+  for (; k < K; ++k) {
+    const float* b0 = B + k * ldb;
+    for (int r = 0; r < R; ++r) {
+      float a = A[r * lda + k];
+      for (int64_t n = n0; n < n1; ++n) C[r * ldc + n] = std::fma(a, b0[n], C[r * ldc + n]);
+    }
+  }
+}
+
+template <int R>
+void skinny_n_scalar(const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                     int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
+  for (int r = 0; r < R; ++r)
+    for (int64_t n = n0; n < n1; ++n) {
+      float c = 0.0f;
+      for (int64_t k = 0; k < K; ++k) c = std::fma(A[r * lda + k], B[k * ldb + n], c);
+      C[r * ldc + n] = c;
+    }
+}
+
+// The same product with B given transposed (Bt: N x K row-major, a weight
+// used as x · W^T): each output a dot product of two contiguous rows.
+__attribute__((target("avx512f"))) float dot_avx512(const float* x, const float* y, int64_t K) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(y + k), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(y + k + 16), s1);
+  }
+  if (k < K) {
+    for (; k + 16 <= K; k += 16)
+      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(y + k), s0);
+    if (k < K) {
+      __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+      s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k), s1);
+    }
+  }
+  // (GCC 12's _mm512_reduce_add_ps warns about its own uninitialised
+  // temporary: the lanes summed by hand instead.)
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(s0, s1));
+  float out = 0.0f;
+  for (float v : lanes) out += v;
+  return out;
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* x, const float* y, int64_t K) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_loadu_ps(y + k + 8), s1);
+  }
+  __m256 s = _mm256_add_ps(s0, s1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  float out = _mm_cvtss_f32(h);
+  for (; k < K; ++k) out = std::fma(x[k], y[k], out);
+  return out;
+}
+
+float dot_scalar(const float* x, const float* y, int64_t K) {
+  float s = 0.0f;
+  for (int64_t k = 0; k < K; ++k) s = std::fma(x[k], y[k], s);
+  return s;
+}
+
+using SkinnyFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t,
+                          int64_t, int64_t, int64_t);
+
+template <int R>
+SkinnyFn skinny_for() {
+  if (has_avx512()) return skinny_n_avx512<R>;
+  if (has_avx2()) return skinny_n_avx2<R>;
+  return skinny_n_scalar<R>;
+}
+
+SkinnyFn skinny(int rows) {
+  switch (rows) {
+    case 1: return skinny_for<1>();
+    case 2: return skinny_for<2>();
+    case 3: return skinny_for<3>();
+    case 4: return skinny_for<4>();
+    case 5: return skinny_for<5>();
+    case 6: return skinny_for<6>();
+    case 7: return skinny_for<7>();
+    default: return skinny_for<8>();
+  }
+}
+
+// ---- the BLAS, called by us ------------------------------------------------
+
+enum { kRowMajor = 101, kNoTrans = 111, kTrans = 112 };
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                         int, float, float*, int);
+using ThreadsFn = int (*)();
+
+SgemmFn cblas_sgemm() {
+  static const SgemmFn f = reinterpret_cast<SgemmFn>(find_symbol("cblas_sgemm"));
+  return f;
+}
+
+// How many threads the BLAS would use for one call: OpenBLAS's own count
+// (whatever the host set it to), 1 for a BLAS that does not say (the
+// reference BLAS).
+int blas_threads() {
+  static const ThreadsFn f = reinterpret_cast<ThreadsFn>(find_symbol("openblas_get_num_threads"));
+  return f != nullptr ? f() : 1;
+}
+
+// ---- the product ----------------------------------------------------------
+
+// A right operand as the kernels read it: row-major K x N with row stride
+// `ld` (`t` false), or its transpose, row-major N x K with row stride `ld`
+// (`t` true: a weight used as W^T, or attention's keys).
+struct RightOp {
+  const float* p;
+  int64_t ld;
+  bool t;
+};
+
+// Batch `i`'s right operand of a [batch.., K, N] array with any strides:
+// in place when one of its last two axes is contiguous, else gathered into
+// `scratch` (each task its own).
+RightOp right(const mx::array& b, int64_t i, std::vector<float>& scratch) {
+  const int nd = static_cast<int>(b.ndim());
+  const int64_t K = b.shape(nd - 2), N = b.shape(nd - 1);
+  const auto& st = b.strides();
+  const int64_t rs = st[nd - 2], cs = st[nd - 1];
+  int64_t off = 0, rest = i;
+  for (int d = nd - 3; d >= 0; --d) {
+    off += (rest % b.shape(d)) * st[d];
+    rest /= b.shape(d);
+  }
+  const float* p = b.data<float>() + off;
+  if (cs == 1 && (rs >= N || K == 1)) return {p, std::max<int64_t>(rs, N), false};
+  if (rs == 1 && (cs >= K || N == 1)) return {p, std::max<int64_t>(cs, K), true};
+  scratch.resize(static_cast<size_t>(K * N));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) scratch[k * N + n] = p[k * rs + n * cs];
+  return {scratch.data(), N, false};
+}
+
+// C[m0:m0+rows, n0:n1] for one batch, on this thread.
+void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t N, int64_t rows,
+                 int64_t n0, int64_t n1) {
+  if (B.t) {
+    auto dot = has_avx512() ? dot_avx512 : has_avx2() ? dot_avx2 : dot_scalar;
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t r = 0; r < rows; ++r) C[r * N + n] = dot(A + r * K, B.p + n * B.ld, K);
+  } else {
+    skinny(static_cast<int>(rows))(A, K, B.p, B.ld, C, N, K, n0, n1);
+  }
+}
+
+// C = A B for `batches` products (A: [batches, M, K] row-major; C:
+// [batches, M, N]; B as `right` reads it), on the pool: the skinny kernel
+// (kSkinnyRows rows at a time) when M is small or there is no BLAS, else
+// the BLAS, split by rows over our threads when it would run on one.
+void product(const float* A, const mx::array& b, float* C, int64_t batches, int64_t M,
+             int64_t K, int64_t N) {
+  auto& pool = Pool::get();
+  auto sgemm = cblas_sgemm();
+  if (M <= kSkinnyRows || sgemm == nullptr) {
+    // Tasks: each batch's columns in chunks of ~64 KiB of B (64-column
+    // multiples), at least one a participant where there is enough work.
+    int64_t min_cols = std::max<int64_t>(64, ((1 << 14) / std::max<int64_t>(K, 1) + 63) / 64 * 64);
+    int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(N / min_cols, pool.size()));
+    int64_t width = (N + chunks - 1) / chunks;
+    pool.run(static_cast<size_t>(batches * chunks), [&](size_t task) {
+      int64_t i = static_cast<int64_t>(task) / chunks, ch = static_cast<int64_t>(task) % chunks;
+      int64_t n0 = ch * width, n1 = std::min(N, n0 + width);
+      if (n0 >= n1) return;
+      std::vector<float> scratch;
+      RightOp B = right(b, i, scratch);
+      for (int64_t m0 = 0; m0 < M; m0 += kSkinnyRows) {
+        skinny_part(A + (i * M + m0) * K, K, B, C + (i * M + m0) * N, N,
+                    std::min(kSkinnyRows, M - m0), n0, n1);
+      }
+    });
+    return;
+  }
+  int64_t parts = 1;
+  if (blas_threads() <= 1 && batches * M * N * K >= (int64_t(1) << 21)) {
+    parts = std::min<int64_t>(static_cast<int64_t>(pool.size()), std::max<int64_t>(1, M / 16));
+  }
+  int64_t rows = (M + parts - 1) / parts;
+  pool.run(static_cast<size_t>(batches * parts), [&](size_t task) {
+    int64_t i = static_cast<int64_t>(task) / parts, p = static_cast<int64_t>(task) % parts;
+    int64_t m0 = p * rows, m = std::min(M - m0, rows);
+    if (m <= 0) return;
+    std::vector<float> scratch;
+    RightOp B = right(b, i, scratch);
+    sgemm(kRowMajor, kNoTrans, B.t ? kTrans : kNoTrans, static_cast<int>(m),
+          static_cast<int>(N), static_cast<int>(K), 1.0f, A + (i * M + m0) * K,
+          static_cast<int>(K), B.p, static_cast<int>(B.ld), 0.0f, C + (i * M + m0) * N,
+          static_cast<int>(N));
+  });
+}
+
+// The left operand's elements row-major: its own buffer when it already
+// is, else gathered into `scratch`.
+const float* row_major(const mx::array& x, std::vector<float>& scratch) {
+  if (x.flags().row_contiguous) return x.data<float>();
+  scratch.resize(x.size());
+  const float* src = x.data<float>();
+  const auto& st = x.strides();
+  for (size_t flat = 0; flat < x.size(); ++flat) {
+    size_t rest = flat;
+    int64_t off = 0;
+    for (int d = static_cast<int>(x.ndim()) - 1; d >= 0; --d) {
+      off += static_cast<int64_t>(rest % x.shape(d)) * st[d];
+      rest /= x.shape(d);
+    }
+    scratch[flat] = src[off];
+  }
+  return scratch.data();
+}
+
+// [batch.., M, K] x [batch.., K, N] (the same batch dims, or a 2-D right
+// operand shared by every batch, folded into the rows).
+class Matmul : public mx::UnaryPrimitive {
+ public:
+  explicit Matmul(mx::Stream stream) : mx::UnaryPrimitive(stream) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    const auto& a = inputs[0];
+    const auto& b = inputs[1];
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.set_input_array(a);
+    enc.set_input_array(b);
+    enc.set_output_array(out);
+    enc.dispatch([a, b, c = out.data<float>()]() {
+      const int nd = static_cast<int>(a.ndim());
+      const int64_t K = a.shape(nd - 1), N = b.shape(-1);
+      // A 2-D right operand serves every row: the batch folds into M.
+      const bool shared = b.ndim() == 2;
+      const int64_t batches = shared ? 1 : static_cast<int64_t>(b.size() / (K * N));
+      const int64_t M = static_cast<int64_t>(a.size()) / std::max<int64_t>(K, 1) / batches;
+      if (M == 0 || N == 0 || batches == 0) return;
+      if (K == 0) {
+        std::memset(c, 0, static_cast<size_t>(batches * M * N) * 4);
+        return;
+      }
+      std::vector<float> sa;
+      product(row_major(a, sa), b, c, batches, M, K, N);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[rlx matmul] is a CPU kernel; the GPU uses mx::matmul");
+  }
+
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
+                             const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums,
+                             const std::vector<mx::array>&) override {
+    std::vector<mx::array> out;
+    for (int i : argnums) {
+      out.push_back(i == 0 ? mx::matmul(cotangents[0], mx::swapaxes(primals[1], -1, -2, stream()),
+                                        stream())
+                           : mx::matmul(mx::swapaxes(primals[0], -1, -2, stream()),
+                                        cotangents[0], stream()));
+    }
+    return out;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    auto shape = inputs[0].shape();
+    shape.back() = inputs[1].shape(-1);
+    return {shape};
+  }
+
+  const char* name() const override { return "RlxMatmul"; }
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+};
+
+}  // namespace
+
+bool matmul_cpu_takes(const Array& a, const Array& b) {
+  const auto& x = a.a;
+  const auto& w = b.a;
+  if (x.dtype() != mx::float32 || w.dtype() != mx::float32 || x.ndim() < 2 || w.ndim() < 2 ||
+      x.shape(-1) != w.shape(-2)) {
+    return false;
+  }
+  // The same batch dims on both sides, or a shared 2-D right operand.
+  if (w.ndim() == 2) return true;
+  if (w.ndim() != x.ndim()) return false;
+  for (size_t d = 0; d + 2 < x.ndim(); ++d)
+    if (x.shape(d) != w.shape(d)) return false;
+  return true;
+}
+
+std::unique_ptr<Array> matmul_cpu(const Array& a, const Array& b) {
+  if (!matmul_cpu_takes(a, b)) {
+    throw std::invalid_argument(
+        "[rlx matmul] needs float32 [..., M, K] times [K, N] or the same batch of [K, N]");
+  }
+  auto s = mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
+  auto shape = a.a.shape();
+  shape.back() = b.a.shape(-1);
+  return wrap(mx::array(shape, mx::float32, std::make_shared<Matmul>(s), {a.a, b.a}));
+}
+
+}  // namespace rlx
