@@ -463,7 +463,7 @@ fn wait(sl: &mut Slot, how: u8) -> Result<(), Finding> {
             (v.dtype, n)
         })
         .collect();
-    if how % 5 == 0 {
+    if how.is_multiple_of(5) {
         return judge("wait", sl.exe.wait_discard()).map(drop);
     }
     let mut bufs: Vec<Vec<u8>> = outs

@@ -295,7 +295,7 @@ fn an_abi_1_0_plugin_passes_with_the_custom_op_checks_skipped() {
 
 #[test]
 fn the_library_api_gives_the_report_the_cli_prints() {
-    let r = conformance::check(&common::fixture_path());
+    let r = conformance::check(common::fixture_path());
     assert!(r.loaded);
     assert_eq!(r.plugin.as_deref(), Some("fixture 0.1.0"));
     let c = r.get("exec eager: bind_param_shared + run").expect("ran");

@@ -272,7 +272,10 @@ impl Array {
         let n = self.size();
         let mut out: Vec<T> = Vec::new();
         out.try_reserve_exact(n).map_err(|_| {
-            ShimError::new("to_vec", format!("cannot allocate {n} elements for the result"))
+            ShimError::new(
+                "to_vec",
+                format!("cannot allocate {n} elements for the result"),
+            )
         })?;
         // SAFETY: `out` has room for `n` aligned elements of `T`; the shim
         // writes all their bytes (the array's, row-major) or fails, and the

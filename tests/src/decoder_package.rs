@@ -101,7 +101,7 @@ impl DecoderConfig {
     fn validate(&self) -> Result<(), Error> {
         let ok = self.vocab > 1
             && self.heads > 0
-            && self.d_model % self.heads == 0
+            && self.d_model.is_multiple_of(self.heads)
             && self.layers > 0
             && self.ffn > 0
             && self.check_tokens > 0

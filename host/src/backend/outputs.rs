@@ -36,10 +36,13 @@ fn lend<T>(v: &mut Vec<T>, n: usize) -> LentBuffer {
     }
 }
 
+/// A lent room and its element count, when the output was lent one.
+type Room<T> = Option<(Vec<T>, usize)>;
+
 /// One run's (or wait's) destinations, and the rooms lent for them.
 pub(super) struct Plan<T> {
     /// Per output: its room and its element count, when lent.
-    rooms: SmallVec<[Option<(Vec<T>, usize)>; 4]>,
+    rooms: SmallVec<[Room<T>; 4]>,
     dests: SmallVec<[OutputDest; 4]>,
 }
 
@@ -52,7 +55,7 @@ impl<T> Plan<T> {
         lend_outputs: bool,
         elems: impl Fn(&ValueInfo) -> Option<usize>,
     ) -> Plan<T> {
-        let mut rooms: SmallVec<[Option<(Vec<T>, usize)>; 4]> = outputs
+        let mut rooms: SmallVec<[Room<T>; 4]> = outputs
             .iter()
             .enumerate()
             .map(|(i, v)| {

@@ -109,7 +109,7 @@ impl MlxExecutable {
         let (dtype, _) = self.declared_layout(id);
         let item = dtype.size_bytes();
         let total = old.nbytes();
-        if byte_offset % item != 0 || data.len() % item != 0 {
+        if !byte_offset.is_multiple_of(item) || !data.len().is_multiple_of(item) {
             return Err(PluginError::invalid_argument(format!(
                 "param {name:?} is {dtype}: bytes {byte_offset}..{} are not whole {item}-byte \
                  elements",

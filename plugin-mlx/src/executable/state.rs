@@ -175,7 +175,7 @@ fn internal(e: impl std::fmt::Display) -> PluginError {
 /// dtype).
 pub(super) fn read_range(a: &A, first: usize, out: &mut [u8]) -> PluginResult<()> {
     let item = a.nbytes() / a.size().max(1);
-    if item > 0 && out.len() % item != 0 {
+    if item > 0 && !out.len().is_multiple_of(item) {
         return Err(PluginError::invalid_argument(format!(
             "a buffer of {} bytes is not a whole number of {item}-byte elements",
             out.len()

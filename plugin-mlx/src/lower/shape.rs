@@ -133,7 +133,11 @@ fn dynamic_update_slice(cx: &Ctx, a: &[&Array]) -> LResult {
     let (od, ud) = (cx.in_dims(0), cx.in_dims(1));
     if *axis >= od.len()
         || ud.len() != od.len()
-        || od.iter().zip(&ud).enumerate().any(|(i, (o, u))| i != *axis && o != u)
+        || od
+            .iter()
+            .zip(&ud)
+            .enumerate()
+            .any(|(i, (o, u))| i != *axis && o != u)
         || ud[*axis] > od[*axis]
     {
         return Err(format!(
@@ -155,7 +159,12 @@ fn dynamic_update_slice(cx: &Ctx, a: &[&Array]) -> LResult {
     let start = ops::clip(&start, 0.0, last)?;
     let start = ops::astype(&start, MxDType::I32)?;
     let update = ops::astype(a[1], a[0].dtype())?;
-    Ok(ops::slice_update_dynamic(a[0], &update, &start, &[*axis as i32])?)
+    Ok(ops::slice_update_dynamic(
+        a[0],
+        &update,
+        &start,
+        &[*axis as i32],
+    )?)
 }
 
 fn narrow(cx: &Ctx, a: &[&Array]) -> LResult {
