@@ -62,6 +62,15 @@ pub struct Env<'a> {
     pub writes: &'a ParamWrites,
 }
 
+/// Which nodes one evaluation builds: those in `skip` are not built,
+/// those in `given` come from `leaf` like Inputs and Params (either slice
+/// may be empty: none), and `targets` are returned.
+pub struct Select<'a> {
+    pub given: &'a [bool],
+    pub skip: &'a [bool],
+    pub targets: &'a [NodeId],
+}
+
 /// Evaluate every node of `graph` in order. `leaf` supplies Input and Param
 /// values. Returns the outputs (unevaluated unless `env.how` is eager).
 pub fn evaluate(
@@ -69,21 +78,47 @@ pub fn evaluate(
     env: &Env,
     leaf: &dyn Fn(NodeId) -> PluginResult<A>,
 ) -> PluginResult<Vec<A>> {
+    let select = Select {
+        given: &[],
+        skip: &[],
+        targets: &graph.outputs,
+    };
+    evaluate_select(graph, env, leaf, &select)
+}
+
+/// [`evaluate`] of the nodes `select` names.
+pub fn evaluate_select(
+    graph: &Graph,
+    env: &Env,
+    leaf: &dyn Fn(NodeId) -> PluginResult<A>,
+    select: &Select,
+) -> PluginResult<Vec<A>> {
     let (rng, custom, how) = (env.rng, env.custom, env.how);
     let eager = how == Eval::Eager;
+    let flag = |mask: &[bool], id: NodeId| mask.get(id.0 as usize).copied().unwrap_or(false);
     // Drop each intermediate after its last use.
     let mut uses = vec![0usize; graph.len()];
     for n in graph.nodes() {
+        if flag(select.skip, n.id) || flag(select.given, n.id) {
+            continue;
+        }
         for i in &n.inputs {
             uses[i.0 as usize] += 1;
         }
     }
-    for o in &graph.outputs {
+    for o in select.targets {
         uses[o.0 as usize] += 1;
     }
     let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
     let on_gpu = rlx_mlx_shim::array::thread_device_is_gpu();
     for n in graph.nodes() {
+        if flag(select.skip, n.id) {
+            continue;
+        }
+        if flag(select.given, n.id) {
+            vals[n.id.0 as usize] = Some(leaf(n.id)?);
+            continue;
+        }
         // MLX's GPU backends have no float64: such a node is built on the
         // CPU stream (MLX moves data between streams itself).
         let _cpu = if touches_f64(graph, n) {
@@ -139,11 +174,11 @@ pub fn evaluate(
         }
         vals[n.id.0 as usize] = Some(v);
     }
-    graph
-        .outputs
+    select
+        .targets
         .iter()
         .map(|o| {
-            let v = vals[o.0 as usize].as_deref().expect("outputs are nodes");
+            let v = vals[o.0 as usize].as_deref().expect("targets are built");
             Ok(v.clone_handle())
         })
         .collect()

@@ -104,6 +104,7 @@ impl MlxExecutable {
                 &self.inputs,
                 &self.params,
                 compiled_writes.clone(),
+                None,
             )?),
             _ => None,
         };

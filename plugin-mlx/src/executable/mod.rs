@@ -32,6 +32,7 @@ struct Built {
 mod device;
 mod evaluate;
 mod extent;
+mod hoist;
 mod sharing;
 mod state;
 mod state_entries;
@@ -39,8 +40,9 @@ mod submit;
 
 use device::spin_us;
 pub use device::{on_device, OnDevice};
-use evaluate::zeros_like;
 pub use evaluate::{evaluate, Env, Eval, ParamWrites};
+use evaluate::{evaluate_select, zeros_like};
+use hoist::{Hoisted, Hoisting};
 use state::States;
 use submit::Pending;
 
@@ -149,6 +151,10 @@ pub struct MlxExecutable {
     /// compute, where the graph allows it, and the graph narrowed for it.
     extent: Option<(usize, usize)>,
     narrowed: Vec<extent::Narrowed>,
+    /// Its nodes that read params only, computed once per param value
+    /// (see `hoist`), and their values for the params bound now.
+    hoisting: Option<Arc<Hoisting>>,
+    hoisted: Hoisted,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -197,6 +203,7 @@ impl MlxExecutable {
             Mode::Compiled => crate::kernel_cache::check().err(),
             _ => None,
         };
+        let hoisting = Hoisting::plan(&graph).map(Arc::new);
         let compiled = match mode {
             // mx::compile traces without data, so a loop whose trip count
             // depends on values cannot be traced: such a graph runs lazily.
@@ -217,6 +224,7 @@ impl MlxExecutable {
                 &inputs,
                 &params,
                 compiled_writes.clone(),
+                hoisting.clone(),
             )?),
             _ => None,
         };
@@ -245,6 +253,8 @@ impl MlxExecutable {
             pending: Default::default(),
             extent: None,
             narrowed: Vec::new(),
+            hoisting,
+            hoisted: Hoisted::default(),
         })
     }
 
@@ -365,12 +375,17 @@ fn compile_graph(
     inputs: &[(String, NodeId)],
     params: &[(String, NodeId)],
     write_ids: Arc<std::sync::Mutex<Vec<NodeId>>>,
+    hoisting: Option<Arc<Hoisting>>,
 ) -> PluginResult<Compiled> {
+    // Arguments: inputs, params, then the hoisted values.
+    let hoisted_ids = hoisting.as_ref().map_or(&[][..], |h| &h.nodes[..]);
     let slot: HashMap<NodeId, usize> = inputs
         .iter()
         .chain(params)
+        .map(|(_, id)| *id)
+        .chain(hoisted_ids.iter().copied())
         .enumerate()
-        .map(|(i, (_, id))| (*id, i))
+        .map(|(i, id)| (id, i))
         .collect();
     rlx_mlx_shim::compile(move |args: &ArrayList| {
         let leaf = |id: NodeId| -> PluginResult<A> {
@@ -384,7 +399,11 @@ fn compile_graph(
             how: Eval::Lazy,
             writes: &writes,
         };
-        let outs = evaluate(&graph, &env, &leaf).map_err(|e| e.message)?;
+        let outs = match &hoisting {
+            Some(h) => evaluate_select(&graph, &env, &leaf, &h.select(&graph.outputs)),
+            None => evaluate(&graph, &env, &leaf),
+        }
+        .map_err(|e| e.message)?;
         // State written back rides along as extra outputs.
         let w = writes.take_for(&graph);
         *write_ids.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -692,8 +711,23 @@ impl MlxExecutable {
             Some(p) => (&p.graph, p.compiled.as_ref(), &p.compiled_writes),
             None => (&self.graph, self.compiled.as_ref(), &self.compiled_writes),
         };
+        // The params-only values, made again if a param they read changed
+        // (a narrowed graph builds its own).
+        let hoisting = match plan {
+            None => self.hoisting.as_deref(),
+            Some(_) => None,
+        };
+        let hoisted: &[A] = match hoisting {
+            Some(h) => self
+                .hoisted
+                .current(h, &self.graph, &self.bound, self.rng, &self.custom)?,
+            None => &[],
+        };
         trace.mark("inputs");
         let leaf = |id: NodeId| -> PluginResult<A> {
+            if let Some(k) = hoisting.and_then(|h| h.nodes.iter().position(|x| *x == id)) {
+                return Ok(hoisted[k].clone_handle());
+            }
             Ok(match self.inputs.iter().position(|(_, i)| *i == id) {
                 Some(slot) => input(slot).clone_handle(),
                 None => self.bound[&id].clone_handle(),
@@ -710,6 +744,7 @@ impl MlxExecutable {
                 for a in (0..self.inputs.len())
                     .map(|slot| &**input(slot))
                     .chain(self.params.iter().map(|(_, id)| &*self.bound[id]))
+                    .chain(hoisted.iter().map(|a| &**a))
                 {
                     args.pin_mut()
                         .push(a)
@@ -744,7 +779,10 @@ impl MlxExecutable {
                     },
                     writes: &writes,
                 };
-                let outs = evaluate(graph, &env, &leaf)?;
+                let outs = match hoisting {
+                    Some(h) => evaluate_select(graph, &env, &leaf, &h.select(&graph.outputs))?,
+                    None => evaluate(graph, &env, &leaf)?,
+                };
                 // Param writes belong to the executable's own graph.
                 let writes = writes.take_for(graph);
                 let list = ArrayList::from_arrays(

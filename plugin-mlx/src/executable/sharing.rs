@@ -26,6 +26,7 @@ impl MlxExecutable {
                 &self.inputs,
                 &self.params,
                 compiled_writes.clone(),
+                self.hoisting.clone(),
             )?),
             None => None,
         };
@@ -51,6 +52,8 @@ impl MlxExecutable {
             extent: self.extent,
             // Narrowed again, with its own compiled function, at its first run.
             narrowed: Vec::new(),
+            hoisting: self.hoisting.clone(),
+            hoisted: self.hoisted.cloned(),
         })
     }
 
@@ -163,6 +166,7 @@ impl MlxExecutable {
                 &self.inputs,
                 &self.params,
                 self.compiled_writes.clone(),
+                self.hoisting.clone(),
             )?);
         }
         self.rng = rng;

@@ -142,11 +142,18 @@ impl States {
                     .map_err(internal)?;
             }
             let next = ops::reshape(&dst, &shape).map_err(internal)?;
-            // Evaluated now, so that the old value is released (and its
-            // buffer reused in place when nothing else holds it) instead
-            // of a chain of updates growing until the next run.
-            next.eval().map_err(internal)?;
+            drop(dst);
+            // The executable's own handle on the old value is let go before
+            // the update runs: MLX writes a slice in place only into a
+            // buffer nothing else holds, and a kept handle would make every
+            // feed a copy of the whole state (2 MiB a cache a token at a
+            // 1,024-row bucket). A clone or a pending run that holds the
+            // old value still makes it a copy, as it must. Evaluated now,
+            // so that updates do not chain until the next run; should the
+            // evaluation fail, the state is the update, and its next use
+            // evaluates it again.
             h.value = next;
+            h.value.eval().map_err(internal)?;
         }
         Ok(())
     }
