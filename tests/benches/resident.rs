@@ -12,6 +12,10 @@
 //!   through rlx-runtime's model API (`.rlxp` with a `generate` entry).
 //!   Resident: the caches stay in the executable and each step feeds one
 //!   row; host: the whole cache crosses every token.
+//! - `forward`: the f32 MLP's forward on the plugin (no CPU variant): its
+//!   input bound once as state and its output left on the device, against
+//!   both crossing each run; the peer of a framework's resident forward
+//!   (`scripts/resident_peers.py`).
 //!
 //! ```sh
 //! cargo bench -p rlx-plugin-tests --bench resident -- train
@@ -32,6 +36,8 @@ use std::time::Instant;
 
 #[path = "resident/decode.rs"]
 mod decode;
+#[path = "resident/forward.rs"]
+mod forward;
 #[path = "resident/train.rs"]
 mod train;
 
@@ -131,6 +137,7 @@ fn main() {
         let m = match workload.as_str() {
             "train" => train::run(variant, warmup, steps),
             "decode" => decode::run(variant, warmup, steps),
+            "forward" => forward::run(variant, warmup, steps),
             w => panic!("unknown workload {w:?}"),
         };
         let list: Vec<String> = m.steps_ms.iter().map(|v| format!("{v:.4}")).collect();
@@ -155,6 +162,7 @@ fn main() {
             .map(|v| Variant::parse(v).unwrap_or_else(|e| panic!("{e}")))
             .collect(),
         None => std::iter::once(Variant::Cpu)
+            .filter(|_| workload != "forward")
             .chain(
                 [Mode::Lazy, Mode::Eager, Mode::Compiled]
                     .into_iter()

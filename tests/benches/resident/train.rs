@@ -41,7 +41,7 @@ fn mlp() -> (Graph, Vec<TrainableParam>) {
     (g, wrt)
 }
 
-fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+pub fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|i| {
             let h = (i as u32)
