@@ -141,6 +141,20 @@ bool has_avx2() {
   return yes;
 }
 
+// The last K % 4 steps of the kernels below, one k at a time (the same for
+// every instruction set: too few to vectorise across k).
+template <int R>
+inline void skinny_k_tail(const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                          int64_t ldc, int64_t k, int64_t K, int64_t n0, int64_t n1) {
+  for (; k < K; ++k) {
+    const float* b0 = B + k * ldb;
+    for (int r = 0; r < R; ++r) {
+      float a = A[r * lda + k];
+      for (int64_t n = n0; n < n1; ++n) C[r * ldc + n] = std::fma(a, b0[n], C[r * ldc + n]);
+    }
+  }
+}
+
 // One pass over k for R rows of A (R <= 8) and columns [n0, n1) of a
 // row-major B: C's rows stay in L1, B's rows stream four at a time.
 template <int R>
@@ -175,13 +189,7 @@ __attribute__((target("avx512f"))) void skinny_n_avx512(
       }
     }
   }
-  for (; k < K; ++k) {
-    const float* b0 = B + k * ldb;
-    for (int r = 0; r < R; ++r) {
-      float a = A[r * lda + k];
-      for (int64_t n = n0; n < n1; ++n) C[r * ldc + n] = std::fma(a, b0[n], C[r * ldc + n]);
-    }
-  }
+  skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
 }
 
 template <int R>
@@ -210,13 +218,7 @@ __attribute__((target("avx2,fma"))) void skinny_n_avx2(
         C[r * ldc + n] = c;
       }
   }
-  for (; k < K; ++k) {
-    const float* b0 = B + k * ldb;
-    for (int r = 0; r < R; ++r) {
-      float a = A[r * lda + k];
-      for (int64_t n = n0; n < n1; ++n) C[r * ldc + n] = std::fma(a, b0[n], C[r * ldc + n]);
-    }
-  }
+  skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
 }
 
 template <int R>

@@ -725,7 +725,8 @@ impl MlxExecutable {
         };
         trace.mark("inputs");
         let leaf = |id: NodeId| -> PluginResult<A> {
-            if let Some(k) = hoisting.and_then(|h| h.nodes.iter().position(|x| *x == id)) {
+            // `nodes` is in graph order, so sorted: a lookup per leaf, not a scan.
+            if let Some(k) = hoisting.and_then(|h| h.nodes.binary_search(&id).ok()) {
                 return Ok(hoisted[k].clone_handle());
             }
             Ok(match self.inputs.iter().position(|(_, i)| *i == id) {
