@@ -18,7 +18,9 @@ pub struct BenchArgs {
     pub warmup: usize,
     /// Comma-separated backends: `cpu` (rlx-runtime's CPU backend),
     /// `NAME:lazy`, `NAME:eager`, `NAME:compiled` for a loaded plugin, or
-    /// `NAME` for all three of its modes. Default: `cpu,mlx`.
+    /// `NAME` for all three of its modes; `+cpu` after a plugin entry
+    /// (`mlx:lazy+cpu`) measures it in a process where the CPU backend
+    /// ran the model first. Default: `cpu,mlx`.
     #[arg(long, value_name = "LIST")]
     pub backends: Option<String>,
     /// Seconds one backend's child process may take (compile, every run,

@@ -35,7 +35,17 @@ pub fn main(args: &BenchArgs, spec: &str, plugins: Vec<PathBuf>) -> Result<(), S
             let exec = run::execute(Device::Cpu, &model.graph, &data, total)?;
             (row, exec)
         }
-        BackendSpec::Plugin { name, mode } => {
+        BackendSpec::Plugin {
+            name,
+            mode,
+            after_cpu,
+        } => {
+            if *after_cpu {
+                // What a host that uses both backends did before: the CPU
+                // backend compiled and ran the model (untimed).
+                run::execute(Device::Cpu, &model.graph, &data, 1)
+                    .map_err(|e| format!("the CPU backend's run before the plugin's: {e}"))?;
+            }
             let set = PluginSet::load_from_env(plugins);
             let plugin = run::find_plugin(&set, name)?;
             let d = plugin.descriptor();

@@ -26,7 +26,7 @@ pub fn measure(
 ) -> Row {
     let (backend, mode) = match spec {
         BackendSpec::Cpu => ("cpu".to_string(), None),
-        BackendSpec::Plugin { name, mode } => (name.clone(), Some(mode.name())),
+        BackendSpec::Plugin { name, mode, .. } => (name.clone(), Some(mode.name())),
     };
     let base = Row::empty(&backend, mode, &spec.label(), "rlx");
     let exe = match std::env::current_exe() {

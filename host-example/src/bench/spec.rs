@@ -1,10 +1,16 @@
 //! The backends `--backends` names: `cpu`, `NAME:MODE`, or `NAME` for
-//! every mode of a plugin.
+//! every mode of a plugin; either plugin form with `+cpu` after it is the
+//! same plugin measured in a process where rlx-runtime's CPU backend ran
+//! the model first (a host that uses both: the CPU backend sets
+//! process-wide state, such as the thread count of a BLAS both call).
 
 use rlx_plugin_api::Mode;
 
 /// The default `--backends`: the CPU reference and every mode of `mlx`.
 pub const DEFAULT_BACKENDS: &str = "cpu,mlx";
+
+/// The suffix of a plugin measured after the CPU backend ran.
+const AFTER_CPU: &str = "+cpu";
 
 /// Every mode a plugin is measured in when only its name is given.
 pub const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
@@ -15,8 +21,13 @@ pub enum BackendSpec {
     /// rlx-runtime's CPU backend (the reference).
     Cpu,
     /// A plugin, by the name a user asks for (resolved with
-    /// `run::find_plugin`), in one mode.
-    Plugin { name: String, mode: Mode },
+    /// `run::find_plugin`), in one mode; `after_cpu`: in a process where
+    /// the CPU backend compiled and ran the model first.
+    Plugin {
+        name: String,
+        mode: Mode,
+        after_cpu: bool,
+    },
 }
 
 impl BackendSpec {
@@ -24,7 +35,14 @@ impl BackendSpec {
     pub fn label(&self) -> String {
         match self {
             BackendSpec::Cpu => "cpu".into(),
-            BackendSpec::Plugin { name, mode } => format!("{name}:{}", mode.name()),
+            BackendSpec::Plugin {
+                name,
+                mode,
+                after_cpu,
+            } => {
+                let tail = if *after_cpu { AFTER_CPU } else { "" };
+                format!("{name}:{}{tail}", mode.name())
+            }
         }
     }
 
@@ -59,6 +77,15 @@ fn parse_item(item: &str) -> Result<Vec<BackendSpec>, String> {
     if item == "cpu" {
         return Ok(vec![BackendSpec::Cpu]);
     }
+    let (item, after_cpu) = match item.strip_suffix(AFTER_CPU) {
+        Some(rest) => (rest, true),
+        None => (item, false),
+    };
+    if item == "cpu" {
+        return Err(format!(
+            "--backends: {AFTER_CPU} follows a plugin (NAME or NAME:MODE), not cpu"
+        ));
+    }
     let (name, mode) = match item.split_once(':') {
         Some((n, m)) => (n, Some(m)),
         None => (item, None),
@@ -79,6 +106,7 @@ fn parse_item(item: &str) -> Result<Vec<BackendSpec>, String> {
         .map(|mode| BackendSpec::Plugin {
             name: name.to_string(),
             mode,
+            after_cpu,
         })
         .collect())
 }
@@ -115,10 +143,36 @@ mod tests {
     }
 
     #[test]
+    fn after_cpu_is_its_own_row_of_the_same_plugin() {
+        let l = parse_list("mlx:lazy,mlx+cpu").unwrap();
+        let labels: Vec<String> = l.iter().map(BackendSpec::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "mlx:lazy",
+                "mlx:lazy+cpu",
+                "mlx:eager+cpu",
+                "mlx:compiled+cpu"
+            ]
+        );
+        assert_eq!(plugin_names(&l), ["mlx"]);
+        assert_eq!(
+            BackendSpec::parse_one("mlx:eager+cpu").unwrap(),
+            BackendSpec::Plugin {
+                name: "mlx".into(),
+                mode: Mode::Eager,
+                after_cpu: true
+            }
+        );
+    }
+
+    #[test]
     fn bad_entries_are_named() {
         assert!(parse_list("cpu,,mlx").unwrap_err().contains("empty"));
         assert!(parse_list("mlx:fast").unwrap_err().contains("\"fast\""));
         assert!(parse_list(":lazy").is_err());
         assert!(BackendSpec::parse_one("mlx").is_err());
+        assert!(parse_list("cpu+cpu").is_err());
+        assert!(parse_list("+cpu").is_err());
     }
 }
