@@ -27,3 +27,19 @@ pub fn describe() -> String {
     };
     format!("{vendor}: {real}")
 }
+
+/// How many threads the plugin's f32 CPU matrix product would use now for
+/// one `[m, k] x [k, n]` product: its own threads, times the BLAS's where
+/// the BLAS does the work; 0 for an empty product.
+///
+/// Exported from the plugin library (not part of the ABI: a diagnostic a
+/// test or a host reads with `dlsym`). A host that pins the process's
+/// OpenBLAS to one thread, as rlx-runtime's CPU backend does, leaves the
+/// plugin's products on as many threads as before: the plugin never sets
+/// the BLAS's count, and spreads its BLAS calls over its own threads when
+/// it finds the BLAS pinned.
+#[no_mangle]
+pub extern "C" fn rlx_mlx_matmul_threads(m: i64, k: i64, n: i64) -> i64 {
+    // The C++ side computes a count and cannot throw; nothing to unwind.
+    rlx_mlx_shim::kernels::matmul_cpu_threads(m, k, n)
+}

@@ -16,6 +16,10 @@ std::unique_ptr<Array> gelu_erf_cpu(const Array& x);
 // few rows and its own threads around the BLAS (src/gemm.cc says why). The
 // operands may be any strided views. Throws for other dtypes and shapes.
 std::unique_ptr<Array> matmul_cpu(const Array& a, const Array& b);
+// How many threads matmul_cpu would use now for one [m, k] x [k, n]
+// product: the plugin's own, times the BLAS's where the BLAS does the work
+// (a diagnostic: what a host that pinned the process's BLAS left us).
+int64_t matmul_cpu_threads(int64_t m, int64_t k, int64_t n);
 // Whether matmul_cpu takes these operands.
 bool matmul_cpu_takes(const Array& a, const Array& b);
 

@@ -368,6 +368,28 @@ void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t 
   }
 }
 
+// How a product of `batches` [M, K] x [K, N] is spread: the skinny
+// kernel's column chunks per batch, or the BLAS calls' row parts per batch.
+struct Split {
+  bool skinny;
+  int64_t per_batch;
+};
+
+Split split(int64_t batches, int64_t M, int64_t K, int64_t N) {
+  const int64_t pool = static_cast<int64_t>(Pool::get().size());
+  if (M <= kSkinnyRows || cblas_sgemm() == nullptr) {
+    // Each batch's columns in chunks of ~64 KiB of B (64-column
+    // multiples), at least one a participant where there is enough work.
+    int64_t min_cols = std::max<int64_t>(64, ((1 << 14) / std::max<int64_t>(K, 1) + 63) / 64 * 64);
+    return {true, std::max<int64_t>(1, std::min<int64_t>(N / min_cols, pool))};
+  }
+  int64_t parts = 1;
+  if (blas_threads() <= 1 && batches * M * N * K >= (int64_t(1) << 21)) {
+    parts = std::min<int64_t>(pool, std::max<int64_t>(1, M / 16));
+  }
+  return {false, parts};
+}
+
 // C = A B for `batches` products (A: [batches, M, K] row-major; C:
 // [batches, M, N]; B as `right` reads it), on the pool: the skinny kernel
 // (kSkinnyRows rows at a time) when M is small or there is no BLAS, else
@@ -376,11 +398,9 @@ void product(const float* A, const mx::array& b, float* C, int64_t batches, int6
              int64_t K, int64_t N) {
   auto& pool = Pool::get();
   auto sgemm = cblas_sgemm();
-  if (M <= kSkinnyRows || sgemm == nullptr) {
-    // Tasks: each batch's columns in chunks of ~64 KiB of B (64-column
-    // multiples), at least one a participant where there is enough work.
-    int64_t min_cols = std::max<int64_t>(64, ((1 << 14) / std::max<int64_t>(K, 1) + 63) / 64 * 64);
-    int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(N / min_cols, pool.size()));
+  const Split sp = split(batches, M, K, N);
+  if (sp.skinny) {
+    const int64_t chunks = sp.per_batch;
     int64_t width = (N + chunks - 1) / chunks;
     pool.run(static_cast<size_t>(batches * chunks), [&](size_t task) {
       int64_t i = static_cast<int64_t>(task) / chunks, ch = static_cast<int64_t>(task) % chunks;
@@ -395,10 +415,7 @@ void product(const float* A, const mx::array& b, float* C, int64_t batches, int6
     });
     return;
   }
-  int64_t parts = 1;
-  if (blas_threads() <= 1 && batches * M * N * K >= (int64_t(1) << 21)) {
-    parts = std::min<int64_t>(static_cast<int64_t>(pool.size()), std::max<int64_t>(1, M / 16));
-  }
+  const int64_t parts = sp.per_batch;
   int64_t rows = (M + parts - 1) / parts;
   pool.run(static_cast<size_t>(batches * parts), [&](size_t task) {
     int64_t i = static_cast<int64_t>(task) / parts, p = static_cast<int64_t>(task) % parts;
@@ -517,6 +534,15 @@ std::unique_ptr<Array> matmul_cpu(const Array& a, const Array& b) {
   auto shape = a.a.shape();
   shape.back() = b.a.shape(-1);
   return wrap(mx::array(shape, mx::float32, std::make_shared<Matmul>(s), {a.a, b.a}));
+}
+
+// How many threads a product [m, k] x [k, n] would run on now: ours,
+// times the BLAS's own where it is the BLAS's (src/gemm.cc's split).
+int64_t matmul_cpu_threads(int64_t m, int64_t k, int64_t n) {
+  if (m <= 0 || k <= 0 || n <= 0) return 0;
+  const Split sp = split(1, m, k, n);
+  const int64_t ours = std::min<int64_t>(static_cast<int64_t>(Pool::get().size()), sp.per_batch);
+  return sp.skinny ? ours : ours * std::max(1, blas_threads());
 }
 
 }  // namespace rlx

@@ -18,6 +18,10 @@ pub mod ffi {
         /// with the plugin's own kernel for a few rows and its own threads
         /// around the BLAS.
         fn matmul_cpu(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        /// How many threads `matmul_cpu` would use now for one
+        /// `[m, k] x [k, n]` product (its own, times the BLAS's where the
+        /// BLAS does the work): a diagnostic of what a host left us.
+        fn matmul_cpu_threads(m: i64, k: i64, n: i64) -> i64;
         /// Whether the vector (AVX2 + FMA) kernels run on this CPU.
         fn kernels_vectorized() -> bool;
     }
@@ -28,4 +32,4 @@ pub mod ffi {
 // as `ShimError`s naming the op.
 include!(concat!(env!("OUT_DIR"), "/kernels_wrappers.rs"));
 
-pub use ffi::kernels_vectorized;
+pub use ffi::{kernels_vectorized, matmul_cpu_threads};
