@@ -49,7 +49,7 @@ pub fn main(args: &BenchArgs, spec: &str, plugins: Vec<PathBuf>) -> Result<(), S
             let set = PluginSet::load_from_env(plugins);
             let plugin = run::find_plugin(&set, name)?;
             let d = plugin.descriptor();
-            let mut row = Row::empty(&d.name, Some(mode.name()), &spec.label(), "rlx");
+            let mut row = Row::empty(&d.name, spec.mode_label().as_deref(), &spec.label(), "rlx");
             // The adapter compiles for the plugin's default device, the
             // first it lists (ABI 1.4; the plain device list before that).
             row.device = d

@@ -24,11 +24,11 @@ pub fn measure(
     outputs: &Path,
     verbose: u8,
 ) -> Row {
-    let (backend, mode) = match spec {
-        BackendSpec::Cpu => ("cpu".to_string(), None),
-        BackendSpec::Plugin { name, mode, .. } => (name.clone(), Some(mode.name())),
+    let backend = match spec {
+        BackendSpec::Cpu => "cpu".to_string(),
+        BackendSpec::Plugin { name, .. } => name.clone(),
     };
-    let base = Row::empty(&backend, mode, &spec.label(), "rlx");
+    let base = Row::empty(&backend, spec.mode_label().as_deref(), &spec.label(), "rlx");
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return base.failed(format!("cannot find this executable to re-run it: {e}")),

@@ -35,13 +35,22 @@ impl BackendSpec {
     pub fn label(&self) -> String {
         match self {
             BackendSpec::Cpu => "cpu".into(),
+            BackendSpec::Plugin { name, .. } => {
+                format!("{name}:{}", self.mode_label().unwrap_or_default())
+            }
+        }
+    }
+
+    /// The MODE column: the mode, with `+cpu` when measured after the
+    /// CPU backend ran; None for the CPU backend.
+    pub fn mode_label(&self) -> Option<String> {
+        match self {
+            BackendSpec::Cpu => None,
             BackendSpec::Plugin {
-                name,
-                mode,
-                after_cpu,
+                mode, after_cpu, ..
             } => {
                 let tail = if *after_cpu { AFTER_CPU } else { "" };
-                format!("{name}:{}{tail}", mode.name())
+                Some(format!("{}{tail}", mode.name()))
             }
         }
     }
