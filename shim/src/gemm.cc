@@ -540,9 +540,9 @@ std::unique_ptr<Array> matmul_cpu(const Array& a, const Array& b) {
 // times the BLAS's own where it is the BLAS's (src/gemm.cc's split).
 int64_t matmul_cpu_threads(int64_t m, int64_t k, int64_t n) {
   if (m <= 0 || k <= 0 || n <= 0) return 0;
+  // `per_batch` is at most the pool's size: one task per participant.
   const Split sp = split(1, m, k, n);
-  const int64_t ours = std::min<int64_t>(static_cast<int64_t>(Pool::get().size()), sp.per_batch);
-  return sp.skinny ? ours : ours * std::max(1, blas_threads());
+  return sp.skinny ? sp.per_batch : sp.per_batch * std::max(1, blas_threads());
 }
 
 }  // namespace rlx

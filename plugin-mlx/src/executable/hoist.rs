@@ -19,7 +19,7 @@
 //! came from (a bf16 model whose every weight is cast to f32 would double
 //! or triple its memory). `RLX_MLX_HOIST=0`, read once, turns it off.
 
-use super::evaluate::{evaluate_select, Env, Eval, ParamWrites, Select};
+use super::evaluate::{evaluate, evaluate_select, Env, Eval, ParamWrites, Select};
 use crate::custom::CustomScope;
 use crate::lower::A;
 use rlx_ir::{Graph, NodeId, OpKind};
@@ -178,6 +178,20 @@ impl Hoisting {
             skip: &self.skip,
             targets,
         }
+    }
+}
+
+/// A run's evaluation of `graph`: around the hoisted nodes where there
+/// are some (they are read through `leaf`), else the whole graph.
+pub(super) fn evaluate_run(
+    hoisting: Option<&Hoisting>,
+    graph: &Graph,
+    env: &Env,
+    leaf: &dyn Fn(NodeId) -> PluginResult<A>,
+) -> PluginResult<Vec<A>> {
+    match hoisting {
+        Some(h) => evaluate_select(graph, env, leaf, &h.select(&graph.outputs)),
+        None => evaluate(graph, env, leaf),
     }
 }
 

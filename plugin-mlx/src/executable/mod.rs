@@ -40,8 +40,8 @@ mod submit;
 
 use device::spin_us;
 pub use device::{on_device, OnDevice};
+use evaluate::zeros_like;
 pub use evaluate::{evaluate, Env, Eval, ParamWrites};
-use evaluate::{evaluate_select, zeros_like};
 use hoist::{Hoisted, Hoisting};
 use state::States;
 use submit::Pending;
@@ -399,11 +399,8 @@ fn compile_graph(
             how: Eval::Lazy,
             writes: &writes,
         };
-        let outs = match &hoisting {
-            Some(h) => evaluate_select(&graph, &env, &leaf, &h.select(&graph.outputs)),
-            None => evaluate(&graph, &env, &leaf),
-        }
-        .map_err(|e| e.message)?;
+        let outs =
+            hoist::evaluate_run(hoisting.as_deref(), &graph, &env, &leaf).map_err(|e| e.message)?;
         // State written back rides along as extra outputs.
         let w = writes.take_for(&graph);
         *write_ids.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -780,10 +777,7 @@ impl MlxExecutable {
                     },
                     writes: &writes,
                 };
-                let outs = match hoisting {
-                    Some(h) => evaluate_select(graph, &env, &leaf, &h.select(&graph.outputs))?,
-                    None => evaluate(graph, &env, &leaf)?,
-                };
+                let outs = hoist::evaluate_run(hoisting, graph, &env, &leaf)?;
                 // Param writes belong to the executable's own graph.
                 let writes = writes.take_for(graph);
                 let list = ArrayList::from_arrays(
