@@ -216,6 +216,21 @@ impl Default for TransformerConfig {
 }
 
 impl TransformerConfig {
+    /// A decoder of a real small model's size at sequence `seq`: d_model
+    /// 512, 8 layers of 8 heads, SwiGLU ffn 1408, vocab 4096 (the default's
+    /// layer shape scaled up; `seq` 1 is a decode step, 128 a prompt).
+    pub fn decoder(seq: usize) -> TransformerConfig {
+        TransformerConfig {
+            seq,
+            d_model: 512,
+            n_heads: 8,
+            d_ffn: 1408,
+            vocab: 4096,
+            n_layers: 8,
+            ..TransformerConfig::default()
+        }
+    }
+
     pub fn head_dim(&self) -> usize {
         self.d_model / self.n_heads
     }

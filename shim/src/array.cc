@@ -12,8 +12,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <variant>
 
+#include "mlx/primitives.h"
 #include "mlx/scheduler.h"
 #include "rlx-mlx-shim/src/array.rs.h"
 
@@ -470,6 +472,32 @@ std::size_t array_itemsize(const Array& a) {
 
 std::size_t array_id(const Array& a) {
   return static_cast<std::size_t>(a.a.id());
+}
+
+rust::Vec<rust::String> graph_ops(const Array& out, const ArrayList& stop) {
+  std::unordered_set<std::uintptr_t> seen;
+  for (const auto& s : stop.v) {
+    seen.insert(s.id());
+  }
+  rust::Vec<rust::String> names;
+  std::vector<mx::array> todo{out.a};
+  while (!todo.empty()) {
+    mx::array x = std::move(todo.back());
+    todo.pop_back();
+    // An array evaluated (or made from data) has no primitive: a leaf.
+    if (!seen.insert(x.id()).second || !x.has_primitive()) {
+      continue;
+    }
+    names.push_back(rust::String(x.primitive().name()));
+    // Siblings (the other outputs of a multi-output op) share the node.
+    for (const auto& s : x.siblings()) {
+      seen.insert(s.id());
+    }
+    for (const auto& i : x.inputs()) {
+      todo.push_back(i);
+    }
+  }
+  return names;
 }
 
 std::size_t array_data_ptr(const Array& a) {

@@ -106,6 +106,11 @@ pub mod ffi {
         fn array_itemsize(a: &Array) -> usize;
         /// MLX's unique id of the array node.
         fn array_id(a: &Array) -> usize;
+        /// The primitives (MLX's op names) of the unevaluated graph that
+        /// computes `out`, one per graph node, stopping at the arrays of
+        /// `stop` and at leaves: what building `out` from `stop` added.
+        /// For diagnostics (the per-node breakdown), not for runs.
+        fn graph_ops(out: &Array, stop: &ArrayList) -> Result<Vec<String>>;
         /// Evaluates, then returns the address of the first element.
         fn array_data_ptr(a: &Array) -> Result<usize>;
         /// Evaluates, then returns the address of the first element when

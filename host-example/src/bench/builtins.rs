@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 13] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -19,6 +19,8 @@ pub const NAMES: [&str; 11] = [
     "add-broadcast",
     "exp4",
     "transformer",
+    "decoder-s1",
+    "decoder-s128",
     "lstm",
     "scan1000",
     "mlp-train",
@@ -73,6 +75,11 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
         "transformer" => {
             let m = models::transformer(&TransformerConfig::default());
             (m.graph, format!("{} (the demo's)", m.description))
+        }
+        "decoder-s1" | "decoder-s128" => {
+            let seq = if name == "decoder-s1" { 1 } else { 128 };
+            let m = models::transformer(&TransformerConfig::decoder(seq));
+            (m.graph, m.description)
         }
         "lstm" => (
             lstm(),

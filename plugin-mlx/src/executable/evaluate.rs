@@ -60,7 +60,13 @@ pub struct Env<'a> {
     pub custom: &'a CustomScope,
     pub how: Eval,
     pub writes: &'a ParamWrites,
+    /// Called with each node built (and, eager, evaluated), its input
+    /// arrays and its value: the per-node breakdown's hook. None in runs.
+    pub observe: Option<Observer<'a>>,
 }
+
+/// See [`Env::observe`].
+pub type Observer<'a> = &'a dyn Fn(&rlx_ir::Node, &[&Array], &Array);
 
 /// Which nodes one evaluation builds: those in `skip` are not built,
 /// those in `given` come from `leaf` like Inputs and Params (either slice
@@ -164,6 +170,14 @@ pub fn evaluate_select(
                 |e| PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e))),
             )?;
             custom.check()?;
+        }
+        if let Some(observe) = env.observe {
+            let args: Vec<&Array> = n
+                .inputs
+                .iter()
+                .filter_map(|i| vals[i.0 as usize].as_deref())
+                .collect();
+            observe(n, &args, &v);
         }
         for i in &n.inputs {
             let k = i.0 as usize;

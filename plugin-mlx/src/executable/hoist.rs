@@ -257,6 +257,7 @@ impl Hoisted {
             custom,
             how: Eval::Lazy,
             writes: &writes,
+            observe: None,
         };
         let select = Select {
             given: &[],

@@ -41,7 +41,7 @@ mod submit;
 use device::spin_us;
 pub use device::{on_device, OnDevice};
 use evaluate::zeros_like;
-pub use evaluate::{evaluate, Env, Eval, ParamWrites};
+pub use evaluate::{evaluate, Env, Eval, Observer, ParamWrites};
 use hoist::{Hoisted, Hoisting};
 use state::States;
 use submit::Pending;
@@ -196,6 +196,7 @@ impl MlxExecutable {
             custom: &custom,
             how: Eval::Check,
             writes: &ParamWrites::default(),
+            observe: None,
         };
         evaluate(&graph, &check, &|id| zeros_like(&graph, id))?;
         // MLX would load kernels from a cache another user can write.
@@ -398,6 +399,7 @@ fn compile_graph(
             custom: &custom,
             how: Eval::Lazy,
             writes: &writes,
+            observe: None,
         };
         let outs =
             hoist::evaluate_run(hoisting.as_deref(), &graph, &env, &leaf).map_err(|e| e.message)?;
@@ -776,6 +778,7 @@ impl MlxExecutable {
                         Eval::Lazy
                     },
                     writes: &writes,
+                    observe: None,
                 };
                 let outs = hoist::evaluate_run(hoisting, graph, &env, &leaf)?;
                 // Param writes belong to the executable's own graph.

@@ -101,6 +101,7 @@ impl<'a> Ctx<'a> {
             custom: self.custom,
             how: self.how,
             writes: self.writes,
+            observe: None,
         }
     }
     /// The declared output dims.

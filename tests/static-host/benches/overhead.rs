@@ -149,6 +149,7 @@ fn main() {
             custom: &custom,
             how: Eval::Lazy,
             writes: &writes,
+            observe: None,
         };
         let mut outs = evaluate(&g, &env, &|_| Ok(a.clone_handle())).map_err(|e| e.message)?;
         Ok(outs.remove(0))
