@@ -102,6 +102,7 @@ fn main() {
             "src/info.cc",
             "src/kernels.cc",
             "src/gemm.cc",
+            "src/row_kernels.cc",
             "src/host_kernel.cc",
         ])
         .std("c++20")

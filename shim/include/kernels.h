@@ -10,6 +10,12 @@ namespace rlx {
 // stream, with the same approximation rlx-runtime's CPU backend uses.
 // Throws for other dtypes.
 std::unique_ptr<Array> gelu_erf_cpu(const Array& x);
+// rlx-runtime's saturating exp (clamped to [-87.3, 88.7], its polynomial),
+// sigmoid 1/(1 + e^-x) and silu x/(1 + e^-x) over it, of a float32 array
+// on the CPU stream, each one primitive. Throw for other dtypes.
+std::unique_ptr<Array> exp_rlx_cpu(const Array& x);
+std::unique_ptr<Array> sigmoid_rlx_cpu(const Array& x);
+std::unique_ptr<Array> silu_rlx_cpu(const Array& x);
 
 // A float32 matrix product [..., M, K] x [K, N] (or x [..., K, N] with
 // the same batch dims) on the CPU stream, with the plugin's own kernel for
@@ -22,6 +28,18 @@ std::unique_ptr<Array> matmul_cpu(const Array& a, const Array& b);
 int64_t matmul_cpu_threads(int64_t m, int64_t k, int64_t n);
 // Whether matmul_cpu takes these operands.
 bool matmul_cpu_takes(const Array& a, const Array& b);
+
+// RmsNorm (`rms`) or LayerNorm of a float32 array over its last axis,
+// `* gamma + beta` (one value per feature each), on the CPU stream, as one
+// primitive (src/row_kernels.cc says why). Throws for other dtypes.
+std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const Array& beta,
+                                     float eps, bool rms);
+// Rotary embedding of a float32 x [B, S, H, D] on the CPU stream: the first
+// `n_rot` dims of each head rotated by cos/sin tables whose rows are
+// `stride` wide (row = position, or = token with `per_token`); NeoX
+// (rotate-half) pairs, or GPT-J (interleaved) with `gptj`; the rest copied.
+std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
+                                size_t n_rot, size_t stride, bool per_token, bool gptj);
 
 // Whether this CPU has the vector kernel (AVX2 + FMA); otherwise the
 // kernels run their scalar loop (same formula).

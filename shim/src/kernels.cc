@@ -12,6 +12,7 @@
 // ports), so the plugin and the reference agree to rounding.
 
 #include "rlx-mlx-shim/include/kernels.h"
+#include "rlx-mlx-shim/src/strided.h"
 
 #include <immintrin.h>
 
@@ -106,27 +107,79 @@ __attribute__((target("avx2,fma"))) void gelu_avx2(const float* src, float* dst,
   for (; i < n; ++i) dst[i] = gelu_scalar(src[i]);
 }
 
+// rlx-cpu's saturating exp, sigmoid 1/(1 + e^-x) and silu x/(1 + e^-x),
+// all over exp_poly (so silu(-inf) = -inf and exp(100) = 3.3e38, as there).
+inline float exp_scalar(float x) { return exp_poly(x); }
+inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + exp_poly(-x)); }
+inline float silu_scalar(float x) { return x / (1.0f + exp_poly(-x)); }
+
+__attribute__((target("avx2,fma"))) void exp_avx2(const float* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, exp8(_mm256_loadu_ps(src + i)));
+  for (; i < n; ++i) dst[i] = exp_scalar(src[i]);
+}
+
+// x / (1 + e^-x) (silu) or 1 / (1 + e^-x) (sigmoid).
+template <bool kSilu>
+__attribute__((target("avx2,fma"))) void logistic_avx2(const float* src, float* dst, size_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(src + i);
+    __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x)));
+    _mm256_storeu_ps(dst + i, _mm256_div_ps(kSilu ? x : one, d));
+  }
+  for (; i < n; ++i) dst[i] = kSilu ? silu_scalar(src[i]) : sigmoid_scalar(src[i]);
+}
+
 bool has_avx2_fma() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
 }
 
-void gelu_range(const float* src, float* dst, size_t n) {
-  if (has_avx2_fma()) {
-    gelu_avx2(src, dst, n);
-  } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = gelu_scalar(src[i]);
+enum class Unary { GeluErf, Exp, Sigmoid, Silu };
+
+const char* unary_name(Unary k) {
+  switch (k) {
+    case Unary::GeluErf: return "RlxGeluErf";
+    case Unary::Exp: return "RlxExp";
+    case Unary::Sigmoid: return "RlxSigmoid";
+    case Unary::Silu: return "RlxSilu";
+  }
+  return "RlxUnary";
+}
+
+void unary_range(Unary k, const float* src, float* dst, size_t n) {
+  bool v = has_avx2_fma();
+  switch (k) {
+    case Unary::GeluErf:
+      if (v) return gelu_avx2(src, dst, n);
+      for (size_t i = 0; i < n; ++i) dst[i] = gelu_scalar(src[i]);
+      return;
+    case Unary::Exp:
+      if (v) return exp_avx2(src, dst, n);
+      for (size_t i = 0; i < n; ++i) dst[i] = exp_scalar(src[i]);
+      return;
+    case Unary::Sigmoid:
+      if (v) return logistic_avx2<false>(src, dst, n);
+      for (size_t i = 0; i < n; ++i) dst[i] = sigmoid_scalar(src[i]);
+      return;
+    case Unary::Silu:
+      if (v) return logistic_avx2<true>(src, dst, n);
+      for (size_t i = 0; i < n; ++i) dst[i] = silu_scalar(src[i]);
+      return;
   }
 }
 
 // Splits large tensors over the machine's cores (MLX's CPU stream is one
-// thread; rlx-runtime's CPU backend uses every core for this op).
-void gelu_parallel(const float* src, float* dst, size_t n) {
+// thread; rlx-runtime's CPU backend uses every core for these ops).
+void unary_parallel(Unary k, const float* src, float* dst, size_t n) {
   constexpr size_t kMinPerThread = 1 << 16;
-  size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  // Asked once: glibc reads /sys for it, microseconds a call.
+  static const size_t hw = std::max(1u, std::thread::hardware_concurrency());
   size_t threads = std::min(hw, std::max<size_t>(1, n / kMinPerThread));
   if (threads <= 1) {
-    gelu_range(src, dst, n);
+    unary_range(k, src, dst, n);
     return;
   }
   size_t chunk = (n + threads - 1) / threads;
@@ -136,9 +189,9 @@ void gelu_parallel(const float* src, float* dst, size_t n) {
     size_t lo = t * chunk;
     if (lo >= n) break;
     size_t len = std::min(chunk, n - lo);
-    pool.emplace_back(gelu_range, src + lo, dst + lo, len);
+    pool.emplace_back(unary_range, k, src + lo, dst + lo, len);
   }
-  gelu_range(src, dst, std::min(chunk, n));
+  unary_range(k, src, dst, std::min(chunk, n));
   for (auto& th : pool) th.join();
 }
 
@@ -153,17 +206,21 @@ mx::array gelu_grad(const mx::array& x, mx::StreamOrDevice s) {
   return mx::add(cdf, mx::multiply(x, pdf, s), s);
 }
 
-class GeluErf : public mx::UnaryPrimitive {
+// One elementwise float32 kernel as an MLX primitive: a single task on the
+// CPU stream, where MLX's composite (rlx's saturating exp alone is a clip,
+// two exps and a select) is several.
+class RlxUnary : public mx::UnaryPrimitive {
  public:
-  explicit GeluErf(mx::Stream stream) : mx::UnaryPrimitive(stream) {}
+  RlxUnary(mx::Stream stream, Unary kind) : mx::UnaryPrimitive(stream), kind_(kind) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const auto& in = inputs[0];
-    if (in.dtype() != mx::float32 || !in.flags().row_contiguous) {
-      throw std::invalid_argument("[rlx gelu] needs a row-contiguous float32 input");
+    if (in.dtype() != mx::float32) {
+      throw std::invalid_argument(std::string("[rlx ") + name() + "] needs a float32 input");
     }
     // Reuse the input's buffer when MLX says it may (as its own unary ops do).
-    if (in.is_donatable() && in.data_size() == in.size()) {
+    bool dense = in.flags().row_contiguous;
+    if (dense && in.is_donatable() && in.data_size() == in.size()) {
       out.copy_shared_buffer(in);
     } else {
       out.set_data(mx::allocator::malloc(out.nbytes()));
@@ -171,49 +228,80 @@ class GeluErf : public mx::UnaryPrimitive {
     auto& enc = mx::cpu::get_command_encoder(stream());
     enc.set_input_array(in);
     enc.set_output_array(out);
-    enc.dispatch([src = in.data<float>(), dst = out.data<float>(), n = out.size()]() {
-      gelu_parallel(src, dst, n);
+    // A view (broadcast, transposed) is read through its strides in the
+    // task: no copy op in the graph.
+    enc.dispatch([in, dst = out.data<float>(), n = out.size(), k = kind_]() {
+      std::vector<float> tmp;
+      unary_parallel(k, row_major(in, tmp), dst, n);
     });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("[rlx gelu] is a CPU kernel; the GPU lowering uses MLX ops");
+    throw std::runtime_error(std::string("[rlx ") + name() +
+                             "] is a CPU kernel; the GPU lowering uses MLX ops");
   }
 
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
                              const std::vector<mx::array>& cotangents,
                              const std::vector<int>&,
                              const std::vector<mx::array>&) override {
-    return {mx::multiply(cotangents[0], gelu_grad(primals[0], stream()), stream())};
+    return {mx::multiply(cotangents[0], derivative(primals[0]), stream())};
   }
 
   std::vector<mx::array> jvp(const std::vector<mx::array>& primals,
                              const std::vector<mx::array>& tangents,
                              const std::vector<int>&) override {
-    return {mx::multiply(tangents[0], gelu_grad(primals[0], stream()), stream())};
+    return {mx::multiply(tangents[0], derivative(primals[0]), stream())};
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     return {inputs[0].shape()};
   }
 
-  const char* name() const override { return "RlxGeluErf"; }
-  bool is_equivalent(const mx::Primitive&) const override { return true; }
+  const char* name() const override { return unary_name(kind_); }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return kind_ == static_cast<const RlxUnary&>(other).kind_;
+  }
+
+ private:
+  // d/dx, in MLX ops (gradients are not on the hot path).
+  mx::array derivative(const mx::array& x) {
+    auto s = stream();
+    switch (kind_) {
+      case Unary::GeluErf: return gelu_grad(x, s);
+      case Unary::Exp: return mx::exp(x, s);
+      case Unary::Sigmoid: {
+        auto g = mx::sigmoid(x, s);
+        return mx::multiply(g, mx::subtract(mx::array(1.0f), g, s), s);
+      }
+      case Unary::Silu: {
+        auto g = mx::sigmoid(x, s);
+        return mx::multiply(g, mx::add(mx::array(1.0f),
+                                       mx::multiply(x, mx::subtract(mx::array(1.0f), g, s), s), s),
+                            s);
+      }
+    }
+    throw std::logic_error("[rlx unary] unknown kind");
+  }
+
+  Unary kind_;
 };
+
+std::unique_ptr<Array> unary_cpu(const Array& x, Unary kind) {
+  if (x.a.dtype() != mx::float32) {
+    throw std::invalid_argument(std::string("[rlx ") + unary_name(kind) + "] float32 only");
+  }
+  auto s = mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
+  return wrap(mx::array(x.a.shape(), mx::float32, std::make_shared<RlxUnary>(s, kind), {x.a}));
+}
 
 }  // namespace
 
 bool kernels_vectorized() { return has_avx2_fma(); }
 
-std::unique_ptr<Array> gelu_erf_cpu(const Array& x) {
-  if (x.a.dtype() != mx::float32) {
-    throw std::invalid_argument("[rlx gelu] float32 only");
-  }
-  auto s = mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
-  // Broadcast or strided views are made row-contiguous first (a no-op
-  // for an input that already is).
-  auto in = mx::contiguous(x.a, false, s);
-  return wrap(mx::array(in.shape(), mx::float32, std::make_shared<GeluErf>(s), {in}));
-}
+std::unique_ptr<Array> gelu_erf_cpu(const Array& x) { return unary_cpu(x, Unary::GeluErf); }
+std::unique_ptr<Array> exp_rlx_cpu(const Array& x) { return unary_cpu(x, Unary::Exp); }
+std::unique_ptr<Array> sigmoid_rlx_cpu(const Array& x) { return unary_cpu(x, Unary::Sigmoid); }
+std::unique_ptr<Array> silu_rlx_cpu(const Array& x) { return unary_cpu(x, Unary::Silu); }
 
 }  // namespace rlx

@@ -1,6 +1,8 @@
 //! The plugin's own CPU kernels, run inside MLX's graph as primitives
 //! (`src/kernels.cc` says why): erf-GELU in the approximation rlx-runtime's
-//! CPU backend uses, vectorised with AVX2/FMA where the CPU has them.
+//! CPU backend uses, vectorised with AVX2/FMA where the CPU has them; the
+//! matrix product (`src/gemm.cc`); RmsNorm / LayerNorm and rotary
+//! embedding, one primitive per node (`src/row_kernels.cc`).
 
 use crate::array::Array;
 use cxx::UniquePtr;
@@ -14,6 +16,13 @@ pub mod ffi {
 
         /// Erf-GELU of a float32 array, on the CPU stream.
         fn gelu_erf_cpu(x: &Array) -> Result<UniquePtr<Array>>;
+        /// rlx-runtime's saturating exp of a float32 array (its clamp and
+        /// polynomial), on the CPU stream as one primitive.
+        fn exp_rlx_cpu(x: &Array) -> Result<UniquePtr<Array>>;
+        /// `1/(1 + e^-x)` over the saturating exp, one primitive.
+        fn sigmoid_rlx_cpu(x: &Array) -> Result<UniquePtr<Array>>;
+        /// `x/(1 + e^-x)` over the saturating exp, one primitive.
+        fn silu_rlx_cpu(x: &Array) -> Result<UniquePtr<Array>>;
         /// A float32 matrix product `[..., M, K] x [K, N]` on the CPU stream,
         /// with the plugin's own kernel for a few rows and its own threads
         /// around the BLAS.
@@ -22,6 +31,28 @@ pub mod ffi {
         /// `[m, k] x [k, n]` product (its own, times the BLAS's where the
         /// BLAS does the work): a diagnostic of what a host left us.
         fn matmul_cpu_threads(m: i64, k: i64, n: i64) -> i64;
+        /// RmsNorm (`rms`) or LayerNorm of a float32 array over its last
+        /// axis, `* gamma + beta`, on the CPU stream as one primitive.
+        fn norm_last_cpu(
+            x: &Array,
+            gamma: &Array,
+            beta: &Array,
+            eps: f32,
+            rms: bool,
+        ) -> Result<UniquePtr<Array>>;
+        /// Rotary embedding of a float32 `x [B, S, H, D]` on the CPU
+        /// stream as one primitive: the first `n_rot` dims of each head
+        /// rotated by cos/sin tables of `stride`-wide rows (row = position,
+        /// or token with `per_token`), NeoX pairs or GPT-J with `gptj`.
+        fn rope_cpu(
+            x: &Array,
+            cos: &Array,
+            sin: &Array,
+            n_rot: usize,
+            stride: usize,
+            per_token: bool,
+            gptj: bool,
+        ) -> Result<UniquePtr<Array>>;
         /// Whether the vector (AVX2 + FMA) kernels run on this CPU.
         fn kernels_vectorized() -> bool;
     }

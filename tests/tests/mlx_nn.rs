@@ -461,6 +461,61 @@ fn rope_parity_styles_partial_rotation_and_tables() {
     }
 }
 
+/// The CPU's row kernels (norms, rope) read a strided view through its
+/// strides: a transposed input must give what a contiguous one does.
+#[test]
+fn norms_and_rope_of_transposed_inputs_parity() {
+    use rlx_ir::infer::GraphExt;
+    for dt in DTYPES {
+        for rms in [true, false] {
+            let mut g = Graph::new("norm_of_view");
+            let x = g.input("x", s(&[5, 6], dt));
+            let xt = g.transpose_(x, vec![1, 0]);
+            let gamma = g.param("gamma", s(&[5], dt));
+            let beta = g.param("beta", s(&[5], dt));
+            let op = if rms {
+                Op::RmsNorm {
+                    axis: -1,
+                    eps: 1e-5,
+                }
+            } else {
+                Op::LayerNorm {
+                    axis: -1,
+                    eps: 1e-5,
+                }
+            };
+            let y = g.add_node(op, vec![xt, gamma, beta], s(&[6, 5], dt));
+            g.set_outputs(vec![y]);
+            check_parity(
+                &format!("norm (rms {rms}) of a transpose {dt:?}"),
+                &g,
+                1300,
+                Tol::for_dtype(dt),
+            );
+        }
+        for style in [RopeStyle::NeoX, RopeStyle::GptJ] {
+            let mut g = Graph::new("rope_of_view");
+            let x = g.input("x", s(&[16, 5], dt));
+            let xt = g.transpose_(x, vec![1, 0]);
+            let cos = g.param("cos", s(&[5, 4], dt));
+            let sin = g.param("sin", s(&[5, 4], dt));
+            let op = Op::Rope {
+                head_dim: 8,
+                n_rot: 8,
+                style,
+            };
+            let y = g.add_node(op, vec![xt, cos, sin], s(&[5, 16], dt));
+            g.set_outputs(vec![y]);
+            check_parity(
+                &format!("rope {style:?} of a transpose {dt:?}"),
+                &g,
+                1301,
+                Tol::for_dtype(dt),
+            );
+        }
+    }
+}
+
 #[test]
 fn rope_with_too_short_a_table_is_refused_at_compile() {
     let c = RopeCase {

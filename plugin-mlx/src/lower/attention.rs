@@ -532,6 +532,24 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
+    // On the CPU, float32 runs the shim's rope kernel on the tables as they
+    // are: one MLX op where the composite below makes about twenty.
+    if dt == MxDType::F32
+        && a[1].dtype() == MxDType::F32
+        && a[2].dtype() == MxDType::F32
+        && !rlx_mlx_shim::array::thread_device_is_gpu()
+    {
+        let y = rlx_mlx_shim::kernels::rope_cpu(
+            &x4,
+            a[1],
+            a[2],
+            nr,
+            stride,
+            per_token,
+            matches!(style, RopeStyle::GptJ),
+        )?;
+        return Ok(ops::reshape(&y, &cx.out_dims())?);
+    }
     let table = |t: &Array| -> LResult {
         let flat = ops::reshape(t, &[t.size() as i32])?;
         let flat = ops::slice(&flat, &[0], &[(rows * stride) as i32], &[1])?;

@@ -13,7 +13,7 @@ use crate::dtype::{ALL, FLOATS};
 use crate::row;
 use rlx_ir::op::{Activation, BinaryOp, CmpOp};
 use rlx_ir::DType as IrDType;
-use rlx_mlx_shim::{ops, Array, DType as MxDType};
+use rlx_mlx_shim::{kernels, ops, Array, DType as MxDType};
 
 /// Binary: floats, plus the integer dtypes rlx-cpu computes (I32/U32 through
 /// f32, I64 natively).
@@ -212,13 +212,19 @@ pub fn apply_activation(act: Activation, x: &Array) -> LResult {
 /// MLX's own erf is a scalar loop in the CPU wheel, ~20x slower); other
 /// dtypes and the GPU use MLX's ops.
 pub(crate) fn gelu_erf(x: &Array) -> LResult {
-    if x.dtype() == MxDType::F32 && !rlx_mlx_shim::array::thread_device_is_gpu() {
-        return Ok(rlx_mlx_shim::kernels::gelu_erf_cpu(x)?);
+    if cpu_f32(x) {
+        return Ok(kernels::gelu_erf_cpu(x)?);
     }
     let s = |v: f64| sc(v, x);
     let e = ops::erf(&*ops::multiply(x, &*s(std::f64::consts::FRAC_1_SQRT_2)?)?)?;
     let h = ops::multiply(&*s(0.5)?, x)?;
     Ok(ops::multiply(&h, &*ops::add(&*s(1.0)?, &e)?)?)
+}
+
+/// Whether `x` is float32 on the CPU stream, where the shim's own
+/// elementwise kernels run.
+fn cpu_f32(x: &Array) -> bool {
+    x.dtype() == MxDType::F32 && !rlx_mlx_shim::array::thread_device_is_gpu()
 }
 
 fn composite_activation(act: Activation, x: &Array) -> LResult {
@@ -234,6 +240,13 @@ fn composite_activation(act: Activation, x: &Array) -> LResult {
             let h = ops::multiply(&*s(0.5)?, x)?;
             ops::multiply(&h, &*ops::add(&*s(1.0)?, &t)?)?
         }
+        // On the CPU, float32 runs the shim's kernels (rlx-cpu's own exp
+        // polynomial, one MLX op each).
+        Activation::Exp | Activation::Sigmoid | Activation::Silu if cpu_f32(x) => match act {
+            Activation::Exp => kernels::exp_rlx_cpu(x)?,
+            Activation::Sigmoid => kernels::sigmoid_rlx_cpu(x)?,
+            _ => kernels::silu_rlx_cpu(x)?,
+        },
         // rlx's exp saturates (see `exp_rlx`): exp(100) is 3.3e38, not inf.
         Activation::Exp => exp_rlx(x)?,
         // 1/(1 + e^-x)

@@ -170,6 +170,29 @@ pub(crate) fn normalise(
     } else {
         x.clone_handle()
     };
+    // On the CPU, float32 runs the shim's row kernel: one MLX op where
+    // MLX's fast norms fall back to a dozen on its CPU stream.
+    if dt == MxDType::F32
+        && gamma.dtype() == MxDType::F32
+        && beta.dtype() == MxDType::F32
+        && !rlx_mlx_shim::array::thread_device_is_gpu()
+    {
+        for (name, a) in [("gamma", gamma), ("beta", beta)] {
+            if a.size() != c as usize {
+                return Err(format!(
+                    "{name} has {} elements but the normalised axis has {c}",
+                    a.size()
+                )
+                .into());
+            }
+        }
+        let y = rlx_mlx_shim::kernels::norm_last_cpu(&xc, gamma, beta, eps, kind == Norm::Rms)?;
+        return Ok(if y.shape() != out_dims {
+            ops::reshape(&y, out_dims)?
+        } else {
+            y
+        });
+    }
     let g = affine("gamma", gamma, c, dt)?;
     let b = affine("beta", beta, c, dt)?;
     let y = match kind {

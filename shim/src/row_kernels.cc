@@ -1,0 +1,202 @@
+// The plugin's own CPU kernels for ops that work row by row over the last
+// axis: RmsNorm / LayerNorm with gamma and beta, and rotary embedding.
+//
+// Why: on the CPU, MLX's `fast::rms_norm`, `fast::layer_norm` and its rope
+// have no kernel of their own; they fall back to their composite graphs
+// (an RmsNorm is 13 MLX ops, the plugin's rope with cos/sin tables 21),
+// and every op of a lazy graph is a task on MLX's stream thread. At the
+// sizes of a small model's decode step that per-op cost, not arithmetic,
+// is the run (docs/PERFORMANCE.md, "Where a small graph's time goes").
+// One primitive per rlx node makes it one task, as kernels.cc does for GELU.
+//
+// The numbers: float32 in and out; sums of squares and means accumulate in
+// double, so a row's statistics are at least as exact as rlx-runtime's CPU
+// backend's (which accumulates in float32).
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+#include "rlx-mlx-shim/include/kernels.h"
+#include "rlx-mlx-shim/src/kernels.rs.h"
+#include "rlx-mlx-shim/src/strided.h"
+
+namespace rlx {
+
+namespace {
+
+mx::Stream cpu_stream() {
+  return mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
+}
+
+void need_f32(const mx::array& a, const char* op) {
+  if (a.dtype() != mx::float32) {
+    throw std::invalid_argument(std::string("[rlx ") + op + "] float32 only");
+  }
+}
+
+// Allocates `out` (a fresh buffer: the kernels read rows of the input
+// while writing others' positions, so the input's buffer is not reused).
+void allocate(mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+}
+
+// y = norm(x) * gamma + beta over rows of `c`: RmsNorm x / sqrt(mean(x^2)
+// + eps), LayerNorm (x - mean) / sqrt(var + eps), biased variance.
+void norm_rows(const float* x, const float* g, const float* b, float* y, size_t rows,
+               size_t c, float eps, bool rms) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    double mean = 0.0;
+    if (!rms) {
+      for (size_t i = 0; i < c; ++i) mean += xr[i];
+      mean /= static_cast<double>(c);
+    }
+    double ss = 0.0;
+    for (size_t i = 0; i < c; ++i) {
+      double d = xr[i] - mean;
+      ss += d * d;
+    }
+    float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + eps));
+    float m = static_cast<float>(mean);
+    for (size_t i = 0; i < c; ++i) yr[i] = (xr[i] - m) * inv * g[i] + b[i];
+  }
+}
+
+class RowNorm : public mx::Primitive {
+ public:
+  RowNorm(mx::Stream s, float eps, bool rms) : mx::Primitive(s), eps_(eps), rms_(rms) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
+    auto& out = outs[0];
+    allocate(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const auto& a : in) enc.set_input_array(a);
+    enc.set_output_array(out);
+    size_t c = in[0].shape().back();
+    enc.dispatch([in, y = out.data<float>(), rows = out.size() / c, c, eps = eps_, rms = rms_]() {
+      std::vector<float> t0, t1, t2;
+      norm_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, rows, c,
+                eps, rms);
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[rlx norm] is a CPU kernel; the GPU lowering uses MLX's");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override {
+    return {in[0].shape()};
+  }
+  const char* name() const override { return rms_ ? "RlxRmsNorm" : "RlxLayerNorm"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const RowNorm&>(other);
+    return eps_ == o.eps_ && rms_ == o.rms_;
+  }
+
+ private:
+  float eps_;
+  bool rms_;
+};
+
+// Rotary embedding of x [B, S, H, D] with tables of `stride`-wide rows
+// (row = position, or token with `per_token`), `nr` rotated dims.
+struct RopeParams {
+  size_t b, s, h, d, nr, stride;
+  bool per_token, gptj;
+  bool operator==(const RopeParams& o) const {
+    return b == o.b && s == o.s && h == o.h && d == o.d && nr == o.nr && stride == o.stride &&
+           per_token == o.per_token && gptj == o.gptj;
+  }
+};
+
+void rope_rows(const float* x, const float* cs, const float* sn, float* y, RopeParams p) {
+  size_t rh = p.nr / 2;
+  for (size_t bi = 0; bi < p.b; ++bi) {
+    for (size_t si = 0; si < p.s; ++si) {
+      size_t row = p.per_token ? bi * p.s + si : si;
+      const float* c = cs + row * p.stride;
+      const float* s = sn + row * p.stride;
+      for (size_t hi = 0; hi < p.h; ++hi) {
+        size_t off = ((bi * p.s + si) * p.h + hi) * p.d;
+        const float* xr = x + off;
+        float* yr = y + off;
+        for (size_t i = 0; i < rh; ++i) {
+          size_t i1 = p.gptj ? 2 * i : i;
+          size_t i2 = p.gptj ? 2 * i + 1 : rh + i;
+          float x1 = xr[i1], x2 = xr[i2];
+          yr[i1] = x1 * c[i] - x2 * s[i];
+          yr[i2] = x2 * c[i] + x1 * s[i];
+        }
+        if (p.nr < p.d) std::memcpy(yr + p.nr, xr + p.nr, (p.d - p.nr) * sizeof(float));
+      }
+    }
+  }
+}
+
+class Rope : public mx::Primitive {
+ public:
+  Rope(mx::Stream s, RopeParams p) : mx::Primitive(s), p_(p) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
+    auto& out = outs[0];
+    allocate(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const auto& a : in) enc.set_input_array(a);
+    enc.set_output_array(out);
+    enc.dispatch([in, y = out.data<float>(), p = p_]() {
+      std::vector<float> t0, t1, t2;
+      rope_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, p);
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[rlx rope] is a CPU kernel; the GPU lowering uses MLX ops");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override {
+    return {in[0].shape()};
+  }
+  const char* name() const override { return "RlxRope"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return p_ == static_cast<const Rope&>(other).p_;
+  }
+
+ private:
+  RopeParams p_;
+};
+
+}  // namespace
+
+std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const Array& beta,
+                                     float eps, bool rms) {
+  for (const auto* a : {&x, &gamma, &beta}) need_f32(a->a, "norm");
+  if (x.a.ndim() == 0) throw std::invalid_argument("[rlx norm] needs an axis to normalise");
+  size_t c = x.a.shape().back();
+  if (gamma.a.size() != c || beta.a.size() != c) {
+    throw std::invalid_argument("[rlx norm] gamma and beta need one value per feature");
+  }
+  auto s = cpu_stream();
+  // Views are read through their strides by the kernel: no copy op.
+  std::vector<mx::array> in{x.a, gamma.a, beta.a};
+  return wrap(mx::array(x.a.shape(), mx::float32, std::make_shared<RowNorm>(s, eps, rms), in));
+}
+
+std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
+                                size_t n_rot, size_t stride, bool per_token, bool gptj) {
+  for (const auto* a : {&x, &cos, &sin}) need_f32(a->a, "rope");
+  if (x.a.ndim() != 4) throw std::invalid_argument("[rlx rope] needs x as [B, S, H, D]");
+  const auto& sh = x.a.shape();
+  RopeParams p{size_t(sh[0]), size_t(sh[1]), size_t(sh[2]), size_t(sh[3]), n_rot, stride,
+               per_token, gptj};
+  size_t rows = per_token ? p.b * p.s : p.s;
+  if (n_rot > p.d || n_rot % 2 != 0 || n_rot / 2 > stride || cos.a.size() < rows * stride ||
+      sin.a.size() != cos.a.size()) {
+    throw std::invalid_argument("[rlx rope] tables too small for the rotation asked");
+  }
+  auto s = cpu_stream();
+  std::vector<mx::array> in{x.a, cos.a, sin.a};
+  return wrap(mx::array(sh, mx::float32, std::make_shared<Rope>(s, p), in));
+}
+
+}  // namespace rlx
