@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build the MLX plugin and rlx-host, put the plugin where rlx-host's
 # default discovery finds it (<executable dir>/plugins/mlx/), and run the
-# demo: the plugin table, then a small transformer on the MLX plugin in
+# demo: the plugin table, then a decoder transformer on the MLX plugin in
 # every mode with parity and timing against rlx-runtime's CPU backend.
 # Run from the repository root; extra arguments go to `rlx-host demo`
-# (e.g. `--runs 20`, `--seed 3`, `-v`).
+# (e.g. `--runs 20`, `--seed 3`, `--model small`, `-v`).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

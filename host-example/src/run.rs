@@ -311,6 +311,18 @@ pub fn execute(
     data: &ModelData,
     runs: usize,
 ) -> Result<Execution, String> {
+    execute_with(device, graph, data, runs, &mut || {})
+}
+
+/// [`execute`], calling `first_run_done` when the first run has returned
+/// (the demo's progress line for a compiled mode's kernel build watches it).
+pub fn execute_with(
+    device: Device,
+    graph: &Graph,
+    data: &ModelData,
+    runs: usize,
+    first_run_done: &mut dyn FnMut(),
+) -> Result<Execution, String> {
     if device == Device::Cpu {
         check_cpu_sizes(graph)?;
     }
@@ -365,6 +377,9 @@ pub fn execute(
             let t = Instant::now();
             let outs = guard::catch(&format!("run on {device}"), || compiled.run_typed(&inputs))?;
             run_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            if run_ms.len() == 1 {
+                first_run_done();
+            }
             outputs = outs.iter().map(|(b, dt)| typed_values(b, *dt)).collect();
         }
     } else {
@@ -377,6 +392,9 @@ pub fn execute(
             let t = Instant::now();
             outputs = guard::catch(&format!("run on {device}"), || compiled.run(&inputs))?;
             run_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            if run_ms.len() == 1 {
+                first_run_done();
+            }
         }
     }
     Ok(Execution {

@@ -42,6 +42,35 @@ pub fn use_stable_cache() {
     }
 }
 
+/// Where a loaded MLX plugin's compiled kernels are kept, from its build
+/// info (`mlx.version`, `mlx.backend`): MLX's CPU kernel cache under the
+/// process's temporary directory, and on CUDA its PTX cache
+/// (`MLX_PTX_CACHE_DIR`, else beside the CPU one). Empty for a plugin that
+/// is not MLX.
+pub fn mlx_cache_dirs(build_info: &[(String, String)]) -> Vec<PathBuf> {
+    let get = |key: &str| {
+        build_info
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let Some(version) = get("mlx.version") else {
+        return Vec::new();
+    };
+    let cpu =
+        rlx_plugin_api::trust::kernel_cache_dir(&rlx_plugin_api::machine::temp_dir(), version);
+    let mut dirs = vec![cpu.clone()];
+    if get("mlx.backend") == Some("cuda") {
+        dirs.push(
+            std::env::var_os("MLX_PTX_CACHE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| cpu.with_file_name("ptx")),
+        );
+    }
+    dirs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,9 +84,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Discover plugins, then run a small decoder transformer on the `mlx`
-    /// plugin in every mode and on rlx-runtime's CPU backend: parity and
-    /// timing.
+    /// Discover plugins, then run a decoder transformer on the `mlx`
+    /// plugin in every mode and on rlx-runtime's CPU backend: parity,
+    /// timing, and which was faster and why.
     Demo {
         /// Timed runs per backend (after compile; the mean is reported).
         #[arg(long, default_value_t = 5)]
@@ -97,6 +97,10 @@ pub enum Command {
         /// The plugin to run the model on.
         #[arg(long, default_value = "mlx")]
         backend: String,
+        /// Which model: `decoder` (8 layers, d_model 512, 128 tokens) or
+        /// `small` (1 layer, d_model 64, 8 tokens: mostly per-op overhead).
+        #[arg(long, value_enum, default_value = "decoder")]
+        model: crate::demo::DemoModel,
     },
     /// Time a model (a `.rlxmodel` file or a builtin) on rlx-runtime's CPU
     /// backend and on plugins in each mode, each in its own process:
@@ -223,7 +227,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
             runs,
             seed,
             backend,
-        } => crate::demo::demo(cli.plugins, &backend, runs, seed),
+            model,
+        } => crate::demo::demo(cli.plugins, &backend, model, runs, seed),
         Command::Bench(args) => crate::bench::run(args, cli.plugins, cli.verbose),
     }
 }

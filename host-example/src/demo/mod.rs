@@ -1,12 +1,16 @@
 //! `rlx-host demo`: discover plugins from the default places, print the
-//! plugin table, build the small decoder transformer, and run it on the
-//! `mlx` plugin in every mode (through `Session::new(Device::Mlx)`) and on
-//! rlx-runtime's CPU backend, printing parity and timing.
+//! plugin table, build a decoder transformer, and run it on the `mlx`
+//! plugin in every mode (through `Session::new(Device::Mlx)`) and on
+//! rlx-runtime's CPU backend, printing parity, timing and one line that
+//! says which was faster and why.
+
+mod progress;
+mod verdict;
 
 use crate::cli::{plugins::print_candidates, print_table};
 use crate::models::{transformer, TransformerConfig};
 use crate::rlx_backend;
-use crate::run::{execute, find_plugin, parity, random_data, PLUGIN_DEVICE};
+use crate::run::{execute, execute_with, find_plugin, parity, random_data, PLUGIN_DEVICE};
 use rlx_plugin_api::Mode;
 use rlx_runtime::Device;
 use std::path::PathBuf;
@@ -26,7 +30,33 @@ pub fn close(got: &[f32], want: &[f32]) -> bool {
         })
 }
 
-pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Result<(), String> {
+/// The demo's models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoModel {
+    /// A decoder of a real small model's size (8 layers, d_model 512), a
+    /// 128-token prompt: `rlx-host bench decoder-s128`.
+    Decoder,
+    /// The 1-layer toy (d_model 64, 8 tokens): every run is mostly per-op
+    /// overhead.
+    Small,
+}
+
+impl DemoModel {
+    fn config(self) -> TransformerConfig {
+        match self {
+            DemoModel::Decoder => TransformerConfig::decoder(128),
+            DemoModel::Small => TransformerConfig::default(),
+        }
+    }
+}
+
+pub fn demo(
+    explicit: Vec<PathBuf>,
+    backend: &str,
+    which: DemoModel,
+    runs: usize,
+    seed: u64,
+) -> Result<(), String> {
     println!("== plugins ==");
     let set = rlx_plugin_api::host::PluginSet::load_from_env(explicit);
     print_candidates(&set);
@@ -43,8 +73,17 @@ pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Re
     for (k, v) in &d.build_info {
         println!("  {k} = {v}");
     }
+    // The device the plugin's executables run on: its first (a GPU where
+    // MLX has one).
+    let device = d
+        .device_infos
+        .first()
+        .map(|i| i.label())
+        .unwrap_or_else(|| "cpu:0".into());
+    let on_gpu = device.starts_with("gpu");
+    println!("  runs on {device}");
 
-    let cfg = TransformerConfig::default();
+    let cfg = which.config();
     let model = transformer(&cfg);
     let data = random_data(&model.graph, seed)?;
     let (n_params, n_elems) = crate::run::param_count(&data);
@@ -65,20 +104,44 @@ pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Re
     println!("\n== runs (after compile: a first run, then {runs} timed run(s)) ==");
     let reference = execute(Device::Cpu, &model.graph, &data, runs + 1)
         .map_err(|e| format!("the CPU reference failed: {e}"))?;
-    let mut rows: Vec<[String; 7]> = vec![[
+    let cpu_ms = reference.steady_run_ms();
+    let mut rows: Vec<[String; 8]> = vec![[
         "cpu (rlx-runtime)".into(),
         "-".into(),
         format!("{:.2}", reference.compile_ms),
         format!("{:.3}", reference.run_ms[0]),
-        format!("{:.3}", reference.steady_run_ms()),
+        format!("{cpu_ms:.3}"),
+        "1.00".into(),
         "reference".into(),
         String::new(),
     ]];
     let mut failures = Vec::new();
+    let mut best: Option<(&str, f64)> = None;
+    let caches = rlx_plugin_host::kernel_cache::mlx_cache_dirs(&d.build_info);
     for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
-        let r = rlx_backend::with_mode(mode, || {
-            execute(PLUGIN_DEVICE, &model.graph, &data, runs + 1)
+        // Compiled mode's first run builds MLX's fused kernels (once per
+        // machine: they are cached); say so when it keeps the user waiting.
+        let mut watch = (mode == Mode::Compiled).then(|| {
+            progress::FirstRunWatch::start(format!(
+                "{} compiled: the first run compiles MLX's kernels for this model, once{}",
+                d.name,
+                caches
+                    .first()
+                    .map(|c| format!(
+                        " (kept in {}; later runs and processes reuse them)",
+                        c.display()
+                    ))
+                    .unwrap_or_default()
+            ))
         });
+        let r = rlx_backend::with_mode(mode, || {
+            execute_with(PLUGIN_DEVICE, &model.graph, &data, runs + 1, &mut || {
+                if let Some(w) = watch.as_mut() {
+                    w.done();
+                }
+            })
+        });
+        drop(watch);
         match r {
             Ok(exec) => {
                 let errs = parity(&exec.outputs, &reference.outputs)?;
@@ -99,12 +162,17 @@ pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Re
                         mode.name()
                     ));
                 }
+                let ms = exec.steady_run_ms();
+                if ok && best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((mode.name(), ms));
+                }
                 rows.push([
                     d.name.clone(),
                     mode.name().into(),
                     format!("{:.2}", exec.compile_ms),
                     format!("{:.3}", exec.run_ms[0]),
-                    format!("{:.3}", exec.steady_run_ms()),
+                    format!("{ms:.3}"),
+                    format!("{:.2}", ms / cpu_ms),
                     err_s.join("; "),
                     if ok { "ok".into() } else { "MISMATCH".into() },
                 ]);
@@ -114,6 +182,7 @@ pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Re
                 rows.push([
                     d.name.clone(),
                     mode.name().into(),
+                    "-".into(),
                     "-".into(),
                     "-".into(),
                     "-".into(),
@@ -131,6 +200,7 @@ pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Re
             "COMPILE MS",
             "FIRST RUN MS",
             &mean_header,
+            "x CPU",
             "MAX ERR vs CPU (logits)",
             "PARITY",
         ],
@@ -139,6 +209,14 @@ pub fn demo(explicit: Vec<PathBuf>, backend: &str, runs: usize, seed: u64) -> Re
     println!(
         "\nparity: every element within {ATOL:e} + {RTOL:e} * |cpu|; rel = |a-b| / max(|cpu|, 1e-6)"
     );
+    println!("x CPU: the mode's mean run time / the CPU backend's (below 1: faster)");
+    if let Some(best) = best {
+        let flops = verdict::matmul_flops(&model.graph);
+        println!(
+            "\n{}",
+            verdict::verdict(&d.name, best, cpu_ms, flops, model.graph.len(), on_gpu)
+        );
+    }
     if failures.is_empty() {
         println!("all modes agree with the CPU backend");
         Ok(())

@@ -4,8 +4,8 @@
 //! speed or safety.
 
 use rlx_plugin_api::host::CandidateReport;
-use rlx_plugin_api::trust::{judge_kernel_cache, kernel_cache_dir};
-use std::path::{Path, PathBuf};
+use rlx_plugin_api::trust::judge_kernel_cache;
+use std::path::Path;
 
 /// One line of the doctor's runtime section.
 pub(super) struct Note {
@@ -29,19 +29,13 @@ pub(super) fn notes(report: &CandidateReport) -> Vec<Note> {
             hint: build_hint(k, v),
         })
         .collect();
-    let get = |key: &str| info.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-    // Only MLX plugins have these caches.
-    if let Some(version) = get("mlx.version") {
-        let cpu = kernel_cache_dir(&rlx_plugin_api::machine::temp_dir(), version);
-        out.push(cpu_cache(&cpu));
-        if get("mlx.backend") == Some("cuda") {
-            // MLX's PTX cache sits beside the CPU one unless named.
-            let ptx = std::env::var_os("MLX_PTX_CACHE_DIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| cpu.with_file_name("ptx"));
-            out.push(gpu_cache(&ptx));
-        }
+    // Only MLX plugins have these caches: the CPU one, then on CUDA the PTX.
+    let dirs = rlx_plugin_host::kernel_cache::mlx_cache_dirs(info);
+    if let Some(cpu) = dirs.first() {
+        out.push(cpu_cache(cpu));
+    }
+    if let Some(ptx) = dirs.get(1) {
+        out.push(gpu_cache(ptx));
     }
     out
 }

@@ -1,0 +1,72 @@
+//! The one line under the demo's table that says which backend was faster
+//! on this model and why, from what was measured and the model's size.
+
+use rlx_ir::{Dim, Graph, Op};
+
+fn size(d: &Dim) -> f64 {
+    match d {
+        Dim::Static(n) => *n as f64,
+        Dim::Dynamic(_) => 1.0,
+    }
+}
+
+/// Multiply-adds of the graph's matrix products, counted twice (flops):
+/// what decides whether a run is work or overhead.
+pub fn matmul_flops(g: &Graph) -> f64 {
+    g.nodes()
+        .iter()
+        .filter(|n| matches!(n.op, Op::MatMul))
+        .map(|n| {
+            let out: f64 = n.shape.dims().iter().map(size).product();
+            let k = n
+                .inputs
+                .first()
+                .and_then(|a| g.shape(*a).dims().last())
+                .map_or(1.0, size);
+            2.0 * out * k
+        })
+        .sum()
+}
+
+/// The verdict: `best` is the plugin's fastest mode and its steady run time,
+/// `cpu_ms` the CPU backend's, `nodes` the graph's node count.
+pub fn verdict(
+    plugin: &str,
+    best: (&str, f64),
+    cpu_ms: f64,
+    flops: f64,
+    nodes: usize,
+    on_gpu: bool,
+) -> String {
+    let (mode, ms) = best;
+    let ratio = ms / cpu_ms;
+    let size = if flops >= 1e9 {
+        format!(
+            "{:.1} GFLOP of matrix products in {nodes} nodes",
+            flops / 1e9
+        )
+    } else {
+        format!(
+            "{:.1} MFLOP of matrix products in {nodes} nodes",
+            flops / 1e6
+        )
+    };
+    if ratio <= 1.0 {
+        let why = if on_gpu {
+            "the GPU's speed at the products outweighs MLX scheduling each op"
+        } else {
+            "the plugin's matrix products (its own kernels and BLAS threads) outweigh \
+             MLX scheduling each op on its own thread"
+        };
+        format!(
+            "{plugin} ({mode}) took {ratio:.2}x the CPU backend's time ({:.1}x faster): {size}, enough work that {why}",
+            1.0 / ratio
+        )
+    } else {
+        format!(
+            "{plugin} ({mode}) took {ratio:.2}x the CPU backend's time: {size} is too little work to pay for \
+             MLX scheduling each op on its own thread, which the CPU backend (running on the caller's thread) \
+             does not do; a larger model favours the plugin (rlx-host demo --model decoder)"
+        )
+    }
+}
