@@ -103,6 +103,7 @@ fn main() {
             "src/kernels.cc",
             "src/gemm.cc",
             "src/row_kernels.cc",
+            "src/scan_kernel.cc",
             "src/host_kernel.cc",
         ])
         .std("c++20")

@@ -41,6 +41,17 @@ std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const A
 std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
                                 size_t n_rot, size_t stride, bool per_token, bool gptj);
 
+// A Scan whose body is elementwise float32 arithmetic, run as one primitive
+// on the CPU stream (src/scan_kernel.cc says why and how the program reads).
+// operands: the initial carry, the n_bcast broadcast operands, then each xs
+// ([len, carry shape...]); rows: the step whose carry each output row holds
+// (ascending), or empty for the final carry alone. Throws on any operand or
+// program that does not fit.
+std::unique_ptr<Array> scan_elementwise_cpu(const ArrayList& operands, size_t n_bcast,
+                                            rust::Slice<const int32_t> code, size_t n_regs,
+                                            size_t result, size_t len,
+                                            rust::Slice<const int64_t> rows);
+
 // Whether this CPU has the vector kernel (AVX2 + FMA); otherwise the
 // kernels run their scalar loop (same formula).
 bool kernels_vectorized();

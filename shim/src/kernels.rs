@@ -4,7 +4,7 @@
 //! matrix product (`src/gemm.cc`); RmsNorm / LayerNorm and rotary
 //! embedding, one primitive per node (`src/row_kernels.cc`).
 
-use crate::array::Array;
+use crate::array::{Array, ArrayList};
 use cxx::UniquePtr;
 
 #[cxx::bridge(namespace = "rlx")]
@@ -13,6 +13,7 @@ pub mod ffi {
         include!("rlx-mlx-shim/include/kernels.h");
 
         type Array = crate::array::ffi::Array;
+        type ArrayList = crate::array::ffi::ArrayList;
 
         /// Erf-GELU of a float32 array, on the CPU stream.
         fn gelu_erf_cpu(x: &Array) -> Result<UniquePtr<Array>>;
@@ -52,6 +53,21 @@ pub mod ffi {
             stride: usize,
             per_token: bool,
             gptj: bool,
+        ) -> Result<UniquePtr<Array>>;
+        /// A Scan whose body is elementwise float32 arithmetic, as one
+        /// primitive on the CPU stream: `operands` the initial carry, the
+        /// `n_bcast` broadcast operands, then each xs; `code` the body as
+        /// `[op, dst, a, b]` groups over `n_regs` registers (src/scan_kernel.cc
+        /// numbers them), the carry after a step in `result`; `rows` the
+        /// steps whose carry the output keeps (empty: the final carry).
+        fn scan_elementwise_cpu(
+            operands: &ArrayList,
+            n_bcast: usize,
+            code: &[i32],
+            n_regs: usize,
+            result: usize,
+            len: usize,
+            rows: &[i64],
         ) -> Result<UniquePtr<Array>>;
         /// Whether the vector (AVX2 + FMA) kernels run on this CPU.
         fn kernels_vectorized() -> bool;

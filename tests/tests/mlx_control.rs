@@ -283,6 +283,105 @@ fn a_long_scan_runs_in_every_mode() {
     }
 }
 
+/// A scan over a body of every op the CPU's one-kernel scan takes (two
+/// broadcast operands, two xs, a checkpointed trajectory), and the same
+/// body with one op it does not take (Max: built step by step), both
+/// against an f64 reference of the definitions (sigmoid, silu and exp as
+/// plain f64 formulas: rlx's exp saturates only beyond |x| > 87, far from
+/// these values).
+#[test]
+fn an_elementwise_scan_body_matches_its_definition_with_and_without_the_kernel() {
+    let (len, n, k) = (7usize, 5usize, 3u32);
+    let build = |with_max: bool| {
+        let mut body = Graph::new("step");
+        let c = body.input("carry", f32s(&[n]));
+        let a = body.input("a", f32s(&[n]));
+        let b = body.input("b", f32s(&[n]));
+        let x = body.input("x_t", f32s(&[n]));
+        let y = body.input("y_t", f32s(&[n]));
+        let d = [n];
+        let t1 = bin(&mut body, BinaryOp::Mul, c, a, &d); // c a
+        let t2 = bin(&mut body, BinaryOp::Sub, t1, x, &d); // c a - x
+        let t3 = body.activation(Activation::Sigmoid, t2, f32s(&d));
+        let t4 = body.activation(Activation::Silu, y, f32s(&d));
+        let t5 = bin(&mut body, BinaryOp::Div, t4, b, &d); // silu(y) / b
+        let t6 = body.activation(Activation::Neg, t5, f32s(&d));
+        let t7 = body.activation(Activation::Relu, t6, f32s(&d));
+        let t8 = body.activation(Activation::Exp, x, f32s(&d));
+        let t9 = bin(&mut body, BinaryOp::Add, t3, t7, &d);
+        let t10 = bin(&mut body, BinaryOp::Mul, t9, t8, &d);
+        let out = if with_max {
+            bin(&mut body, BinaryOp::Max, t10, t1, &d)
+        } else {
+            body.activation(Activation::Tanh, t10, f32s(&d))
+        };
+        body.set_outputs(vec![out]);
+        let mut g = Graph::new("scan");
+        let init = g.input("init", f32s(&[n]));
+        let ga = g.input("a", f32s(&[n]));
+        let gb = g.input("b", f32s(&[n]));
+        let xs = g.input("xs", f32s(&[len, n]));
+        let ys = g.input("ys", f32s(&[len, n]));
+        let out = g.add_node(
+            Op::Scan {
+                body: Box::new(body),
+                length: len as u32,
+                save_trajectory: true,
+                num_bcast: 2,
+                num_xs: 2,
+                num_checkpoints: k,
+            },
+            vec![init, ga, gb, xs, ys],
+            f32s(&[k as usize, n]),
+        );
+        g.set_outputs(vec![out]);
+        g
+    };
+    let init: Vec<f32> = (0..n).map(|i| 0.3 - 0.2 * i as f32).collect();
+    let a: Vec<f32> = (0..n).map(|i| 0.8 + 0.1 * i as f32).collect();
+    let b: Vec<f32> = (0..n).map(|i| 1.5 - 0.2 * i as f32).collect();
+    let xs: Vec<f32> = (0..len * n).map(|i| ((i as f32) * 0.41).sin()).collect();
+    let ys: Vec<f32> = (0..len * n)
+        .map(|i| ((i as f32) * 0.23).cos() - 0.5)
+        .collect();
+    let reference = |with_max: bool| -> Vec<f32> {
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let mut c: Vec<f64> = init.iter().map(|v| *v as f64).collect();
+        let mut traj = Vec::new();
+        for t in 0..len {
+            for j in 0..n {
+                let (x, y) = (xs[t * n + j] as f64, ys[t * n + j] as f64);
+                let t1 = c[j] * a[j] as f64;
+                let t3 = sig(t1 - x);
+                let t7 = (-(y * sig(y) / b[j] as f64)).max(0.0);
+                let t10 = (t3 + t7) * x.exp();
+                c[j] = if with_max { t10.max(t1) } else { t10.tanh() };
+            }
+            traj.push(c.clone());
+        }
+        checkpoint_steps(len, k as usize)
+            .iter()
+            .flat_map(|t| traj[*t].iter().map(|v| *v as f32))
+            .collect()
+    };
+    let feeds = [
+        feed("init", &init),
+        feed("a", &a),
+        feed("b", &b),
+        feed("xs", &xs),
+        feed("ys", &ys),
+    ];
+    for with_max in [false, true] {
+        check_against_every_mode(
+            &format!("elementwise Scan body (Max: {with_max})"),
+            &build(with_max),
+            &feeds,
+            &[reference(with_max)],
+            TOL,
+        );
+    }
+}
+
 #[test]
 fn while_and_scan_reach_the_plugin_intact_through_session() {
     use rlx_host::rlx_backend::{register_plugin_backend, with_mode};

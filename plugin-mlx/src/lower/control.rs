@@ -217,6 +217,17 @@ fn scan(cx: &Ctx, a: &[&Array]) -> LResult {
             .into());
         }
     }
+    if cx.how != Eval::Check {
+        let ck = Checkpoints::new(len, *num_checkpoints as usize);
+        let rows: Vec<i64> = if *save_trajectory {
+            (0..ck.rows).map(|k| ck.step(k) as i64).collect()
+        } else {
+            Vec::new()
+        };
+        if let Some(y) = super::scan_fused::try_scan(body, a[0], bcast, xs, len, &rows)? {
+            return Ok(y);
+        }
+    }
     let steps = if cx.how == Eval::Check {
         len.min(1)
     } else {

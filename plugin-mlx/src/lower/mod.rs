@@ -24,6 +24,7 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod region;
+pub mod scan_fused;
 pub mod shape;
 pub mod signal;
 pub mod solve;

@@ -1,0 +1,185 @@
+// A whole Scan whose body is elementwise float32 arithmetic, as one CPU
+// primitive.
+//
+// Why: the plugin lowers a Scan by building its body once per step, so a
+// 1,000-step scan of three ops on 64 floats is 3,000+ MLX ops, each a task
+// on MLX's stream thread (and under mx::compile a trace of all of them):
+// milliseconds where the arithmetic is microseconds. A body of a few
+// elementwise ops over the carry's shape is common (RNN cells, EMA, simple
+// recurrences); the lowering hands such a body here as a small program
+// (scan_program in plugin-mlx's lower/scan_fused.rs), and the steps run in
+// one task.
+//
+// The program: registers of `n` floats each. Register 0 is the carry,
+// 1..n_bcast the broadcast operands, then one per xs (that step's row),
+// then one per body node. Each instruction is four ints: opcode, the
+// destination register, and one or two source registers. The carry after a
+// step is register `result`.
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+#include "rlx-mlx-shim/include/kernels.h"
+#include "rlx-mlx-shim/src/kernels.rs.h"
+#include "rlx-mlx-shim/src/rlx_math.h"
+#include "rlx-mlx-shim/src/strided.h"
+
+namespace rlx {
+
+namespace {
+
+// The opcodes; plugin-mlx's lower/scan_fused.rs writes the same numbers.
+enum Opcode : int32_t {
+  kAdd = 0,
+  kSub = 1,
+  kMul = 2,
+  kDiv = 3,
+  kTanh = 10,
+  kSigmoid = 11,
+  kSilu = 12,
+  kExp = 13,
+  kRelu = 14,
+  kNeg = 15,
+};
+
+struct ScanProgram {
+  std::vector<int32_t> code;  // groups of four: op, dst, a, b
+  size_t n_regs, n_bcast, n_xs, result, len, n;
+  std::vector<int64_t> rows;  // the step whose carry each output row holds
+
+  bool operator==(const ScanProgram& o) const {
+    return code == o.code && n_regs == o.n_regs && n_bcast == o.n_bcast && n_xs == o.n_xs &&
+           result == o.result && len == o.len && n == o.n && rows == o.rows;
+  }
+};
+
+void step_op(int32_t op, float* d, const float* a, const float* b, size_t n) {
+  switch (op) {
+    case kAdd: for (size_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; return;
+    case kSub: for (size_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; return;
+    case kMul: for (size_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; return;
+    case kDiv: for (size_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; return;
+    case kTanh: for (size_t i = 0; i < n; ++i) d[i] = std::tanh(a[i]); return;
+    case kSigmoid: for (size_t i = 0; i < n; ++i) d[i] = 1.0f / (1.0f + exp_poly(-a[i])); return;
+    case kSilu: for (size_t i = 0; i < n; ++i) d[i] = a[i] / (1.0f + exp_poly(-a[i])); return;
+    case kExp: for (size_t i = 0; i < n; ++i) d[i] = exp_poly(a[i]); return;
+    // f32::max(x, 0): NaN -> 0, as rlx-cpu.
+    case kRelu: for (size_t i = 0; i < n; ++i) d[i] = a[i] > 0.0f ? a[i] : 0.0f; return;
+    case kNeg: for (size_t i = 0; i < n; ++i) d[i] = -a[i]; return;
+  }
+}
+
+// in: [init, bcast..., xs...] (each read row-major); out: the kept rows, or
+// the final carry.
+void run_scan(const std::vector<mx::array>& in, float* out, const ScanProgram& p) {
+  std::vector<std::vector<float>> tmp(in.size());
+  std::vector<const float*> src(in.size());
+  for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);
+  const size_t n = p.n;
+  std::vector<float> regs(p.n_regs * n);
+  std::vector<const float*> reg(p.n_regs);
+  std::memcpy(regs.data(), src[0], n * sizeof(float));
+  for (size_t r = 0; r < p.n_regs; ++r) reg[r] = regs.data() + r * n;
+  for (size_t b = 0; b < p.n_bcast; ++b) reg[1 + b] = src[1 + b];
+  size_t next_row = 0;
+  for (size_t t = 0; t < p.len; ++t) {
+    for (size_t x = 0; x < p.n_xs; ++x) reg[1 + p.n_bcast + x] = src[1 + p.n_bcast + x] + t * n;
+    for (size_t k = 0; k + 3 < p.code.size(); k += 4) {
+      int32_t op = p.code[k], dst = p.code[k + 1], a = p.code[k + 2], b = p.code[k + 3];
+      step_op(op, regs.data() + size_t(dst) * n, reg[a], b >= 0 ? reg[b] : nullptr, n);
+    }
+    // The new carry (the result register may alias the carry's inputs, so
+    // copy only after the whole step).
+    std::memcpy(regs.data(), reg[p.result], n * sizeof(float));
+    while (next_row < p.rows.size() && size_t(p.rows[next_row]) == t) {
+      std::memcpy(out + next_row * n, regs.data(), n * sizeof(float));
+      ++next_row;
+    }
+  }
+  if (p.rows.empty()) std::memcpy(out, regs.data(), n * sizeof(float));
+}
+
+class ElementwiseScan : public mx::Primitive {
+ public:
+  ElementwiseScan(mx::Stream s, ScanProgram p) : mx::Primitive(s), p_(std::move(p)) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
+    auto& out = outs[0];
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const auto& a : in) enc.set_input_array(a);
+    enc.set_output_array(out);
+    enc.dispatch([in, y = out.data<float>(), p = p_]() { run_scan(in, y, p); });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[rlx scan] is a CPU kernel; the GPU lowering builds the steps");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>&) override {
+    throw std::runtime_error("[rlx scan] has no shapeless form");
+  }
+  const char* name() const override { return "RlxElementwiseScan"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return p_ == static_cast<const ElementwiseScan&>(other).p_;
+  }
+
+ private:
+  ScanProgram p_;
+};
+
+}  // namespace
+
+std::unique_ptr<Array> scan_elementwise_cpu(const ArrayList& operands, size_t n_bcast,
+                                            rust::Slice<const int32_t> code, size_t n_regs,
+                                            size_t result, size_t len,
+                                            rust::Slice<const int64_t> rows) {
+  const auto& in = operands.v;
+  if (in.empty() || in.size() < 1 + n_bcast) {
+    throw std::invalid_argument("[rlx scan] needs the carry and every operand");
+  }
+  for (const auto& a : in) {
+    if (a.dtype() != mx::float32) throw std::invalid_argument("[rlx scan] float32 only");
+  }
+  ScanProgram p;
+  p.code.assign(code.begin(), code.end());
+  p.n_regs = n_regs;
+  p.n_bcast = n_bcast;
+  p.n_xs = in.size() - 1 - n_bcast;
+  p.result = result;
+  p.len = len;
+  p.n = in[0].size();
+  p.rows.assign(rows.begin(), rows.end());
+  // Everything the task will index is checked here, once.
+  for (size_t b = 0; b < n_bcast; ++b) {
+    if (in[1 + b].size() != p.n) throw std::invalid_argument("[rlx scan] operand size");
+  }
+  for (size_t x = 0; x < p.n_xs; ++x) {
+    if (in[1 + n_bcast + x].size() != len * p.n) throw std::invalid_argument("[rlx scan] xs size");
+  }
+  size_t fixed = 1 + n_bcast + p.n_xs;
+  if (p.code.size() % 4 != 0 || result >= n_regs || fixed > n_regs) {
+    throw std::invalid_argument("[rlx scan] malformed program");
+  }
+  for (size_t k = 0; k < p.code.size(); k += 4) {
+    int32_t dst = p.code[k + 1], a = p.code[k + 2], b = p.code[k + 3];
+    bool binary = p.code[k] <= kDiv;
+    if (dst < int32_t(fixed) || size_t(dst) >= n_regs || a < 0 || size_t(a) >= n_regs ||
+        (binary && (b < 0 || size_t(b) >= n_regs))) {
+      throw std::invalid_argument("[rlx scan] register out of range");
+    }
+  }
+  for (size_t k = 0; k < p.rows.size(); ++k) {
+    if (p.rows[k] < 0 || size_t(p.rows[k]) >= len || (k > 0 && p.rows[k] < p.rows[k - 1])) {
+      throw std::invalid_argument("[rlx scan] kept rows out of order or range");
+    }
+  }
+  mx::Shape shape = in[0].shape();
+  if (!p.rows.empty()) shape.insert(shape.begin(), int(p.rows.size()));
+  auto s = mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
+  return wrap(mx::array(shape, mx::float32, std::make_shared<ElementwiseScan>(s, std::move(p)), in));
+}
+
+}  // namespace rlx
