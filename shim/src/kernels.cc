@@ -43,25 +43,6 @@ inline float gelu_scalar(float x) {
   return x * 0.5f * (1.0f + erf);
 }
 
-__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.7f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-6f),
-                              _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x));
-  __m256 one = _mm256_set1_ps(1.0f);
-  __m256 p = _mm256_set1_ps(0.001388888888888889f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.008333333333333333f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.041666666666666664f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666666666666666f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, one);
-  p = _mm256_fmadd_ps(p, r, one);
-  __m256i shifted = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), shifted));
-}
-
 __attribute__((target("avx2,fma"))) void gelu_avx2(const float* src, float* dst, size_t n) {
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   const __m256 neg_one = _mm256_set1_ps(-1.0f), zero = _mm256_setzero_ps();

@@ -6,13 +6,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <immintrin.h>
 
 namespace rlx {
 
 // rlx-cpu's exp_poly: clamp, n = round(x log2 e), r = x - n ln2 (split),
 // degree-6 Taylor polynomial, 2^n through the exponent field.
 inline float exp_poly(float x) {
-  x = std::isnan(x) ? x : std::fmin(std::fmax(x, -87.3f), 88.7f);
+  // Comparisons, not fmin/fmax (library calls without -ffast-math, which
+  // keep loops scalar); a NaN fails both and stays NaN.
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
   const float magic = 12582912.0f;  // 1.5 * 2^23: rounds to nearest even
   float v = x * 1.44269504088896341f;
   float n = (v + magic) - magic;
@@ -29,6 +32,26 @@ inline float exp_poly(float x) {
   bits += static_cast<uint32_t>(static_cast<int32_t>(n)) << 23;
   std::memcpy(&p, &bits, 4);
   return p;
+}
+
+// exp_poly on eight lanes (rlx-cpu's AVX2 arm).
+__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.7f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-6f),
+                              _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x));
+  __m256 one = _mm256_set1_ps(1.0f);
+  __m256 p = _mm256_set1_ps(0.001388888888888889f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.008333333333333333f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.041666666666666664f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666666666666666f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, one);
+  p = _mm256_fmadd_ps(p, r, one);
+  __m256i shifted = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), shifted));
 }
 
 }  // namespace rlx

@@ -57,13 +57,55 @@ struct ScanProgram {
   }
 };
 
-void step_op(int32_t op, float* d, const float* a, const float* b, size_t n) {
+// tanh to within a few ulp of libm's, at a fraction of its cost (libm's
+// tanhf was most of a 1,000-step scan): the odd Taylor series near 0, else
+// sign(x) (1 - e^-2|x|) / (1 + e^-2|x|) over rlx's exp polynomial.
+inline float tanh_fast(float x) {
+  // Branch-free, so the step loops vectorise.
+  float ax = std::fabs(x), x2 = x * x;
+  float near0 = x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+  float t = exp_poly(-2.0f * ax);
+  float far = std::copysign((1.0f - t) / (1.0f + t), x);
+  return ax < 0.0625f ? near0 : far;
+}
+
+// tanh_fast on eight lanes.
+__attribute__((target("avx2,fma"))) void tanh_avx2(float* d, const float* a, size_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  const __m256 c3 = _mm256_set1_ps(-1.0f / 3), c5 = _mm256_set1_ps(2.0f / 15),
+               c7 = _mm256_set1_ps(-17.0f / 315), edge = _mm256_set1_ps(0.0625f);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(a + i);
+    __m256 ax = _mm256_andnot_ps(sign, x);
+    __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(c7, x2, c5), x2, c3), x2, one);
+    __m256 near0 = _mm256_mul_ps(x, p);
+    __m256 t = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), ax));
+    __m256 far = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+    far = _mm256_or_ps(far, _mm256_and_ps(sign, x));
+    _mm256_storeu_ps(d + i, _mm256_blendv_ps(far, near0, _mm256_cmp_ps(ax, edge, _CMP_LT_OQ)));
+  }
+  for (; i < n; ++i) d[i] = tanh_fast(a[i]);
+}
+
+bool avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+__attribute__((optimize("O3")))
+void step_op(int32_t op, float* __restrict d, const float* __restrict a,
+             const float* __restrict b, size_t n) {
   switch (op) {
     case kAdd: for (size_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; return;
     case kSub: for (size_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; return;
     case kMul: for (size_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; return;
     case kDiv: for (size_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; return;
-    case kTanh: for (size_t i = 0; i < n; ++i) d[i] = std::tanh(a[i]); return;
+    case kTanh:
+      if (avx2_fma()) return tanh_avx2(d, a, n);
+      for (size_t i = 0; i < n; ++i) d[i] = tanh_fast(a[i]);
+      return;
     case kSigmoid: for (size_t i = 0; i < n; ++i) d[i] = 1.0f / (1.0f + exp_poly(-a[i])); return;
     case kSilu: for (size_t i = 0; i < n; ++i) d[i] = a[i] / (1.0f + exp_poly(-a[i])); return;
     case kExp: for (size_t i = 0; i < n; ++i) d[i] = exp_poly(a[i]); return;
