@@ -539,7 +539,23 @@ void eval_list(const ArrayList& l) {
 // had to block (a signalled event is not checked), so it is checked here
 // after every run, whichever way the run ended.
 
+// Evaluations left to run without polling (see eval_list_spinning).
+std::atomic<std::uint32_t> quiet_evaluations{0};
+// How many: at a few microseconds a run, a few milliseconds of plain
+// waiting before polling is tried again.
+constexpr std::uint32_t kBackOff = 256;
+
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
+  // Polling pays only while the stream's thread gets a CPU at once. When a
+  // window passed without the work done, the CPUs are taken (other
+  // processes, busy loops): the two polling threads then only crowd the
+  // stream's thread off its CPU, and a run waited for a whole scheduler
+  // slice (3.5 ms medians in eager mode beside two busy loops). So back
+  // off: the next runs wait as MLX's eval does, then polling is tried again.
+  if (spin_us != 0 && quiet_evaluations.load(std::memory_order_relaxed) > 0) {
+    quiet_evaluations.fetch_sub(1, std::memory_order_relaxed);
+    spin_us = 0;
+  }
   if (spin_us == 0) {
     evaluate(l.v);
     return;
@@ -562,6 +578,9 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
     while (!x.is_available() && std::chrono::steady_clock::now() < deadline) {
       cpu_relax();
     }
+  }
+  if (std::any_of(l.v.begin(), l.v.end(), [](const mx::array& x) { return !x.is_available(); })) {
+    quiet_evaluations.store(kBackOff, std::memory_order_relaxed);
   }
   std::exception_ptr failed;
   try {
