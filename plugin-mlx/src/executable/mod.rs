@@ -198,7 +198,13 @@ impl MlxExecutable {
             writes: &ParamWrites::default(),
             observe: None,
         };
-        evaluate(&graph, &check, &|id| zeros_like(&graph, id))?;
+        let zeros = std::cell::RefCell::new(Vec::new());
+        let checked = evaluate(&graph, &check, &|id| {
+            let z = zeros_like(&graph, id)?;
+            zeros.borrow_mut().push(z.clone_handle());
+            Ok(z)
+        })?;
+        let one_op = single_op(&graph, &checked, &zeros.into_inner());
         // MLX would load kernels from a cache another user can write.
         let unsafe_cache = match mode {
             Mode::Compiled => crate::kernel_cache::check().err(),
@@ -209,6 +215,8 @@ impl MlxExecutable {
             // mx::compile traces without data, so a loop whose trip count
             // depends on values cannot be traced: such a graph runs lazily.
             Mode::Compiled if crate::lower::control::has_host_loop(&graph) => None,
+            // Nothing to fuse: the op is built as lazy mode builds it.
+            Mode::Compiled if one_op => None,
             Mode::Compiled if unsafe_cache.is_some() => {
                 log::warn!(
                     "compiled mode runs graph {:?} lazily: MLX's kernel cache is not safe to \
@@ -412,6 +420,21 @@ fn compile_graph(
         ))
     })
     .map_err(|e| PluginError::internal(e.to_string()))
+}
+
+/// Whether `graph` is one MLX op, as its check build made it (`outs` from
+/// the leaves `zeros`): one output, no loop or branch (whose check build is
+/// one step), one op between the leaves and the output. `mx::compile` can
+/// fuse nothing there, and its call costs more than building the op: MLX's
+/// JIT kernel for a broadcast add took 1.07 ms where its own op took 0.56.
+fn single_op(graph: &Graph, outs: &[A], zeros: &[A]) -> bool {
+    outs.len() == 1
+        && graph.nodes().iter().all(|n| n.op.subgraphs().is_empty())
+        && array::graph_ops(
+            &outs[0],
+            &ArrayList::from_arrays(zeros.iter().map(|z| &**z)),
+        )
+        .is_ok_and(|ops| ops.len() <= 1)
 }
 
 impl Executable for MlxExecutable {
@@ -827,7 +850,7 @@ impl MlxExecutable {
     /// The device and mode a traced run names.
     fn trace_label(&self) -> String {
         // What ran: compiled mode without a compiled function (a host loop,
-        // an unusable kernel cache) builds the graph lazily.
+        // an unusable kernel cache, a graph of one op) builds it lazily.
         let mode = match (&self.compiled, self.mode) {
             (None, Mode::Compiled) => "lazy",
             (_, m) => m.name(),

@@ -179,26 +179,19 @@ fn main() {
             let done = Instant::now();
             drop(outs);
             if timed {
-                totals
-                    .entry(if how == Eval::Lazy {
-                        "lazy build"
-                    } else {
-                        "eager nodes"
-                    })
-                    .or_default()
-                    .push((built - start).as_secs_f64() * 1e6);
-                totals
-                    .entry(if how == Eval::Lazy {
-                        "lazy eval"
-                    } else {
-                        "eager outputs"
-                    })
-                    .or_default()
-                    .push((done - built).as_secs_f64() * 1e6);
-                totals
-                    .entry(mode)
-                    .or_default()
-                    .push((done - start).as_secs_f64() * 1e6);
+                let us = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e6;
+                let (build_key, eval_key) = if how == Eval::Lazy {
+                    ("lazy build", "lazy eval")
+                } else {
+                    ("eager nodes", "eager outputs")
+                };
+                for (key, v) in [
+                    (build_key, us(start, built)),
+                    (eval_key, us(built, done)),
+                    (mode, us(start, done)),
+                ] {
+                    totals.entry(key).or_default().push(v);
+                }
             }
         }
     }

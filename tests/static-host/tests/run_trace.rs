@@ -10,16 +10,30 @@ use rlx_plugin_api::{CompileOptions, DType, Executable, Mode, TensorRef};
 
 const CHILD: &str = "RLX_TEST_RUN_TRACE_CHILD";
 
-/// In the child: one run in each mode, then a sleep-free exit.
-fn runs() {
+/// `exp(x) * x` (two ops), or `exp(x)` alone.
+fn graph_text(two_ops: bool) -> String {
     use rlx_ir::infer::GraphExt;
     let mut g = rlx_ir::Graph::new("g");
     let x = g.input("x", rlx_ir::Shape::new(&[4], rlx_ir::DType::F32));
-    let y = g.exp(x);
+    let mut y = g.exp(x);
+    if two_ops {
+        y = g.mul(y, x);
+    }
     g.set_named_outputs([("y", y)]);
-    let text = rlx_ir::rlxmodel::to_text(&g).unwrap();
+    rlx_ir::rlxmodel::to_text(&g).unwrap()
+}
+
+/// In the child: one run in each mode, then compiled mode on a graph of one
+/// op (built lazily: nothing to fuse), then a sleep-free exit.
+fn runs() {
     let bytes = f32_to_le(&[0.0, 1.0, 2.0, 3.0]);
-    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+    for (mode, two_ops) in [
+        (Mode::Lazy, true),
+        (Mode::Eager, true),
+        (Mode::Compiled, true),
+        (Mode::Compiled, false),
+    ] {
+        let text = graph_text(two_ops);
         let opts = CompileOptions {
             mode,
             device: Some((rlx_plugin_api::DeviceKind::Cpu, 0)),
@@ -63,8 +77,8 @@ fn a_traced_run_prints_its_phases_in_order_within_its_total() {
         .lines()
         .filter(|l| l.starts_with("rlx-mlx run "))
         .collect();
-    assert_eq!(lines.len(), 3, "one line per run:\n{err}");
-    for (line, mode) in lines.iter().zip(["lazy:", "eager:", "compiled:"]) {
+    assert_eq!(lines.len(), 4, "one line per run:\n{err}");
+    for (line, mode) in lines.iter().zip(["lazy:", "eager:", "compiled:", "lazy:"]) {
         let w: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(w.last(), Some(&"us"), "{line}");
         let w = &w[..w.len() - 1];
