@@ -422,19 +422,26 @@ fn compile_graph(
     .map_err(|e| PluginError::internal(e.to_string()))
 }
 
-/// Whether `graph` is one MLX op, as its check build made it (`outs` from
-/// the leaves `zeros`): one output, no loop or branch (whose check build is
-/// one step), one op between the leaves and the output. `mx::compile` can
-/// fuse nothing there, and its call costs more than building the op: MLX's
-/// JIT kernel for a broadcast add took 1.07 ms where its own op took 0.56.
+/// Whether `graph` is one MLX op that computes, as its check build made it
+/// (`outs` from the leaves `zeros`; views such as a broadcast do not count):
+/// one output, no loop or branch (whose check build is one step).
+/// `mx::compile` can fuse nothing there, and its call costs more than
+/// building the op: MLX's JIT kernel for a broadcast add took 1.07 ms where
+/// its own op took 0.56.
 fn single_op(graph: &Graph, outs: &[A], zeros: &[A]) -> bool {
+    const VIEWS: [&str; 6] = [
+        "Broadcast",
+        "Reshape",
+        "ExpandDims",
+        "Squeeze",
+        "Transpose",
+        "Slice",
+    ];
+    let leaves = ArrayList::from_arrays(zeros.iter().map(|z| &**z));
     outs.len() == 1
         && graph.nodes().iter().all(|n| n.op.subgraphs().is_empty())
-        && array::graph_ops(
-            &outs[0],
-            &ArrayList::from_arrays(zeros.iter().map(|z| &**z)),
-        )
-        .is_ok_and(|ops| ops.len() <= 1)
+        && array::graph_ops(&outs[0], &leaves)
+            .is_ok_and(|ops| ops.iter().filter(|o| !VIEWS.contains(&o.as_str())).count() <= 1)
 }
 
 impl Executable for MlxExecutable {
