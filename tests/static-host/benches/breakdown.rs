@@ -83,6 +83,17 @@ struct NodeRow {
     eager: Vec<f64>,
 }
 
+/// One op kind's sums over its nodes.
+#[derive(Default)]
+struct KindRow {
+    nodes: usize,
+    ops: usize,
+    lazy: f64,
+    eager: f64,
+    /// How many of each MLX primitive.
+    prims: BTreeMap<String, usize>,
+}
+
 fn main() {
     let name = std::env::args()
         .skip(1)
@@ -115,7 +126,6 @@ fn main() {
         .map(|n| (n.id.0, leaf_value(&g, n.id, &mut seed)))
         .collect();
     array::eval_list(&ArrayList::from_arrays(leaves.values().map(|a| &**a))).unwrap();
-    let leaves = Arc::new(leaves);
     let custom = Arc::new(CustomScope::resolve(&g).unwrap());
     let rows: RefCell<Vec<NodeRow>> = RefCell::new(
         g.nodes()
@@ -266,25 +276,25 @@ fn main() {
     println!();
 
     // Per op kind: nodes, MLX ops, summed per-node medians.
-    let mut by_kind: BTreeMap<String, (usize, usize, f64, f64, BTreeMap<String, usize>)> =
-        BTreeMap::new();
+    let mut by_kind: BTreeMap<String, KindRow> = BTreeMap::new();
     for r in &built {
         let e = by_kind.entry(r.kind.clone()).or_default();
-        e.0 += 1;
-        e.1 += r.mlx_ops.len();
-        e.2 += median(r.lazy_build.clone());
-        e.3 += median(r.eager.clone());
+        e.nodes += 1;
+        e.ops += r.mlx_ops.len();
+        e.lazy += median(r.lazy_build.clone());
+        e.eager += median(r.eager.clone());
         for o in &r.mlx_ops {
-            *e.4.entry(o.clone()).or_default() += 1;
+            *e.prims.entry(o.clone()).or_default() += 1;
         }
     }
     let mut kinds: Vec<_> = by_kind.into_iter().collect();
-    kinds.sort_by(|a, b| b.1 .3.total_cmp(&a.1 .3));
+    kinds.sort_by(|a, b| b.1.eager.total_cmp(&a.1.eager));
     println!(
         "| op kind | nodes | MLX ops | lazy build us | eager us | MLX primitives |\n|---|---:|---:|---:|---:|---|"
     );
-    for (k, (nodes, ops, lazy, eager, prims)) in kinds {
-        let prims: Vec<String> = prims
+    for (k, row) in kinds {
+        let prims: Vec<String> = row
+            .prims
             .iter()
             .map(|(p, c)| {
                 if *c > 1 {
@@ -295,7 +305,11 @@ fn main() {
             })
             .collect();
         println!(
-            "| {k} | {nodes} | {ops} | {lazy:.1} | {eager:.1} | {} |",
+            "| {k} | {} | {} | {:.1} | {:.1} | {} |",
+            row.nodes,
+            row.ops,
+            row.lazy,
+            row.eager,
             prims.join(", ")
         );
     }
