@@ -20,7 +20,7 @@
 
 #include "rlx-mlx-shim/include/kernels.h"
 
-#include <immintrin.h>
+#include "rlx-mlx-shim/src/simd.h"
 
 #include <algorithm>
 #include <atomic>
@@ -78,7 +78,7 @@ class Pool {
     cv_.notify_all();
     work();
     while (done_.load(std::memory_order_acquire) < n) {
-      _mm_pause();
+      cpu_pause();
     }
     job_ = nullptr;
   }
@@ -108,7 +108,7 @@ class Pool {
       auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
       while (generation_.load(std::memory_order_acquire) == seen &&
              std::chrono::steady_clock::now() < until) {
-        _mm_pause();
+        cpu_pause();
       }
       if (generation_.load(std::memory_order_acquire) == seen) {
         std::unique_lock<std::mutex> g(m_);
@@ -132,14 +132,8 @@ class Pool {
 
 // ---- the skinny kernel: C[m, n0:n1] = sum_k A[m, k] B[k, n0:n1] ---------
 
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+[[maybe_unused]] bool has_avx512() { return has_avx512f(); }
+[[maybe_unused]] bool has_avx2() { return has_avx2_fma(); }
 
 // The last K % 4 steps of the kernels below, one k at a time (the same for
 // every instruction set: too few to vectorise across k).
@@ -157,6 +151,7 @@ inline void skinny_k_tail(const float* A, int64_t lda, const float* B, int64_t l
 
 // One pass over k for R rows of A (R <= 8) and columns [n0, n1) of a
 // row-major B: C's rows stay in L1, B's rows stream four at a time.
+#if RLX_X86
 template <int R>
 __attribute__((target("avx512f"))) void skinny_n_avx512(
     const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
@@ -221,6 +216,8 @@ __attribute__((target("avx2,fma"))) void skinny_n_avx2(
   skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
 }
 
+#endif  // RLX_X86
+
 template <int R>
 void skinny_n_scalar(const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                      int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
@@ -234,6 +231,7 @@ void skinny_n_scalar(const float* A, int64_t lda, const float* B, int64_t ldb, f
 
 // The same product with B given transposed (Bt: N x K row-major, a weight
 // used as x · W^T): each output a dot product of two contiguous rows.
+#if RLX_X86
 __attribute__((target("avx512f"))) float dot_avx512(const float* x, const float* y, int64_t K) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int64_t k = 0;
@@ -274,6 +272,8 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* x, const float* 
   return out;
 }
 
+#endif  // RLX_X86
+
 float dot_scalar(const float* x, const float* y, int64_t K) {
   float s = 0.0f;
   for (int64_t k = 0; k < K; ++k) s = std::fma(x[k], y[k], s);
@@ -285,8 +285,10 @@ using SkinnyFn = void (*)(const float*, int64_t, const float*, int64_t, float*, 
 
 template <int R>
 SkinnyFn skinny_for() {
+#if RLX_X86
   if (has_avx512()) return skinny_n_avx512<R>;
   if (has_avx2()) return skinny_n_avx2<R>;
+#endif
   return skinny_n_scalar<R>;
 }
 
@@ -360,7 +362,11 @@ RightOp right(const mx::array& b, int64_t i, std::vector<float>& scratch) {
 void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t N, int64_t rows,
                  int64_t n0, int64_t n1) {
   if (B.t) {
+#if RLX_X86
     auto dot = has_avx512() ? dot_avx512 : has_avx2() ? dot_avx2 : dot_scalar;
+#else
+    auto dot = dot_scalar;
+#endif
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t r = 0; r < rows; ++r) C[r * N + n] = dot(A + r * K, B.p + n * B.ld, K);
   } else {

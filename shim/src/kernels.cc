@@ -15,7 +15,6 @@
 #include "rlx-mlx-shim/src/rlx_math.h"
 #include "rlx-mlx-shim/src/strided.h"
 
-#include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
@@ -43,6 +42,7 @@ inline float gelu_scalar(float x) {
   return x * 0.5f * (1.0f + erf);
 }
 
+#if RLX_X86
 __attribute__((target("avx2,fma"))) void gelu_avx2(const float* src, float* dst, size_t n) {
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   const __m256 neg_one = _mm256_set1_ps(-1.0f), zero = _mm256_setzero_ps();
@@ -67,12 +67,15 @@ __attribute__((target("avx2,fma"))) void gelu_avx2(const float* src, float* dst,
   for (; i < n; ++i) dst[i] = gelu_scalar(src[i]);
 }
 
+#endif  // RLX_X86
+
 // rlx-cpu's saturating exp, sigmoid 1/(1 + e^-x) and silu x/(1 + e^-x),
 // all over exp_poly (so silu(-inf) = -inf and exp(100) = 3.3e38, as there).
 inline float exp_scalar(float x) { return exp_poly(x); }
 inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + exp_poly(-x)); }
 inline float silu_scalar(float x) { return x / (1.0f + exp_poly(-x)); }
 
+#if RLX_X86
 __attribute__((target("avx2,fma"))) void exp_avx2(const float* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, exp8(_mm256_loadu_ps(src + i)));
@@ -91,11 +94,7 @@ __attribute__((target("avx2,fma"))) void logistic_avx2(const float* src, float* 
   }
   for (; i < n; ++i) dst[i] = kSilu ? silu_scalar(src[i]) : sigmoid_scalar(src[i]);
 }
-
-bool has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+#endif  // RLX_X86
 
 enum class Unary { GeluErf, Exp, Sigmoid, Silu };
 
@@ -110,22 +109,30 @@ const char* unary_name(Unary k) {
 }
 
 void unary_range(Unary k, const float* src, float* dst, size_t n) {
-  bool v = has_avx2_fma();
+  [[maybe_unused]] const bool v = RLX_X86 && has_avx2_fma();
   switch (k) {
     case Unary::GeluErf:
+#if RLX_X86
       if (v) return gelu_avx2(src, dst, n);
+#endif
       for (size_t i = 0; i < n; ++i) dst[i] = gelu_scalar(src[i]);
       return;
     case Unary::Exp:
+#if RLX_X86
       if (v) return exp_avx2(src, dst, n);
+#endif
       for (size_t i = 0; i < n; ++i) dst[i] = exp_scalar(src[i]);
       return;
     case Unary::Sigmoid:
+#if RLX_X86
       if (v) return logistic_avx2<false>(src, dst, n);
+#endif
       for (size_t i = 0; i < n; ++i) dst[i] = sigmoid_scalar(src[i]);
       return;
     case Unary::Silu:
+#if RLX_X86
       if (v) return logistic_avx2<true>(src, dst, n);
+#endif
       for (size_t i = 0; i < n; ++i) dst[i] = silu_scalar(src[i]);
       return;
   }

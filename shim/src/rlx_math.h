@@ -6,7 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <immintrin.h>
+
+#include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
 
@@ -34,6 +35,7 @@ inline float exp_poly(float x) {
   return p;
 }
 
+#if RLX_X86
 // exp_poly on eight lanes (rlx-cpu's AVX2 arm).
 __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
@@ -53,5 +55,6 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   __m256i shifted = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), shifted));
 }
+#endif  // RLX_X86
 
 }  // namespace rlx

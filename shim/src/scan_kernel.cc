@@ -69,6 +69,7 @@ inline float tanh_fast(float x) {
   return ax < 0.0625f ? near0 : far;
 }
 
+#if RLX_X86
 // tanh_fast on eight lanes.
 __attribute__((target("avx2,fma"))) void tanh_avx2(float* d, const float* a, size_t n) {
   const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
@@ -88,13 +89,12 @@ __attribute__((target("avx2,fma"))) void tanh_avx2(float* d, const float* a, siz
   }
   for (; i < n; ++i) d[i] = tanh_fast(a[i]);
 }
+#endif  // RLX_X86
 
-bool avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 
+#if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("O3")))
+#endif
 void step_op(int32_t op, float* __restrict d, const float* __restrict a,
              const float* __restrict b, size_t n) {
   switch (op) {
@@ -103,7 +103,9 @@ void step_op(int32_t op, float* __restrict d, const float* __restrict a,
     case kMul: for (size_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; return;
     case kDiv: for (size_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; return;
     case kTanh:
-      if (avx2_fma()) return tanh_avx2(d, a, n);
+#if RLX_X86
+      if (has_avx2_fma()) return tanh_avx2(d, a, n);
+#endif
       for (size_t i = 0; i < n; ++i) d[i] = tanh_fast(a[i]);
       return;
     case kSigmoid: for (size_t i = 0; i < n; ++i) d[i] = 1.0f / (1.0f + exp_poly(-a[i])); return;
