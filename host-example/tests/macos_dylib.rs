@@ -1,0 +1,130 @@
+//! The macOS plugin built on Linux (`./scripts/build-macos-plugin.sh`,
+//! docs/MACOS.md), read with a Mach-O reader: what dyld will need on a Mac.
+//! Skips, saying so, when that directory has not been built (the plain
+//! build does not make it; CI does when it can install the cross toolchain).
+
+use object::macho;
+use object::macho::MachHeader64;
+use object::read::macho::{LoadCommandVariant, MachHeader, Nlist};
+use object::Endianness;
+use std::path::PathBuf;
+
+fn plugin_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/aarch64-apple-darwin/release/plugins/mlx")
+}
+
+/// What the checks read from the dylib.
+#[derive(Default, Debug)]
+struct Commands {
+    id: Option<String>,
+    loads: Vec<String>,
+    rpaths: Vec<String>,
+    minos: Option<(u32, u32)>,
+    cpu: u32,
+    exports_entry: bool,
+    flat_lookups: Vec<String>,
+}
+
+fn read(data: &[u8]) -> Commands {
+    let header = MachHeader64::<Endianness>::parse(data, 0).expect("a 64-bit Mach-O");
+    let endian = header.endian().unwrap();
+    let mut out = Commands {
+        cpu: header.cputype(endian),
+        ..Commands::default()
+    };
+    let mut cmds = header.load_commands(endian, data, 0).unwrap();
+    while let Some(cmd) = cmds.next().unwrap() {
+        match cmd.variant().unwrap() {
+            LoadCommandVariant::IdDylib(d) => {
+                let name = String::from_utf8_lossy(cmd.string(endian, d.dylib.name).unwrap());
+                out.id = Some(name.into_owned());
+            }
+            LoadCommandVariant::Dylib(d) => {
+                let name = String::from_utf8_lossy(cmd.string(endian, d.dylib.name).unwrap());
+                out.loads.push(name.into_owned());
+            }
+            LoadCommandVariant::Rpath(r) => out
+                .rpaths
+                .push(String::from_utf8_lossy(cmd.string(endian, r.path).unwrap()).into_owned()),
+            LoadCommandVariant::BuildVersion(b) => {
+                let v = b.minos.get(endian);
+                out.minos = Some((v >> 16, (v >> 8) & 0xff));
+            }
+            LoadCommandVariant::Symtab(st) => {
+                let table = st.symbols::<MachHeader64<Endianness>, _>(endian, data).unwrap();
+                for n in table.iter() {
+                    let name = String::from_utf8_lossy(n.name(endian, table.strings()).unwrap())
+                        .into_owned();
+                    let kind = n.n_type() & macho::N_TYPE;
+                    let external = n.n_type() & macho::N_EXT != 0;
+                    if external && kind == macho::N_SECT && name == "_rlx_plugin_entry" {
+                        out.exports_entry = true;
+                    }
+                    // Two-level namespace: an undefined symbol names its
+                    // library by ordinal; 0xfe is "search every image".
+                    let ordinal = (n.n_desc(endian) >> 8) as u8;
+                    if external && kind == macho::N_UNDF && ordinal == 0xfe {
+                        out.flat_lookups.push(name);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn the_macos_plugin_directory_is_relocatable_and_binds_only_to_what_a_mac_has() {
+    let dir = plugin_dir();
+    let lib = dir.join("librlx_mlx.dylib");
+    if !lib.exists() {
+        eprintln!(
+            "skipped: {} is not built (./scripts/build-macos-plugin.sh builds it)",
+            lib.display()
+        );
+        return;
+    }
+    let data = std::fs::read(&lib).unwrap();
+    let c = read(&data);
+    assert_eq!(c.cpu, macho::CPU_TYPE_ARM64, "{c:?}");
+    assert_eq!(c.id.as_deref(), Some("@rpath/librlx_mlx.dylib"), "{c:?}");
+    assert_eq!(c.rpaths, ["@loader_path/mlx/lib"], "{c:?}");
+    // The wheel's own minimum (macOS 14): a newer one would refuse to load
+    // where MLX itself runs.
+    assert_eq!(c.minos, Some((14, 0)), "{c:?}");
+    assert!(c.exports_entry, "rlx_plugin_entry is not exported");
+    assert!(
+        c.flat_lookups.is_empty(),
+        "symbols left to flat lookup: {:?}",
+        &c.flat_lookups[..c.flat_lookups.len().min(5)]
+    );
+    // Every dependency is a system library every macOS since 11 has, or
+    // MLX through the plugin's own rpath; the system libc++ (the one
+    // libmlx uses), never a second copy or libstdc++.
+    for l in &c.loads {
+        let system = l.starts_with("/usr/lib/") || l.starts_with("/System/Library/Frameworks/");
+        assert!(system || l == "@rpath/libmlx.dylib", "unexpected dependency {l}");
+        assert!(!l.contains("stdc++"), "{l}");
+    }
+    assert!(c.loads.iter().any(|l| l == "/usr/lib/libc++.1.dylib"), "{c:?}");
+    assert!(c.loads.iter().any(|l| l == "@rpath/libmlx.dylib"), "{c:?}");
+    // What the rpath must find, and MLX's Metal kernels beside it.
+    for f in ["mlx/lib/libmlx.dylib", "mlx/lib/mlx.metallib"] {
+        assert!(dir.join(f).exists(), "{f} missing from {}", dir.display());
+    }
+    // libmlx itself: found by its install name through that rpath.
+    let mlx = read(&std::fs::read(dir.join("mlx/lib/libmlx.dylib")).unwrap());
+    assert_eq!(mlx.id.as_deref(), Some("@rpath/libmlx.dylib"), "{mlx:?}");
+    // No path of the machine that built it.
+    let home = std::env::var("HOME").unwrap_or_default();
+    for needle in [env!("CARGO_MANIFEST_DIR"), home.as_str()] {
+        if needle.len() > 1 {
+            assert!(
+                !data.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "the dylib holds the build path {needle}"
+            );
+        }
+    }
+}
