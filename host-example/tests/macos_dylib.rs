@@ -52,7 +52,9 @@ fn read(data: &[u8]) -> Commands {
                 out.minos = Some((v >> 16, (v >> 8) & 0xff));
             }
             LoadCommandVariant::Symtab(st) => {
-                let table = st.symbols::<MachHeader64<Endianness>, _>(endian, data).unwrap();
+                let table = st
+                    .symbols::<MachHeader64<Endianness>, _>(endian, data)
+                    .unwrap();
                 for n in table.iter() {
                     let name = String::from_utf8_lossy(n.name(endian, table.strings()).unwrap())
                         .into_owned();
@@ -105,10 +107,16 @@ fn the_macos_plugin_directory_is_relocatable_and_binds_only_to_what_a_mac_has() 
     // libmlx uses), never a second copy or libstdc++.
     for l in &c.loads {
         let system = l.starts_with("/usr/lib/") || l.starts_with("/System/Library/Frameworks/");
-        assert!(system || l == "@rpath/libmlx.dylib", "unexpected dependency {l}");
+        assert!(
+            system || l == "@rpath/libmlx.dylib",
+            "unexpected dependency {l}"
+        );
         assert!(!l.contains("stdc++"), "{l}");
     }
-    assert!(c.loads.iter().any(|l| l == "/usr/lib/libc++.1.dylib"), "{c:?}");
+    assert!(
+        c.loads.iter().any(|l| l == "/usr/lib/libc++.1.dylib"),
+        "{c:?}"
+    );
     assert!(c.loads.iter().any(|l| l == "@rpath/libmlx.dylib"), "{c:?}");
     // What the rpath must find, and MLX's Metal kernels beside it.
     for f in ["mlx/lib/libmlx.dylib", "mlx/lib/mlx.metallib"] {
