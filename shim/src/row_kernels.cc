@@ -38,12 +38,6 @@ void need_f32(const mx::array& a, const char* op) {
   }
 }
 
-// Allocates `out` (a fresh buffer: the kernels read rows of the input
-// while writing others' positions, so the input's buffer is not reused).
-void allocate(mx::array& out) {
-  out.set_data(mx::allocator::malloc(out.nbytes()));
-}
-
 // y = norm(x) * gamma + beta over rows of `c`: RmsNorm x / sqrt(mean(x^2)
 // + eps), LayerNorm (x - mean) / sqrt(var + eps), biased variance.
 void norm_rows(const float* x, const float* g, const float* b, float* y, size_t rows,
@@ -73,10 +67,7 @@ class RowNorm : public mx::Primitive {
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
     auto& out = outs[0];
-    allocate(out);
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    for (const auto& a : in) enc.set_input_array(a);
-    enc.set_output_array(out);
+    auto& enc = start_task(stream(), in, out);
     size_t c = in[0].shape().back();
     enc.dispatch([in, y = out.data<float>(), rows = out.size() / c, c, eps = eps_, rms = rms_]() {
       std::vector<float> t0, t1, t2;
@@ -142,10 +133,7 @@ class Rope : public mx::Primitive {
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
     auto& out = outs[0];
-    allocate(out);
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    for (const auto& a : in) enc.set_input_array(a);
-    enc.set_output_array(out);
+    auto& enc = start_task(stream(), in, out);
     enc.dispatch([in, y = out.data<float>(), p = p_]() {
       std::vector<float> t0, t1, t2;
       rope_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, p);

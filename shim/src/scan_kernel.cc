@@ -153,10 +153,7 @@ class ElementwiseScan : public mx::Primitive {
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
     auto& out = outs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    for (const auto& a : in) enc.set_input_array(a);
-    enc.set_output_array(out);
+    auto& enc = start_task(stream(), in, out);
     enc.dispatch([in, y = out.data<float>(), p = p_]() { run_scan(in, y, p); });
   }
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {

@@ -1,14 +1,29 @@
-// Reading an MLX array's elements row-major inside a kernel's task,
-// whatever its layout: the plugin's CPU kernels take views (broadcast,
-// transposed, sliced) without a copy op in the graph.
+// What the plugin's CPU kernels share as MLX primitives: starting a task
+// on the CPU stream, and reading an array's elements row-major inside it
+// whatever its layout (views, broadcast, transposed, sliced, are taken
+// without a copy op in the graph).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
 #include "rlx-mlx-shim/include/common.h"
 
 namespace rlx {
+
+// Allocates `out` (a fresh buffer: the kernels read their inputs while
+// writing) and registers the task's arrays with the stream's encoder, to
+// which the caller then dispatches the task.
+inline mx::cpu::CommandEncoder& start_task(mx::Stream s, const std::vector<mx::array>& in,
+                                           mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  auto& enc = mx::cpu::get_command_encoder(s);
+  for (const auto& a : in) enc.set_input_array(a);
+  enc.set_output_array(out);
+  return enc;
+}
 
 // `a`'s elements row-major: its own buffer when it lies that way, else
 // copied into `tmp` (a view: broadcast, transposed, sliced). Called inside
