@@ -136,3 +136,56 @@ fn the_macos_plugin_directory_is_relocatable_and_binds_only_to_what_a_mac_has() 
         }
     }
 }
+
+/// `rlx-host plugins doctor` on the macOS directory, on this machine: every
+/// library found or a macOS system one (exit 0); without `libmlx.dylib`
+/// beside it, the missing one and where dyld would look (exit 1).
+#[test]
+fn the_doctor_reads_the_macos_directory_as_dyld_would() {
+    let dir = plugin_dir();
+    if !dir.join("librlx_mlx.dylib").exists() {
+        eprintln!("skipped: {} is not built", dir.display());
+        return;
+    }
+    let doctor = |d: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlx-host"))
+            .args(["plugins", "doctor"])
+            .arg(d)
+            .env_remove("RLX_BACKEND_PLUGINS")
+            .output()
+            .unwrap()
+    };
+    let o = doctor(&dir);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("@rpath/libmlx.dylib  (from librlx_mlx.dylib)  found:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/usr/lib/libc++.1.dylib  (from librlx_mlx.dylib)  macOS system library"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Metal.framework"),
+        "libmlx's own libraries are read too:\n{text}"
+    );
+
+    // The same directory without MLX: missing, with where dyld would look.
+    let tmp = std::env::temp_dir().join(format!("rlx-macos-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::copy(dir.join("librlx_mlx.dylib"), tmp.join("librlx_mlx.dylib")).unwrap();
+    let o = doctor(&tmp);
+    let text = String::from_utf8_lossy(&o.stdout);
+    std::fs::remove_dir_all(&tmp).ok();
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("@rpath/libmlx.dylib  (from librlx_mlx.dylib)  MISSING"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mlx/lib/libmlx.dylib"),
+        "the rpath's place is named:\n{text}"
+    );
+    assert!(text.contains("would not resolve on a Mac"), "{text}");
+}

@@ -3,7 +3,8 @@
 //! For each candidate discovery finds (or the one plugin PATH names) it
 //! lists every shared library the dynamic loader would need, where each is
 //! found and, for a missing one, every directory searched in the loader's
-//! order (`rlx_plugin_api::host::deps`); then what loading it gave, the
+//! order (`rlx_plugin_api::host::deps`; a Mach-O plugin's `LC_LOAD_DYLIB`
+//! entries with dyld's rules, on any machine); then what loading it gave, the
 //! devices a loaded plugin lists, its build info (MLX version, backend,
 //! BLAS) and the state of its kernel caches, with a hint where one costs
 //! speed or safety; a model plugin of rlx-runtime's is shown as skipped,
@@ -17,7 +18,7 @@ mod runtime;
 mod shared_dir;
 mod text;
 
-use rlx_plugin_api::host::deps::{self, DepWalk, SearchEnv, SonameClash};
+use rlx_plugin_api::host::deps::{self, DepWalk, MachoWalk, SearchEnv, SonameClash};
 use rlx_plugin_api::host::{
     discover, model_plugin_dir, plugin_library, Candidate, CandidateReport, CandidateState,
     DiscoveryConfig, PluginSet, Source,
@@ -33,6 +34,9 @@ const ELF_PLATFORM: bool = cfg!(target_os = "linux");
 struct Finding {
     report: CandidateReport,
     walk: Option<DepWalk>,
+    /// A Mach-O plugin's dependencies as dyld would resolve them on a Mac
+    /// (read on any machine), or why they could not be read.
+    macho: Option<Result<MachoWalk, String>>,
     clashes: Vec<SonameClash>,
     /// Its library lies directly in rlx-runtime's model plugin directory.
     shared_dir: Option<String>,
@@ -42,6 +46,9 @@ impl Finding {
     /// Do its libraries resolve? Without a walk, whether the loader found
     /// them.
     fn ok(&self) -> bool {
+        if let Some(m) = &self.macho {
+            return m.as_ref().is_ok_and(MachoWalk::complete);
+        }
         match &self.walk {
             Some(w) => w.complete(),
             None => !matches!(
@@ -70,9 +77,21 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
         None => discover(&cfg),
     };
     let env = ELF_PLATFORM.then(SearchEnv::from_process);
+    // A Mach-O plugin (macOS) is read with dyld's rules on any machine;
+    // the ELF walk is for the others.
+    let machos: Vec<Option<Result<MachoWalk, String>>> = candidates
+        .iter()
+        .map(|c| deps::is_macho(&c.path).then(|| deps::walk_macho(&c.path)))
+        .collect();
     let walks: Vec<Option<DepWalk>> = candidates
         .iter()
-        .map(|c| env.as_ref().map(|e| deps::walk(&c.path, e)))
+        .zip(&machos)
+        .map(|(c, m)| {
+            if m.is_some() {
+                return None;
+            }
+            env.as_ref().map(|e| deps::walk(&c.path, e))
+        })
         .collect();
     let present: Vec<&DepWalk> = walks.iter().flatten().collect();
     let mut clashes = deps::soname_clashes(&present).into_iter();
@@ -80,8 +99,8 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
     let findings: Vec<Finding> = set
         .candidates
         .into_iter()
-        .zip(walks)
-        .map(|(report, walk)| {
+        .zip(walks.into_iter().zip(machos))
+        .map(|(report, (walk, macho))| {
             let clashes = if walk.is_some() {
                 clashes.next().unwrap_or_default()
             } else {
@@ -93,6 +112,7 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
                 return Finding {
                     report,
                     walk: None,
+                    macho: None,
                     clashes: Vec::new(),
                     shared_dir: None,
                 };
@@ -102,6 +122,7 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
                 clashes,
                 report,
                 walk,
+                macho,
             }
         })
         .collect();
@@ -117,7 +138,7 @@ pub fn doctor(path: Option<&Path>, explicit: Vec<PathBuf>, as_json: bool) -> ! {
 
 /// The plugin PATH names, which must exist.
 fn one_candidate(path: &Path) -> Result<Candidate, String> {
-    let lib = plugin_library(path)?;
+    let lib = plugin_library(path).or_else(|e| macos_library(path).ok_or(e))?;
     if !lib.exists() {
         return Err(format!("{}: no such file or directory", path.display()));
     }
@@ -126,6 +147,31 @@ fn one_candidate(path: &Path) -> Result<Candidate, String> {
         source: Source::Explicit,
         exists: true,
     })
+}
+
+/// The one `lib*.dylib` directly in `dir` or one level down: a macOS
+/// plugin directory examined on another system (its libraries are read,
+/// not loaded).
+fn macos_library(dir: &Path) -> Option<PathBuf> {
+    let is_lib = |p: &Path| {
+        p.is_file()
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("lib") && n.ends_with(".dylib"))
+    };
+    let entries = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let top = entries(dir);
+    let mut found: Vec<PathBuf> = top.iter().filter(|p| is_lib(p)).cloned().collect();
+    if found.is_empty() {
+        for sub in top.iter().filter(|p| p.is_dir()) {
+            found.extend(entries(sub).into_iter().filter(|p| is_lib(p)));
+        }
+    }
+    (found.len() == 1).then(|| found.remove(0))
 }
 
 fn devices(report: &CandidateReport) -> Vec<String> {

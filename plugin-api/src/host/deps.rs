@@ -25,6 +25,9 @@
 //! as it ends the loader's. Objects are taken breadth-first, so the first
 //! missing library listed is the one the loader reports.
 //!
+//! A Mach-O plugin (macOS) is read by [`walk_macho`] instead, with dyld's
+//! rules (`deps/macho.rs`), on any machine.
+//!
 //! Not modelled: `glibc-hwcaps` and legacy hwcap subdirectories of each
 //! search directory (a library installed only there is reported missing),
 //! `LD_PRELOAD`, and secure-execution mode.
@@ -33,12 +36,14 @@ mod clash;
 mod elf;
 mod env;
 mod ld_cache;
+mod macho;
 mod walk;
 
 pub use clash::{soname_clashes, SonameClash};
 pub use elf::{ElfError, ElfKind};
 pub use env::SearchEnv;
 pub use ld_cache::{LdCache, LD_SO_CACHE};
+pub use macho::{is_macho, walk_macho, MachoDep, MachoOutcome, MachoWalk};
 pub use walk::walk;
 
 use std::fmt;

@@ -2,7 +2,7 @@
 //! record per candidate, every place tried included.
 
 use super::{clash_text, devices, Finding};
-use rlx_plugin_api::host::deps::{Library, Outcome, Probe, ProbeResult, SearchEnv};
+use rlx_plugin_api::host::deps::{Library, MachoOutcome, Outcome, Probe, ProbeResult, SearchEnv};
 use rlx_plugin_api::host::CandidateState;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -107,6 +107,23 @@ fn finding_json(f: &Finding) -> Value {
         "problem": f.walk.as_ref().and_then(|w| w.root_problem.clone()),
         "libraries": f.walk.as_ref().map_or(Vec::new(), |w| w.libraries.iter().map(library_json).collect()),
         "missing": f.walk.as_ref().map_or(Vec::new(), |w| w.unresolved().map(|l| l.name.clone()).collect()),
+        "macho": f.macho.as_ref().map(|m| match m {
+            Ok(w) => json!({
+                "libraries": w.deps.iter().map(|d| json!({
+                    "name": d.name,
+                    "image": d.image.display().to_string(),
+                    "weak": d.weak,
+                    "outcome": match &d.outcome {
+                        MachoOutcome::Found(p) => json!({"found": p.display().to_string()}),
+                        MachoOutcome::System => json!("system"),
+                        MachoOutcome::Missing(t) => json!({"missing": t.iter().map(|p| p.display().to_string()).collect::<Vec<_>>()}),
+                        MachoOutcome::Unresolvable(why) => json!({"unresolvable": why}),
+                    },
+                })).collect::<Vec<_>>(),
+                "unresolved": w.unresolved().map(|d| d.name.clone()).collect::<Vec<_>>(),
+            }),
+            Err(e) => json!({"error": e}),
+        }),
         "warnings": f.clashes.iter().map(clash_text).chain(f.shared_dir.clone()).collect::<Vec<_>>(),
     })
 }

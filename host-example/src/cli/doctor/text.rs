@@ -92,6 +92,12 @@ pub(super) fn print(env: Option<&SearchEnv>, findings: &[Finding], ok: bool) {
         if let Some(w) = &f.walk {
             print_walk(w);
         }
+        if let Some(m) = &f.macho {
+            if cfg!(not(target_os = "macos")) {
+                println!("  note     a macOS library: this system cannot load it; what a Mac needs is below");
+            }
+            print_macho(m);
+        }
         for c in &f.clashes {
             println!("  warning: {}", clash_text(c));
         }
@@ -104,21 +110,31 @@ pub(super) fn print(env: Option<&SearchEnv>, findings: &[Finding], ok: bool) {
         .iter()
         .filter(|f| !f.ok())
         .map(|f| {
-            let what = match &f.walk {
-                Some(w) if w.root_problem.is_some() => w.root_problem.clone().unwrap_or_default(),
-                Some(w) => w
+            let what = match (&f.walk, &f.macho) {
+                (_, Some(Err(e))) => e.clone(),
+                (_, Some(Ok(m))) => m
                     .unresolved()
-                    .map(|l| {
-                        let state = if matches!(l.outcome, Outcome::Missing) {
-                            "missing"
-                        } else {
-                            "unusable"
-                        };
-                        format!("{} {state}", l.name)
-                    })
+                    .map(|d| format!("{} would not resolve on a Mac", d.name))
                     .collect::<Vec<_>>()
                     .join(", "),
-                None => f.report.reason(),
+                (w, None) => match w {
+                    Some(w) if w.root_problem.is_some() => {
+                        w.root_problem.clone().unwrap_or_default()
+                    }
+                    Some(w) => w
+                        .unresolved()
+                        .map(|l| {
+                            let state = if matches!(l.outcome, Outcome::Missing) {
+                                "missing"
+                            } else {
+                                "unusable"
+                            };
+                            format!("{} {state}", l.name)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    None => f.report.reason(),
+                },
             };
             format!("{}: {what}", f.report.path.display())
         })
@@ -275,5 +291,48 @@ fn print_tried(tried: &[Probe]) {
             p.place.display().to_string(),
             p.via
         );
+    }
+}
+
+/// A Mach-O plugin's libraries, one line each: where dyld would find it.
+fn print_macho(m: &Result<deps::MachoWalk, String>) {
+    let w = match m {
+        Ok(w) => w,
+        Err(e) => {
+            println!("  dyld     cannot read the Mach-O file: {e}");
+            return;
+        }
+    };
+    println!("  dyld     Mach-O: its libraries as dyld would resolve them on a Mac");
+    for d in &w.deps {
+        let weak = if d.weak { " (weak)" } else { "" };
+        let from = short(&d.image);
+        match &d.outcome {
+            deps::MachoOutcome::Found(p) => {
+                println!(
+                    "    {}{weak}  (from {from})  found: {}",
+                    d.name,
+                    p.display()
+                )
+            }
+            deps::MachoOutcome::System => {
+                println!("    {}{weak}  (from {from})  macOS system library", d.name)
+            }
+            deps::MachoOutcome::Missing(tried) => {
+                println!(
+                    "    {}{weak}  (from {from})  MISSING; dyld would look in:",
+                    d.name
+                );
+                for t in tried {
+                    println!("      {}", t.display());
+                }
+            }
+            deps::MachoOutcome::Unresolvable(why) => {
+                println!(
+                    "    {}{weak}  (from {from})  WOULD NOT RESOLVE: {why}",
+                    d.name
+                )
+            }
+        }
     }
 }
