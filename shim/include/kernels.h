@@ -41,6 +41,13 @@ std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const A
 std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
                                 size_t n_rot, size_t stride, bool per_token, bool gptj);
 
+// Scaled dot-product attention of float32 q [B, H, Lq, D], k [B, Hkv, Lk,
+// D], v [B, Hkv, Lk, Dv] (H a multiple of Hkv), with no mask or causal
+// (queries at the end of the keys), on the CPU stream as one primitive:
+// [B, H, Lq, Dv]. Throws for other dtypes and shapes.
+std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
+                                     bool causal);
+
 // A Scan whose body is elementwise float32 arithmetic, run as one primitive
 // on the CPU stream (src/scan_kernel.cc says why and how the program reads).
 // operands: the initial carry, the n_bcast broadcast operands, then each xs

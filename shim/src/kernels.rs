@@ -54,6 +54,16 @@ pub mod ffi {
             per_token: bool,
             gptj: bool,
         ) -> Result<UniquePtr<Array>>;
+        /// Scaled dot-product attention of float32 `q [B, H, Lq, D]`,
+        /// `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]`, no mask or causal, on
+        /// the CPU stream as one primitive: `[B, H, Lq, Dv]`.
+        fn attention_cpu(
+            q: &Array,
+            k: &Array,
+            v: &Array,
+            scale: f32,
+            causal: bool,
+        ) -> Result<UniquePtr<Array>>;
         /// A Scan whose body is elementwise float32 arithmetic, as one
         /// primitive on the CPU stream: `operands` the initial carry, the
         /// `n_bcast` broadcast operands, then each xs; `code` the body as

@@ -13,6 +13,7 @@
 // double, so a row's statistics are at least as exact as rlx-runtime's CPU
 // backend's (which accumulates in float32).
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -154,6 +155,86 @@ class Rope : public mx::Primitive {
   RopeParams p_;
 };
 
+
+// Scaled dot-product attention of q (B, H, Lq, D), k (B, Hkv, Lk, D),
+// v (B, Hkv, Lk, Dv), no mask or causal (key ki kept while ki <= the
+// query's position, queries sitting at the end of the keys), query head h
+// reading KV head h / (H / Hkv). Softmax with the row's maximum subtracted;
+// masked keys take no weight (rlx writes -1e9 for them, whose exp is 0).
+struct AttnParams {
+  size_t b, h, hk, lq, lk, d, dv;
+  float scale;
+  bool causal;
+  bool operator==(const AttnParams& o) const {
+    return b == o.b && h == o.h && hk == o.hk && lq == o.lq && lk == o.lk && d == o.d &&
+           dv == o.dv && scale == o.scale && causal == o.causal;
+  }
+};
+
+void attend_rows(const float* q, const float* k, const float* v, float* o, AttnParams p) {
+  std::vector<float> w(p.lk);
+  size_t group = p.h / p.hk, q_off = p.lk > p.lq ? p.lk - p.lq : 0;
+  for (size_t bi = 0; bi < p.b; ++bi) {
+    for (size_t hi = 0; hi < p.h; ++hi) {
+      size_t kh = hi / group;
+      const float* kb = k + (bi * p.hk + kh) * p.lk * p.d;
+      const float* vb = v + (bi * p.hk + kh) * p.lk * p.dv;
+      for (size_t qi = 0; qi < p.lq; ++qi) {
+        const float* qr = q + ((bi * p.h + hi) * p.lq + qi) * p.d;
+        float* orow = o + ((bi * p.h + hi) * p.lq + qi) * p.dv;
+        size_t keys = p.causal ? std::min(p.lk, q_off + qi + 1) : p.lk;
+        float mx = -INFINITY;
+        for (size_t ki = 0; ki < keys; ++ki) {
+          const float* kr = kb + ki * p.d;
+          float s = 0.0f;
+          for (size_t j = 0; j < p.d; ++j) s += qr[j] * kr[j];
+          w[ki] = s * p.scale;
+          mx = std::max(mx, w[ki]);
+        }
+        float sum = 0.0f;
+        for (size_t ki = 0; ki < keys; ++ki) {
+          w[ki] = std::exp(w[ki] - mx);
+          sum += w[ki];
+        }
+        float inv = 1.0f / sum;
+        for (size_t j = 0; j < p.dv; ++j) orow[j] = 0.0f;
+        for (size_t ki = 0; ki < keys; ++ki) {
+          const float* vr = vb + ki * p.dv;
+          float wk = w[ki] * inv;
+          for (size_t j = 0; j < p.dv; ++j) orow[j] += wk * vr[j];
+        }
+      }
+    }
+  }
+}
+
+class Attention : public mx::Primitive {
+ public:
+  Attention(mx::Stream s, AttnParams p) : mx::Primitive(s), p_(p) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
+    auto& out = outs[0];
+    auto& enc = start_task(stream(), in, out);
+    enc.dispatch([in, y = out.data<float>(), p = p_]() {
+      std::vector<float> t0, t1, t2;
+      attend_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, p);
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[rlx attention] is a CPU kernel; the GPU lowering uses MLX's");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>&) override {
+    return {{int(p_.b), int(p_.h), int(p_.lq), int(p_.dv)}};
+  }
+  const char* name() const override { return "RlxAttention"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return p_ == static_cast<const Attention&>(other).p_;
+  }
+
+ private:
+  AttnParams p_;
+};
+
 }  // namespace
 
 std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const Array& beta,
@@ -185,6 +266,25 @@ std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& s
   auto s = cpu_stream();
   std::vector<mx::array> in{x.a, cos.a, sin.a};
   return wrap(mx::array(sh, mx::float32, std::make_shared<Rope>(s, p), in));
+}
+
+std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
+                                     bool causal) {
+  for (const auto* a : {&q, &k, &v}) need_f32(a->a, "attention");
+  if (q.a.ndim() != 4 || k.a.ndim() != 4 || v.a.ndim() != 4) {
+    throw std::invalid_argument("[rlx attention] needs q, k, v as [B, H, L, D]");
+  }
+  const auto &qs = q.a.shape(), &ks = k.a.shape(), &vs = v.a.shape();
+  AttnParams p{size_t(qs[0]), size_t(qs[1]), size_t(ks[1]), size_t(qs[2]), size_t(ks[2]),
+               size_t(qs[3]), size_t(vs[3]), scale, causal};
+  if (ks[0] != qs[0] || vs[0] != qs[0] || ks[3] != qs[3] || vs[1] != ks[1] || vs[2] != ks[2] ||
+      p.hk == 0 || p.h % p.hk != 0 || p.lk == 0) {
+    throw std::invalid_argument("[rlx attention] q, k, v disagree in shape");
+  }
+  auto s = cpu_stream();
+  std::vector<mx::array> in{q.a, k.a, v.a};
+  mx::Shape shape{qs[0], qs[1], qs[2], vs[3]};
+  return wrap(mx::array(shape, mx::float32, std::make_shared<Attention>(s, p), in));
 }
 
 }  // namespace rlx

@@ -382,6 +382,23 @@ pub(crate) fn attend(
     if let Some(c) = cap {
         return attend_capped(q, k, v, scale, keep.as_deref(), bias.as_deref(), c);
     }
+    // On the CPU, float32 without a tensor mask runs the shim's kernel: one
+    // MLX op where MLX's sdpa falls back to about twenty on a CPU stream.
+    if keep.is_none()
+        && bias.is_none()
+        && row_any.is_none()
+        && dt == MxDType::F32
+        && (causal_mode || matches!(mask, ScoreMask::None))
+        && !rlx_mlx_shim::array::thread_device_is_gpu()
+    {
+        return Ok(rlx_mlx_shim::kernels::attention_cpu(
+            q,
+            k,
+            v,
+            scale,
+            causal_mode,
+        )?);
+    }
     let mode = if causal_mode { "causal" } else { "" };
     let m = keep.or(bias);
     let mut o = fast::scaled_dot_product_attention(q, k, v, scale, mode, m.as_deref())?;
