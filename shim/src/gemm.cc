@@ -20,6 +20,7 @@
 
 #include "rlx-mlx-shim/include/kernels.h"
 
+#include "rlx-mlx-shim/src/cpu_kernel.h"
 #include "rlx-mlx-shim/src/simd.h"
 
 #include <algorithm>
@@ -434,25 +435,6 @@ void product(const float* A, const mx::array& b, float* C, int64_t batches, int6
           static_cast<int>(K), B.p, static_cast<int>(B.ld), 0.0f, C + (i * M + m0) * N,
           static_cast<int>(N));
   });
-}
-
-// The left operand's elements row-major: its own buffer when it already
-// is, else gathered into `scratch`.
-const float* row_major(const mx::array& x, std::vector<float>& scratch) {
-  if (x.flags().row_contiguous) return x.data<float>();
-  scratch.resize(x.size());
-  const float* src = x.data<float>();
-  const auto& st = x.strides();
-  for (size_t flat = 0; flat < x.size(); ++flat) {
-    size_t rest = flat;
-    int64_t off = 0;
-    for (int d = static_cast<int>(x.ndim()) - 1; d >= 0; --d) {
-      off += static_cast<int64_t>(rest % x.shape(d)) * st[d];
-      rest /= x.shape(d);
-    }
-    scratch[flat] = src[off];
-  }
-  return scratch.data();
 }
 
 // [batch.., M, K] x [batch.., K, N] (the same batch dims, or a 2-D right

@@ -13,7 +13,7 @@
 
 #include "rlx-mlx-shim/include/kernels.h"
 #include "rlx-mlx-shim/src/rlx_math.h"
-#include "rlx-mlx-shim/src/strided.h"
+#include "rlx-mlx-shim/src/cpu_kernel.h"
 
 
 #include <cmath>

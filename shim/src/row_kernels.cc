@@ -23,15 +23,11 @@
 #include "mlx/primitives.h"
 #include "rlx-mlx-shim/include/kernels.h"
 #include "rlx-mlx-shim/src/kernels.rs.h"
-#include "rlx-mlx-shim/src/strided.h"
+#include "rlx-mlx-shim/src/cpu_kernel.h"
 
 namespace rlx {
 
 namespace {
-
-mx::Stream cpu_stream() {
-  return mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
-}
 
 void need_f32(const mx::array& a, const char* op) {
   if (a.dtype() != mx::float32) {
@@ -62,36 +58,16 @@ void norm_rows(const float* x, const float* g, const float* b, float* y, size_t 
   }
 }
 
-class RowNorm : public mx::Primitive {
- public:
-  RowNorm(mx::Stream s, float eps, bool rms) : mx::Primitive(s), eps_(eps), rms_(rms) {}
-
-  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
-    auto& out = outs[0];
-    auto& enc = start_task(stream(), in, out);
-    size_t c = in[0].shape().back();
-    enc.dispatch([in, y = out.data<float>(), rows = out.size() / c, c, eps = eps_, rms = rms_]() {
-      std::vector<float> t0, t1, t2;
-      norm_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, rows, c,
-                eps, rms);
-    });
-  }
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("[rlx norm] is a CPU kernel; the GPU lowering uses MLX's");
-  }
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override {
-    return {in[0].shape()};
-  }
-  const char* name() const override { return rms_ ? "RlxRmsNorm" : "RlxLayerNorm"; }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    auto& o = static_cast<const RowNorm&>(other);
-    return eps_ == o.eps_ && rms_ == o.rms_;
-  }
-
- private:
-  float eps_;
-  bool rms_;
+struct NormParams {
+  size_t c;
+  float eps;
+  bool rms;
+  bool operator==(const NormParams& o) const { return c == o.c && eps == o.eps && rms == o.rms; }
 };
+
+void run_norm(const std::vector<const float*>& in, float* y, size_t n, const NormParams& p) {
+  norm_rows(in[0], in[1], in[2], y, n / p.c, p.c, p.eps, p.rms);
+}
 
 // Rotary embedding of x [B, S, H, D] with tables of `stride`-wide rows
 // (row = position, or token with `per_token`), `nr` rotated dims.
@@ -128,33 +104,9 @@ void rope_rows(const float* x, const float* cs, const float* sn, float* y, RopeP
   }
 }
 
-class Rope : public mx::Primitive {
- public:
-  Rope(mx::Stream s, RopeParams p) : mx::Primitive(s), p_(p) {}
-
-  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
-    auto& out = outs[0];
-    auto& enc = start_task(stream(), in, out);
-    enc.dispatch([in, y = out.data<float>(), p = p_]() {
-      std::vector<float> t0, t1, t2;
-      rope_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, p);
-    });
-  }
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("[rlx rope] is a CPU kernel; the GPU lowering uses MLX ops");
-  }
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override {
-    return {in[0].shape()};
-  }
-  const char* name() const override { return "RlxRope"; }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return p_ == static_cast<const Rope&>(other).p_;
-  }
-
- private:
-  RopeParams p_;
-};
-
+void run_rope(const std::vector<const float*>& in, float* y, size_t, const RopeParams& p) {
+  rope_rows(in[0], in[1], in[2], y, p);
+}
 
 // Scaled dot-product attention of q (B, H, Lq, D), k (B, Hkv, Lk, D),
 // v (B, Hkv, Lk, Dv), no mask or causal (key ki kept while ki <= the
@@ -208,32 +160,9 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
   }
 }
 
-class Attention : public mx::Primitive {
- public:
-  Attention(mx::Stream s, AttnParams p) : mx::Primitive(s), p_(p) {}
-
-  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
-    auto& out = outs[0];
-    auto& enc = start_task(stream(), in, out);
-    enc.dispatch([in, y = out.data<float>(), p = p_]() {
-      std::vector<float> t0, t1, t2;
-      attend_rows(row_major(in[0], t0), row_major(in[1], t1), row_major(in[2], t2), y, p);
-    });
-  }
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("[rlx attention] is a CPU kernel; the GPU lowering uses MLX's");
-  }
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>&) override {
-    return {{int(p_.b), int(p_.h), int(p_.lq), int(p_.dv)}};
-  }
-  const char* name() const override { return "RlxAttention"; }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return p_ == static_cast<const Attention&>(other).p_;
-  }
-
- private:
-  AttnParams p_;
-};
+void run_attention(const std::vector<const float*>& in, float* o, size_t, const AttnParams& p) {
+  attend_rows(in[0], in[1], in[2], o, p);
+}
 
 }  // namespace
 
@@ -245,10 +174,9 @@ std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const A
   if (gamma.a.size() != c || beta.a.size() != c) {
     throw std::invalid_argument("[rlx norm] gamma and beta need one value per feature");
   }
-  auto s = cpu_stream();
   // Views are read through their strides by the kernel: no copy op.
-  std::vector<mx::array> in{x.a, gamma.a, beta.a};
-  return wrap(mx::array(x.a.shape(), mx::float32, std::make_shared<RowNorm>(s, eps, rms), in));
+  return wrap(cpu_kernel(rms ? "RlxRmsNorm" : "RlxLayerNorm", run_norm, NormParams{c, eps, rms},
+                         x.a.shape(), {x.a, gamma.a, beta.a}, true));
 }
 
 std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
@@ -263,9 +191,7 @@ std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& s
       sin.a.size() != cos.a.size()) {
     throw std::invalid_argument("[rlx rope] tables too small for the rotation asked");
   }
-  auto s = cpu_stream();
-  std::vector<mx::array> in{x.a, cos.a, sin.a};
-  return wrap(mx::array(sh, mx::float32, std::make_shared<Rope>(s, p), in));
+  return wrap(cpu_kernel("RlxRope", run_rope, p, sh, {x.a, cos.a, sin.a}, false));
 }
 
 std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
@@ -281,10 +207,8 @@ std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array
       p.hk == 0 || p.h % p.hk != 0 || p.lk == 0) {
     throw std::invalid_argument("[rlx attention] q, k, v disagree in shape");
   }
-  auto s = cpu_stream();
-  std::vector<mx::array> in{q.a, k.a, v.a};
-  mx::Shape shape{qs[0], qs[1], qs[2], vs[3]};
-  return wrap(mx::array(shape, mx::float32, std::make_shared<Attention>(s, p), in));
+  return wrap(cpu_kernel("RlxAttention", run_attention, p, {qs[0], qs[1], qs[2], vs[3]},
+                         {q.a, k.a, v.a}, false));
 }
 
 }  // namespace rlx

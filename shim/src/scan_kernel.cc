@@ -26,7 +26,7 @@
 #include "rlx-mlx-shim/include/kernels.h"
 #include "rlx-mlx-shim/src/kernels.rs.h"
 #include "rlx-mlx-shim/src/rlx_math.h"
-#include "rlx-mlx-shim/src/strided.h"
+#include "rlx-mlx-shim/src/cpu_kernel.h"
 
 namespace rlx {
 
@@ -117,12 +117,9 @@ void step_op(int32_t op, float* __restrict d, const float* __restrict a,
   }
 }
 
-// in: [init, bcast..., xs...] (each read row-major); out: the kept rows, or
+// src: [init, bcast..., xs...], row-major; out: the kept rows, or
 // the final carry.
-void run_scan(const std::vector<mx::array>& in, float* out, const ScanProgram& p) {
-  std::vector<std::vector<float>> tmp(in.size());
-  std::vector<const float*> src(in.size());
-  for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);
+void run_scan(const std::vector<const float*>& src, float* out, size_t, const ScanProgram& p) {
   const size_t n = p.n;
   std::vector<float> regs(p.n_regs * n);
   std::vector<const float*> reg(p.n_regs);
@@ -146,30 +143,6 @@ void run_scan(const std::vector<mx::array>& in, float* out, const ScanProgram& p
   }
   if (p.rows.empty()) std::memcpy(out, regs.data(), n * sizeof(float));
 }
-
-class ElementwiseScan : public mx::Primitive {
- public:
-  ElementwiseScan(mx::Stream s, ScanProgram p) : mx::Primitive(s), p_(std::move(p)) {}
-
-  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
-    auto& out = outs[0];
-    auto& enc = start_task(stream(), in, out);
-    enc.dispatch([in, y = out.data<float>(), p = p_]() { run_scan(in, y, p); });
-  }
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("[rlx scan] is a CPU kernel; the GPU lowering builds the steps");
-  }
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>&) override {
-    throw std::runtime_error("[rlx scan] has no shapeless form");
-  }
-  const char* name() const override { return "RlxElementwiseScan"; }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return p_ == static_cast<const ElementwiseScan&>(other).p_;
-  }
-
- private:
-  ScanProgram p_;
-};
 
 }  // namespace
 
@@ -219,8 +192,7 @@ std::unique_ptr<Array> scan_elementwise_cpu(const ArrayList& operands, size_t n_
   }
   mx::Shape shape = in[0].shape();
   if (!p.rows.empty()) shape.insert(shape.begin(), int(p.rows.size()));
-  auto s = mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
-  return wrap(mx::array(shape, mx::float32, std::make_shared<ElementwiseScan>(s, std::move(p)), in));
+  return wrap(cpu_kernel("RlxElementwiseScan", run_scan, std::move(p), shape, in, false));
 }
 
 }  // namespace rlx

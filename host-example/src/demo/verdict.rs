@@ -1,29 +1,26 @@
 //! The one line under the demo's table that says which backend was faster
 //! on this model and why, from what was measured and the model's size.
 
-use rlx_ir::{Dim, Graph, Op};
+use rlx_ir::{Dim, Graph};
 
-fn size(d: &Dim) -> f64 {
-    match d {
-        Dim::Static(n) => *n as f64,
-        Dim::Dynamic(_) => 1.0,
-    }
-}
-
-/// Multiply-adds of the graph's matrix products, counted twice (flops):
-/// what decides whether a run is work or overhead.
+/// Flops of the graph's matrix products (convolutions included), by
+/// rlx-runtime's own count per output element (the shard planner's): what
+/// decides whether a run is work or overhead.
 pub fn matmul_flops(g: &Graph) -> f64 {
     g.nodes()
         .iter()
-        .filter(|n| matches!(n.op, Op::MatMul))
-        .map(|n| {
-            let out: f64 = n.shape.dims().iter().map(size).product();
-            let k = n
-                .inputs
-                .first()
-                .and_then(|a| g.shape(*a).dims().last())
-                .map_or(1.0, size);
-            2.0 * out * k
+        .filter_map(|n| {
+            let per = rlx_runtime::shard_placement::flops_per_output_elem(g, n.id)?;
+            let out: f64 = n
+                .shape
+                .dims()
+                .iter()
+                .map(|d| match d {
+                    Dim::Static(n) => *n as f64,
+                    Dim::Dynamic(_) => 1.0,
+                })
+                .product();
+            Some(per * out)
         })
         .sum()
 }

@@ -387,9 +387,8 @@ pub(crate) fn attend(
     if keep.is_none()
         && bias.is_none()
         && row_any.is_none()
-        && dt == MxDType::F32
         && (causal_mode || matches!(mask, ScoreMask::None))
-        && !rlx_mlx_shim::array::thread_device_is_gpu()
+        && super::cpu_f32(&[q, k, v])
     {
         return Ok(rlx_mlx_shim::kernels::attention_cpu(
             q,
@@ -551,11 +550,7 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     // On the CPU, float32 runs the shim's rope kernel on the tables as they
     // are: one MLX op where the composite below makes about twenty.
-    if dt == MxDType::F32
-        && a[1].dtype() == MxDType::F32
-        && a[2].dtype() == MxDType::F32
-        && !rlx_mlx_shim::array::thread_device_is_gpu()
-    {
+    if super::cpu_f32(&[&x4, a[1], a[2]]) {
         let y = rlx_mlx_shim::kernels::rope_cpu(
             &x4,
             a[1],

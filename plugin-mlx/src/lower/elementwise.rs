@@ -212,19 +212,13 @@ pub fn apply_activation(act: Activation, x: &Array) -> LResult {
 /// MLX's own erf is a scalar loop in the CPU wheel, ~20x slower); other
 /// dtypes and the GPU use MLX's ops.
 pub(crate) fn gelu_erf(x: &Array) -> LResult {
-    if cpu_f32(x) {
+    if super::cpu_f32(&[x]) {
         return Ok(kernels::gelu_erf_cpu(x)?);
     }
     let s = |v: f64| sc(v, x);
     let e = ops::erf(&*ops::multiply(x, &*s(std::f64::consts::FRAC_1_SQRT_2)?)?)?;
     let h = ops::multiply(&*s(0.5)?, x)?;
     Ok(ops::multiply(&h, &*ops::add(&*s(1.0)?, &e)?)?)
-}
-
-/// Whether `x` is float32 on the CPU stream, where the shim's own
-/// elementwise kernels run.
-fn cpu_f32(x: &Array) -> bool {
-    x.dtype() == MxDType::F32 && !rlx_mlx_shim::array::thread_device_is_gpu()
 }
 
 fn composite_activation(act: Activation, x: &Array) -> LResult {
@@ -242,11 +236,13 @@ fn composite_activation(act: Activation, x: &Array) -> LResult {
         }
         // On the CPU, float32 runs the shim's kernels (rlx-cpu's own exp
         // polynomial, one MLX op each).
-        Activation::Exp | Activation::Sigmoid | Activation::Silu if cpu_f32(x) => match act {
-            Activation::Exp => kernels::exp_rlx_cpu(x)?,
-            Activation::Sigmoid => kernels::sigmoid_rlx_cpu(x)?,
-            _ => kernels::silu_rlx_cpu(x)?,
-        },
+        Activation::Exp | Activation::Sigmoid | Activation::Silu if super::cpu_f32(&[x]) => {
+            match act {
+                Activation::Exp => kernels::exp_rlx_cpu(x)?,
+                Activation::Sigmoid => kernels::sigmoid_rlx_cpu(x)?,
+                _ => kernels::silu_rlx_cpu(x)?,
+            }
+        }
         // rlx's exp saturates (see `exp_rlx`): exp(100) is 3.3e38, not inf.
         Activation::Exp => exp_rlx(x)?,
         // 1/(1 + e^-x)

@@ -66,6 +66,14 @@ impl From<&str> for LowerError {
 
 pub type LResult<T = A> = Result<T, LowerError>;
 
+/// Whether the shim's own CPU kernels take these operands: every one is
+/// float32 and this thread builds for the CPU (the GPU, and other dtypes,
+/// keep MLX's ops).
+pub(crate) fn cpu_f32(operands: &[&Array]) -> bool {
+    operands.iter().all(|a| a.dtype() == MxDType::F32)
+        && !rlx_mlx_shim::array::thread_device_is_gpu()
+}
+
 /// While the returned guard lives, this thread's MLX ops go to the CPU when
 /// it was building for a GPU, for float64 steps (MLX's GPU backends have
 /// no float64): every node with float64 values (the executable takes it

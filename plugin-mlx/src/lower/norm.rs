@@ -132,8 +132,8 @@ pub(crate) fn check_last_axis(op: &str, axis: i32, rank: usize) -> LResult<()> {
     .into())
 }
 
-/// gamma or beta as a `[C]` vector of dtype `dt`.
-fn affine(name: &str, a: &Array, c: i32, dt: rlx_mlx_shim::DType) -> LResult {
+/// gamma or beta must hold one value per feature of the normalised axis.
+fn check_affine(name: &str, a: &Array, c: i32) -> LResult<()> {
     if a.size() != c as usize {
         return Err(format!(
             "{name} has {} elements but the normalised axis has {c}",
@@ -141,6 +141,12 @@ fn affine(name: &str, a: &Array, c: i32, dt: rlx_mlx_shim::DType) -> LResult {
         )
         .into());
     }
+    Ok(())
+}
+
+/// gamma or beta as a `[C]` vector of dtype `dt`.
+fn affine(name: &str, a: &Array, c: i32, dt: rlx_mlx_shim::DType) -> LResult {
+    check_affine(name, a, c)?;
     let v = ops::reshape(a, &[c])?;
     Ok(if v.dtype() != dt {
         ops::astype(&v, dt)?
@@ -172,34 +178,19 @@ pub(crate) fn normalise(
     };
     // On the CPU, float32 runs the shim's row kernel: one MLX op where
     // MLX's fast norms fall back to a dozen on its CPU stream.
-    if dt == MxDType::F32
-        && gamma.dtype() == MxDType::F32
-        && beta.dtype() == MxDType::F32
-        && !rlx_mlx_shim::array::thread_device_is_gpu()
-    {
-        for (name, a) in [("gamma", gamma), ("beta", beta)] {
-            if a.size() != c as usize {
-                return Err(format!(
-                    "{name} has {} elements but the normalised axis has {c}",
-                    a.size()
-                )
-                .into());
+    let y = if super::cpu_f32(&[&xc, gamma, beta]) {
+        check_affine("gamma", gamma, c)?;
+        check_affine("beta", beta, c)?;
+        rlx_mlx_shim::kernels::norm_last_cpu(&xc, gamma, beta, eps, kind == Norm::Rms)?
+    } else {
+        let g = affine("gamma", gamma, c, dt)?;
+        let b = affine("beta", beta, c, dt)?;
+        match kind {
+            Norm::Layer => fast::layer_norm(&xc, Some(&g), Some(&b), eps)?,
+            Norm::Rms => {
+                let n = fast::rms_norm(&xc, Some(&g), eps)?;
+                ops::add(&n, &b)?
             }
-        }
-        let y = rlx_mlx_shim::kernels::norm_last_cpu(&xc, gamma, beta, eps, kind == Norm::Rms)?;
-        return Ok(if y.shape() != out_dims {
-            ops::reshape(&y, out_dims)?
-        } else {
-            y
-        });
-    }
-    let g = affine("gamma", gamma, c, dt)?;
-    let b = affine("beta", beta, c, dt)?;
-    let y = match kind {
-        Norm::Layer => fast::layer_norm(&xc, Some(&g), Some(&b), eps)?,
-        Norm::Rms => {
-            let n = fast::rms_norm(&xc, Some(&g), eps)?;
-            ops::add(&n, &b)?
         }
     };
     Ok(if y.shape() != out_dims {

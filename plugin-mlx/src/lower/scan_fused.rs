@@ -99,27 +99,19 @@ pub(crate) fn try_scan(
     len: usize,
     rows: &[i64],
 ) -> LResult<Option<A>> {
-    if rlx_mlx_shim::array::thread_device_is_gpu() || len == 0 {
-        return Ok(None);
-    }
-    let f32s = std::iter::once(init)
+    let operands: Vec<&Array> = std::iter::once(init)
         .chain(bcast.iter().copied())
         .chain(xs.iter().copied())
-        .all(|a| a.dtype() == rlx_mlx_shim::DType::F32);
-    if !f32s {
+        .collect();
+    if len == 0 || !super::cpu_f32(&operands) {
         return Ok(None);
     }
     let dims: Vec<usize> = init.shape().iter().map(|&d| d as usize).collect();
     let Some((code, n_regs, result)) = program(body, &dims) else {
         return Ok(None);
     };
-    let operands = ArrayList::from_arrays(
-        std::iter::once(init)
-            .chain(bcast.iter().copied())
-            .chain(xs.iter().copied()),
-    );
     Ok(Some(kernels::scan_elementwise_cpu(
-        &operands,
+        &ArrayList::from_arrays(operands),
         bcast.len(),
         &code,
         n_regs,

@@ -72,12 +72,15 @@ impl MachoWalk {
     }
 }
 
-/// Whether `path` is a (thin, 64-bit) Mach-O file.
+/// Whether `path` is a (thin, 64-bit) Mach-O file: its magic number, read
+/// without the rest of the file.
 pub fn is_macho(path: &Path) -> bool {
-    std::fs::read(path)
-        .ok()
-        .and_then(|d| object::FileKind::parse(&*d).ok())
-        .is_some_and(|k| k == object::FileKind::MachO64)
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && u32::from_le_bytes(magic) == macho::MH_MAGIC_64
 }
 
 /// The load names and rpaths of one image.

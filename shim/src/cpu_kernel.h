@@ -1,0 +1,110 @@
+// The plugin's own float32 CPU kernels as MLX primitives: a task on the CPU
+// stream that reads every input row-major, whatever its layout (views,
+// broadcast, transposed, sliced, are taken without a copy op in the graph),
+// and writes the one output.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+#include "rlx-mlx-shim/include/common.h"
+
+namespace rlx {
+
+// Allocates `out` (a fresh buffer: the kernels read their inputs while
+// writing) and registers the task's arrays with the stream's encoder, to
+// which the caller then dispatches the task.
+inline mx::cpu::CommandEncoder& start_task(mx::Stream s, const std::vector<mx::array>& in,
+                                           mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  auto& enc = mx::cpu::get_command_encoder(s);
+  for (const auto& a : in) enc.set_input_array(a);
+  enc.set_output_array(out);
+  return enc;
+}
+
+// `a`'s elements row-major: its own buffer when it lies that way, else
+// copied into `tmp` (a view: broadcast, transposed, sliced). Called inside
+// a task, when `a`'s data is computed.
+inline const float* row_major(const mx::array& a, std::vector<float>& tmp) {
+  if (a.flags().row_contiguous) return a.data<float>();
+  const float* src = a.data<float>();
+  const auto& shape = a.shape();
+  const auto& st = a.strides();
+  int nd = a.ndim();
+  tmp.resize(a.size());
+  std::vector<int> idx(nd, 0);
+  for (size_t k = 0; k < tmp.size(); ++k) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; ++d) off += int64_t(idx[d]) * st[d];
+    tmp[k] = src[off];
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return tmp.data();
+}
+
+// One kernel `run(inputs, output, output size, params)` as a primitive
+// named `name`.
+// Two calls are equivalent (mx::compile merges them) when they run the same
+// function with equal params. `same_shape`: the output has the first
+// input's shape (what a shapeless trace asks); otherwise the kernel has no
+// shapeless form.
+template <class P>
+class CpuKernel : public mx::Primitive {
+ public:
+  // `n`: the output's element count.
+  using Run = void (*)(const std::vector<const float*>& in, float* out, size_t n, const P& p);
+
+  CpuKernel(mx::Stream s, const char* name, Run run, P p, bool same_shape)
+      : mx::Primitive(s), name_(name), run_(run), p_(std::move(p)), same_shape_(same_shape) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
+    auto& out = outs[0];
+    auto& enc = start_task(stream(), in, out);
+    enc.dispatch([in, y = out.data<float>(), n = out.size(), run = run_, p = p_]() {
+      std::vector<std::vector<float>> tmp(in.size());
+      std::vector<const float*> src(in.size());
+      for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);
+      run(src, y, n, p);
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error(std::string("[") + name_ +
+                             "] is a CPU kernel; the GPU lowering uses MLX's ops");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override {
+    if (!same_shape_) throw std::runtime_error(std::string("[") + name_ + "] has no shapeless form");
+    return {in[0].shape()};
+  }
+  const char* name() const override { return name_; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const CpuKernel&>(other);
+    return run_ == o.run_ && p_ == o.p_;
+  }
+
+ private:
+  const char* name_;
+  Run run_;
+  P p_;
+  bool same_shape_;
+};
+
+// `run` over `in` as a float32 array of `shape` on the CPU stream.
+template <class P>
+mx::array cpu_kernel(const char* name, typename CpuKernel<P>::Run run, P p, mx::Shape shape,
+                     std::vector<mx::array> in, bool same_shape) {
+  auto s = mx::default_stream(mx::Device(mx::Device::DeviceType::cpu));
+  return mx::array(std::move(shape), mx::float32,
+                   std::make_shared<CpuKernel<P>>(s, name, run, std::move(p), same_shape),
+                   std::move(in));
+}
+
+}  // namespace rlx
