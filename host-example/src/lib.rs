@@ -28,6 +28,8 @@ pub mod build_tree;
 pub mod cli;
 pub mod conformance;
 pub mod demo;
+pub mod digits;
+pub mod distributed;
 pub mod models;
 pub mod run;
 pub mod tensor_files;

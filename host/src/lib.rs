@@ -30,6 +30,8 @@
 //!   [`set_plugin_mode`], [`with_mode`]);
 //! - [`custom_ops`]: a plugin's custom ops as rlx-ir ops, and host kernels
 //!   registered with the plugin, rlx-ir and rlx-cpu in one call;
+//! - [`dist`]: a worker process of rlx-runtime's distributed engine with
+//!   the plugin as its backend, and the coordinator that drives workers;
 //! - [`guard`]: rlx-runtime's panics as one-line errors;
 //! - [`partition`]: where each node runs when the plugin cannot take a
 //!   graph whole (the rest runs on rlx-runtime's CPU backend), and the
@@ -41,6 +43,7 @@
 
 pub mod backend;
 pub mod custom_ops;
+pub mod dist;
 pub mod guard;
 mod install;
 pub mod kernel_cache;

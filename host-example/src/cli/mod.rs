@@ -1,5 +1,6 @@
 //! Command-line interface.
 
+pub mod dist;
 pub mod doctor;
 mod inspect_static;
 pub mod plugins;
@@ -107,6 +108,17 @@ pub enum Command {
     /// compile, first run, median and min of the timed runs, peak RSS and
     /// max abs error against the CPU backend.
     Bench(crate::bench::BenchArgs),
+    /// Be a worker of rlx-runtime's distributed engine on the plugin:
+    /// join the group from RANK, WORLD, PEERS and TOPOLOGY, install the
+    /// plugin, and serve the coordinator's stages and training jobs until
+    /// it ends the session (`docs/DISTRIBUTED.md`).
+    Worker(dist::WorkerArgs),
+    /// Coordinate workers (RANK=0): a pipeline of model stages, or
+    /// data-parallel training (`docs/DISTRIBUTED.md`).
+    Dist {
+        #[command(subcommand)]
+        action: dist::DistAction,
+    },
 }
 
 #[derive(Subcommand)]
@@ -230,6 +242,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
             model,
         } => crate::demo::demo(cli.plugins, &backend, model, runs, seed),
         Command::Bench(args) => crate::bench::run(args, cli.plugins, cli.verbose),
+        Command::Worker(args) => dist::worker(args, cli.plugins),
+        Command::Dist { action } => dist::dist(action, cli.plugins),
     }
 }
 

@@ -47,7 +47,7 @@
 pub use crate::partition::Fallback;
 use rlx_ir::{Graph, OpKind};
 use rlx_plugin_api::host::LoadedPlugin;
-use rlx_plugin_api::Mode;
+use rlx_plugin_api::{DeviceKind, Mode};
 use rlx_runtime::{Backend, CompileOptions, Device};
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -69,6 +69,9 @@ struct Registration {
     memory_limit: Option<u64>,
     /// Whether its executables keep state (ABI 1.9; [`set_resident`]).
     resident: bool,
+    /// The plugin device its compiles ask for (ABI 1.4); None = the
+    /// plugin's default ([`set_plugin_device`]).
+    plugin_device: Option<(DeviceKind, u32)>,
 }
 
 fn registry() -> &'static RwLock<HashMap<Device, Registration>> {
@@ -145,6 +148,7 @@ pub fn register_plugin_backend(plugin: Arc<LoadedPlugin>, device: Device, mode: 
                 claims: Arc::new(crate::partition::Claims::of(&plugin)),
                 memory_limit: None,
                 resident: true,
+                plugin_device: None,
             },
         );
     rlx_runtime::register_backend(device, factory_for(device));
@@ -223,6 +227,24 @@ pub fn set_memory_limit(device: Device, limit: Option<u64>) -> bool {
 /// False when no plugin is registered for `device`.
 pub fn set_resident(device: Device, resident: bool) -> bool {
     update_registration(device, |r| r.resident = resident)
+}
+
+/// Which of the plugin's devices later compiles on `device` ask for (ABI
+/// 1.4 compile option; `(Gpu, 1)` is `gpu:1`), or None for the plugin's
+/// default (its first GPU where it has one). A device the plugin lacks
+/// makes those compiles fail, naming the devices it has. False when no
+/// plugin is registered for `device`.
+pub fn set_plugin_device(device: Device, plugin_device: Option<(DeviceKind, u32)>) -> bool {
+    update_registration(device, |r| r.plugin_device = plugin_device)
+}
+
+/// The plugin device set with [`set_plugin_device`] for `device`.
+pub fn plugin_device(device: Device) -> Option<(DeviceKind, u32)> {
+    registry()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&device)
+        .and_then(|r| r.plugin_device)
 }
 
 /// The mode the next compile on `device` would use from this thread.

@@ -127,8 +127,9 @@ impl PluginBackend {
             mode,
             rng_policy: rng_policy_number(rng.backend),
             rng_seed: rng.seed,
-            // The plugin's default device (ABI 1.4): its GPU when it has one.
-            device: None,
+            // The device set for it (ABI 1.4), else the plugin's default:
+            // its GPU when it has one.
+            device: self.reg.plugin_device,
             // The per-tensor limit (ABI 1.7) as set for the device now.
             memory_limit: registry()
                 .read()

@@ -1,0 +1,379 @@
+//! The coordinator side of `rlx-host dist`: a model cut into pipeline
+//! stages and run on the workers, and the digits MLP trained data-parallel
+//! on them. The workers are `rlx-host worker` processes
+//! ([`rlx_plugin_host::dist::serve`]).
+
+use crate::digits;
+use crate::run::{self, ModelData};
+use rlx_plugin_host::dist::{split, Coordinator, TrainResult};
+use rlx_runtime::dist::{DataRef, StageSpec, TrainSpec, WeightRef};
+use rlx_runtime::Device;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How the coordinator waits.
+#[derive(Clone, Debug)]
+pub struct Waits {
+    /// For every rank to join.
+    pub connect: Duration,
+    /// For any one answer (a compile, a batch's output, a gradient).
+    pub answer: Duration,
+}
+
+/// Write `tensors` (f32) as one safetensors file.
+pub fn write_f32_safetensors(path: &Path, tensors: &[(String, Vec<f32>)]) -> Result<(), String> {
+    let bytes: Vec<(String, Vec<u8>, usize)> = tensors
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.clone(),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                v.len(),
+            )
+        })
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(n, b, len)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![*len], b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| format!("{n}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    safetensors::serialize_to_file(views, &None, path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `rlx-host dist pipeline`'s options.
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// A builtin name or a `.rlxmodel` file (one input, one output).
+    pub model: String,
+    pub seed: u64,
+    pub params: Option<PathBuf>,
+    pub inputs: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    /// The stages' device directive (`mlx`, `auto`, `cpu`).
+    pub device: String,
+    /// Batches timed through the pipeline (0: one batch, untimed).
+    pub batches: usize,
+    /// Also time the whole model in this process on the plugin (`--plugin`
+    /// discovery; this mode), for the throughput comparison.
+    pub local_mode: Option<rlx_plugin_api::Mode>,
+    pub plugins: Vec<PathBuf>,
+    pub waits: Waits,
+}
+
+/// What a pipeline run did.
+#[derive(Clone, Debug)]
+pub struct PipelineReport {
+    pub stages: Vec<(usize, String)>,
+    /// Max abs / rel error against rlx-runtime's CPU backend in this
+    /// process, and whether within the demo's tolerance.
+    pub vs_cpu: (f64, f64, bool),
+    pub pipeline_batches_per_s: Option<f64>,
+    pub local_batches_per_s: Option<f64>,
+}
+
+/// Cut the model into one stage per worker, ship them (weights by URI:
+/// the `--params` file, or a safetensors file of the seeded params
+/// written beside the coordinator, which the workers must be able to
+/// read), run the input through and compare with the CPU backend.
+pub fn pipeline(opts: &PipelineOptions) -> Result<PipelineReport, String> {
+    let model = crate::bench::builtins::resolve(&opts.model)?;
+    let graph = model.graph;
+    let mut data: ModelData = run::random_data(&graph, opts.seed)?;
+    if let Some(p) = &opts.params {
+        run::load_params(&graph, p, &mut data)?;
+    }
+    if let Some(p) = &opts.inputs {
+        crate::tensor_files::load_inputs(&graph, p, &mut data)?;
+    }
+    if data.inputs.len() != 1 {
+        return Err(format!(
+            "a pipeline takes a model of one input; {} has {}",
+            opts.model,
+            data.inputs.len()
+        ));
+    }
+    // The weights the workers read: the given file, else the seeded ones
+    // written here.
+    let dir = tempfile::Builder::new()
+        .prefix("rlx-dist-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let weights = match &opts.params {
+        Some(p) => std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => {
+            let p = dir.path().join("params.safetensors");
+            write_f32_safetensors(&p, &data.params)?;
+            p
+        }
+    };
+    let co = Coordinator::from_env(opts.waits.connect, opts.waits.answer)?;
+    let n = co.workers.len();
+    let parts = split::split_even(&graph, n)?;
+    let specs: Vec<StageSpec> = parts
+        .iter()
+        .map(|g| {
+            let input = if g.name.ends_with("#stage0") {
+                data.inputs[0].0.clone()
+            } else {
+                split::STAGE_INPUT.to_string()
+            };
+            let mut spec = StageSpec::new(g.clone(), input, "out", opts.device.clone());
+            for p in split::param_names(g) {
+                let uri = format!("safetensors://{}#{p}", weights.display());
+                spec = spec.weight(p, uri);
+            }
+            spec
+        })
+        .collect();
+    let stages: Vec<usize> = parts.iter().map(|g| g.len()).collect();
+    let pipe = co.pipeline(specs)?;
+    let x = &data.inputs[0].1;
+    let y = pipe.run(x)?;
+    let reference = run::execute(Device::Cpu, &graph, &data, 1)?;
+    let want = &reference.outputs[0];
+    let (abs, rel) = run::errors(&y, want)?;
+    let ok = crate::demo::close(&y, want);
+    if let Some(p) = &opts.output {
+        crate::tensor_files::write_outputs(&graph, std::slice::from_ref(&y), p)?;
+    }
+    let mut report = PipelineReport {
+        stages: stages.into_iter().zip(pipe.devices.clone()).collect(),
+        vs_cpu: (abs, rel, ok),
+        pipeline_batches_per_s: None,
+        local_batches_per_s: None,
+    };
+    if opts.batches > 0 {
+        let xs = vec![x.clone(); opts.batches];
+        pipe.run_many(&xs[..1.min(xs.len())])?; // warm
+        let t = Instant::now();
+        pipe.run_many(&xs)?;
+        report.pipeline_batches_per_s = Some(opts.batches as f64 / t.elapsed().as_secs_f64());
+    }
+    drop(pipe);
+    co.end();
+    if let (Some(mode), true) = (opts.local_mode, opts.batches > 0) {
+        rlx_plugin_host::install(&rlx_plugin_host::Options {
+            plugins: opts.plugins.clone(),
+            mode,
+            ..Default::default()
+        })?;
+        let exec = run::execute(Device::Mlx, &graph, &data, opts.batches + 1)?;
+        report.local_batches_per_s = Some(1000.0 / exec.steady_run_ms());
+    }
+    Ok(report)
+}
+
+/// `rlx-host dist train`'s options: SGD with momentum (what
+/// `rlx_runtime::dist::run_train` applies), each worker on an equal shard
+/// of the training rows, `batch` rows per worker per step.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    pub data: PathBuf,
+    pub epochs: usize,
+    pub batch: usize,
+    pub lr: f32,
+    pub momentum: f32,
+    pub device: String,
+    /// Push each worker its shard and init params over the wire (no
+    /// shared filesystem) instead of naming files both can read.
+    pub push_data: bool,
+    pub output: Option<PathBuf>,
+    pub waits: Waits,
+}
+
+impl TrainOptions {
+    /// Defaults that take the digits MLP past 95 % held-out accuracy.
+    pub fn digits(data: PathBuf, waits: Waits) -> TrainOptions {
+        TrainOptions {
+            data,
+            epochs: 20,
+            batch: 64,
+            lr: 0.1,
+            momentum: 0.9,
+            device: "mlx".into(),
+            push_data: false,
+            output: None,
+            waits,
+        }
+    }
+}
+
+/// What a training run did.
+#[derive(Clone, Debug)]
+pub struct TrainReport {
+    pub workers: Vec<TrainResult>,
+    pub steps: usize,
+    pub steps_per_s: f64,
+    pub held_out_accuracy: f64,
+    /// The largest difference between two workers' final params (they
+    /// apply the same averaged gradients, so it should be 0).
+    pub worker_spread: f64,
+}
+
+/// The files a digits training job reads: `x`, `labels` (the training
+/// rows, raw f32) and each init param, under `dir`.
+pub struct DigitsFiles {
+    pub x: PathBuf,
+    pub labels: PathBuf,
+    pub params: Vec<(String, PathBuf)>,
+}
+
+fn write_f32(path: &Path, v: &[f32]) -> Result<(), String> {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path, b).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Write the training rows and init params as raw f32 files.
+pub fn write_digits_files(train: &digits::Part, dir: &Path) -> Result<DigitsFiles, String> {
+    let x = dir.join("x.f32");
+    let labels = dir.join("labels.f32");
+    write_f32(&x, &train.x)?;
+    write_f32(&labels, &train.labels)?;
+    let mut params = Vec::new();
+    for (name, v) in digits::init() {
+        let p = dir.join(format!("{name}.f32"));
+        write_f32(&p, &v)?;
+        params.push((name.to_string(), p));
+    }
+    Ok(DigitsFiles { x, labels, params })
+}
+
+/// Rows each of `workers` trains on: an equal share, whole batches.
+pub fn shard_rows(rows: usize, workers: usize, batch: usize) -> usize {
+    rows / workers / batch * batch
+}
+
+/// The training spec of worker `w` of `workers` (its shard: rows
+/// `w * shard .. (w + 1) * shard`).
+pub fn digits_spec(
+    files: &DigitsFiles,
+    w: usize,
+    workers: usize,
+    opts: &TrainOptions,
+) -> TrainSpec {
+    let shard = shard_rows(digits::TRAIN, workers, opts.batch);
+    let uri = |p: &Path| format!("file://{}", p.display());
+    TrainSpec {
+        graph: digits::train_graph(opts.batch),
+        params: files
+            .params
+            .iter()
+            .map(|(n, p)| WeightRef {
+                name: n.clone(),
+                uri: uri(p),
+                packed: false,
+            })
+            .collect(),
+        grad_start: 1,
+        loss_index: 0,
+        data: vec![
+            DataRef {
+                input: "x".into(),
+                uri: uri(&files.x),
+                elem: digits::D,
+                shard_start: w * shard,
+                shard_len: shard,
+            },
+            DataRef {
+                input: "labels".into(),
+                uri: uri(&files.labels),
+                elem: 1,
+                shard_start: w * shard,
+                shard_len: shard,
+            },
+        ],
+        seed_input: Some("d_output".into()),
+        momentum: opts.momentum,
+        lr_per_epoch: vec![opts.lr; opts.epochs],
+        batch: opts.batch,
+        device: opts.device.clone(),
+        grad_group: 0,
+        push_data: opts.push_data,
+    }
+}
+
+/// Train the digits MLP on the workers; check and report.
+pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
+    let (pixels, labels) = digits::load(&opts.data)?;
+    let (train_rows, held_out) = digits::split(&pixels, &labels);
+    let dir = tempfile::Builder::new()
+        .prefix("rlx-dist-train-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let files = write_digits_files(&train_rows, dir.path())?;
+    let co = Coordinator::from_env(opts.waits.connect, opts.waits.answer)?;
+    let n = co.workers.len();
+    if shard_rows(digits::TRAIN, n, opts.batch) == 0 {
+        return Err(format!(
+            "batch {} is larger than a worker's share of the {} training rows",
+            opts.batch,
+            digits::TRAIN
+        ));
+    }
+    let specs: Vec<TrainSpec> = (0..n).map(|w| digits_spec(&files, w, n, opts)).collect();
+    let t = Instant::now();
+    let results = co.train(&specs)?;
+    let wall = t.elapsed().as_secs_f64();
+    co.end();
+    let steps = opts.epochs * shard_rows(digits::TRAIN, n, opts.batch) / opts.batch;
+    let mut spread = 0f64;
+    for r in &results[1..] {
+        for ((_, a), (_, b)) in r.params.iter().zip(&results[0].params) {
+            for (x, y) in a.iter().zip(b) {
+                spread = spread.max((x - y).abs() as f64);
+            }
+        }
+    }
+    let params = results[0].params.clone();
+    let acc = rlx_plugin_host::guard::catch("evaluating on the CPU backend", || {
+        digits::accuracy(Device::Cpu, &params, &held_out)
+    })?;
+    if let Some(p) = &opts.output {
+        write_f32_safetensors(p, &params)?;
+    }
+    Ok(TrainReport {
+        workers: results,
+        steps,
+        steps_per_s: steps as f64 / wall,
+        held_out_accuracy: acc,
+        worker_spread: spread,
+    })
+}
+
+/// The same training in one process over the whole batch: at step `s` the
+/// rows every worker would use at its step `s` (shard by shard), `batch *
+/// workers` rows at once, through `rlx_runtime::dist::run_train` alone on
+/// `device`. What the data-parallel run must match.
+pub fn digits_reference(
+    opts: &TrainOptions,
+    workers: usize,
+    device: &str,
+    dir: &Path,
+) -> Result<Vec<(String, Vec<f32>)>, String> {
+    let (pixels, labels) = digits::load(&opts.data)?;
+    let (train_rows, _) = digits::split(&pixels, &labels);
+    let shard = shard_rows(digits::TRAIN, workers, opts.batch);
+    let steps = shard / opts.batch;
+    let order = (0..steps).flat_map(|s| {
+        (0..workers).flat_map(move |w| {
+            let start = w * shard + s * opts.batch;
+            start..start + opts.batch
+        })
+    });
+    let rows = train_rows.rows(order);
+    let files = write_digits_files(&rows, dir)?;
+    let whole = TrainOptions {
+        batch: opts.batch * workers,
+        device: device.into(),
+        push_data: false,
+        ..opts.clone()
+    };
+    let spec = digits_spec(&files, 0, 1, &whole);
+    let (_, params) =
+        rlx_runtime::dist::run_train(&spec, 1, |_| Vec::new(), |b: &[f32]| b.to_vec(), false)?;
+    Ok(params)
+}

@@ -1,0 +1,216 @@
+//! Rank 0: gathers what the workers have, ships them pipeline stages or
+//! training jobs, feeds and collects, and reports any worker's failure as
+//! one error.
+
+use super::wire::{rlx_tag, tag, Link, Ready, TrainResult, WorkerInfo};
+use rlx_runtime::dist::node::{NodeCaps, NodeConfig, ProcessGroup};
+use rlx_runtime::dist::{push_shards, StageSpec, TrainSpec};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One worker as it introduced itself.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    pub caps: NodeCaps,
+    pub info: WorkerInfo,
+}
+
+/// The coordinator of a group whose other ranks run [`super::serve`].
+/// Dropping it ends the session (the workers exit).
+pub struct Coordinator {
+    group: Arc<ProcessGroup>,
+    pub workers: Vec<Worker>,
+    /// The longest wait for any one answer (a compile, a batch's output).
+    pub timeout: Duration,
+    ended: bool,
+}
+
+impl Coordinator {
+    /// [`Coordinator::connect`] with the group from rlx-driver's
+    /// environment (`RANK=0`, `WORLD`, `PEERS`, `TOPOLOGY`).
+    pub fn from_env(connect_timeout: Duration, timeout: Duration) -> Result<Self, String> {
+        Self::connect(&NodeConfig::from_env()?, connect_timeout, timeout)
+    }
+
+    /// Join as rank 0 and read every worker's capabilities and
+    /// information.
+    pub fn connect(
+        cfg: &NodeConfig,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        if cfg.rank != 0 {
+            return Err(format!("the coordinator is rank 0 (RANK={})", cfg.rank));
+        }
+        if cfg.world < 2 {
+            return Err("WORLD must be at least 2: the coordinator and a worker".into());
+        }
+        let group = super::connect(cfg, connect_timeout)?;
+        let mut workers = Vec::new();
+        let link = Link::new(&group, (1..cfg.world).collect(), true);
+        for r in 1..cfg.world {
+            let what = format!("waiting for rank {r}'s capabilities");
+            let caps = link.recv(r, rlx_tag::CAPS_OR_TRAIN, Some(timeout), &what)?;
+            let caps: NodeCaps = serde_json::from_slice(&caps)
+                .map_err(|e| format!("rank {r}'s capabilities do not parse: {e}"))?;
+            let info = link.recv(r, tag::INFO, Some(timeout), &what)?;
+            let info: WorkerInfo = serde_json::from_slice(&info).map_err(|e| {
+                format!("rank {r} is not an rlx-plugin-host worker (its information does not parse: {e})")
+            })?;
+            workers.push(Worker { caps, info });
+        }
+        drop(link);
+        Ok(Coordinator {
+            group,
+            workers,
+            timeout,
+            ended: false,
+        })
+    }
+
+    pub fn group(&self) -> &Arc<ProcessGroup> {
+        &self.group
+    }
+
+    /// Waits that watch every worker and read their error reports.
+    fn link(&self) -> Link<'_> {
+        Link::new(&self.group, (1..self.group.world_size()).collect(), true)
+    }
+
+    /// Fail before shipping when a job names the plugin and the worker has
+    /// none.
+    fn check_device(&self, rank: u32, directive: &str) -> Result<(), String> {
+        let w = &self.workers[rank as usize - 1];
+        let d = directive.trim();
+        if d.eq_ignore_ascii_case("mlx") && w.info.plugin.is_none() {
+            return Err(format!(
+                "rank {rank} cannot run a job on device \"mlx\": it has no MLX plugin ({}); its devices: {}",
+                w.info.no_plugin.as_deref().unwrap_or("none installed"),
+                w.caps.devices.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Wait for every worker's set-up answer; the devices they use.
+    fn wait_ready(&self, link: &Link, job: &str) -> Result<Vec<String>, String> {
+        let mut devices = Vec::new();
+        for r in 1..self.group.world_size() {
+            let what = format!("waiting for rank {r} to set up its {job}");
+            let bytes = link.recv(r, tag::READY, Some(self.timeout), &what)?;
+            let ready: Ready = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("rank {r}'s answer does not parse: {e}"))?;
+            devices.push(ready.result.map_err(|e| format!("rank {r}: {e}"))?);
+        }
+        Ok(devices)
+    }
+
+    /// Ship `stages[i]` to rank `i + 1` (one stage per worker, in pipeline
+    /// order) and wait until each has compiled it.
+    pub fn pipeline(&self, stages: Vec<StageSpec>) -> Result<Pipeline<'_>, String> {
+        let n = self.group.world_size() - 1;
+        if stages.len() != n as usize {
+            return Err(format!(
+                "{} stage(s) for {n} worker(s): one stage per worker",
+                stages.len()
+            ));
+        }
+        for (i, s) in stages.iter().enumerate() {
+            self.check_device(i as u32 + 1, &s.device)?;
+        }
+        let link = self.link();
+        for (i, s) in stages.iter().enumerate() {
+            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
+            link.send(i as u32 + 1, rlx_tag::SPEC, &bytes, "a stage")?;
+        }
+        let devices = self.wait_ready(&link, "stage")?;
+        Ok(Pipeline { co: self, devices })
+    }
+
+    /// Ship `specs[i]` to rank `i + 1` (each with its own shard), push
+    /// the shards of those that ask (`push_data`), then average gradients
+    /// until every worker has finished; their results, by rank.
+    pub fn train(&self, specs: &[TrainSpec]) -> Result<Vec<TrainResult>, String> {
+        let n = self.group.world_size() - 1;
+        if specs.len() != n as usize {
+            return Err(format!(
+                "{} training spec(s) for {n} worker(s): one per worker",
+                specs.len()
+            ));
+        }
+        for (i, s) in specs.iter().enumerate() {
+            self.check_device(i as u32 + 1, &s.device)?;
+        }
+        let link = self.link();
+        for (i, s) in specs.iter().enumerate() {
+            let rank = i as u32 + 1;
+            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
+            link.send(rank, rlx_tag::CAPS_OR_TRAIN, &bytes, "a training spec")?;
+            if s.push_data {
+                push_shards(&self.group, rank, s, |uri| {
+                    log::warn!("no resolver for {uri}");
+                    Vec::new()
+                })?;
+            }
+        }
+        self.wait_ready(&link, "training")?;
+        super::train::serve_reduce(&link, self.timeout)
+    }
+
+    /// End the session: every worker exits cleanly.
+    pub fn end(mut self) {
+        self.send_end();
+    }
+
+    fn send_end(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            for r in 1..self.group.world_size() {
+                let _ = self.group.transport().send_bytes(r, tag::END, &[]);
+            }
+            // Let the messages leave before the sockets close.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.send_end();
+    }
+}
+
+/// Stages shipped and compiled, ready for batches.
+pub struct Pipeline<'c> {
+    co: &'c Coordinator,
+    /// The device each worker runs its stage on, by rank.
+    pub devices: Vec<String>,
+}
+
+impl Pipeline<'_> {
+    /// One batch through every stage; the last stage's output.
+    pub fn run(&self, x: &[f32]) -> Result<Vec<f32>, String> {
+        self.run_many(std::slice::from_ref(&x.to_vec()))
+            .map(|mut v| v.remove(0))
+    }
+
+    /// Batches in flight together (each stage works on one while the
+    /// next works on the one before); their outputs in order.
+    pub fn run_many(&self, xs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>, String> {
+        let link = self.co.link();
+        let last = self.co.group.world_size() - 1;
+        for x in xs {
+            link.send_f32(1, rlx_tag::ACT, x, "a batch")?;
+        }
+        xs.iter()
+            .map(|_| {
+                link.recv_f32(
+                    last,
+                    rlx_tag::ACT,
+                    Some(self.co.timeout),
+                    "waiting for the pipeline's output",
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,68 @@
+//! Past one device: rlx-runtime's distributed engine (`rlx_runtime::dist`
+//! over rlx-driver's process groups) with the plugin as each worker's
+//! backend, one process per device.
+//!
+//! - [`serve`] / [`serve_from_env`]: a worker. It installs the plugin,
+//!   picks its device by local rank ([`device::local_rank`]), joins the
+//!   group, advertises its devices in rlx's `NodeCaps` (with `mlx@gpu:N`,
+//!   the plugin device it uses) and serves the coordinator's jobs: pipeline
+//!   stages (rlx's `StageSpec`) and data-parallel training (rlx's
+//!   `TrainSpec`, run by `rlx_runtime::dist::run_train`), until the
+//!   coordinator ends the session.
+//! - [`Coordinator`]: rank 0. It reads every worker's capabilities, ships
+//!   stages ([`Coordinator::pipeline`]) or training jobs
+//!   ([`Coordinator::train`]), and turns any worker's failure into one
+//!   error naming the rank.
+//! - [`split`]: cutting a graph into pipeline stages.
+//!
+//! Only specs and activations (and gradient buckets) cross the wire:
+//! weights are resolved on each worker from the URIs in its spec.
+//! Every wait ends: a peer that goes away is noticed within a fraction of
+//! a second ([`wire::Link`]), and the coordinator's waits have a limit.
+//! `docs/DISTRIBUTED.md` describes the whole.
+
+mod coordinator;
+pub mod device;
+pub mod split;
+mod stage;
+mod train;
+pub mod wire;
+mod worker;
+
+pub use coordinator::{Coordinator, Pipeline, Worker};
+pub use device::DeviceChoice;
+pub use stage::Stage;
+pub use wire::{TrainResult, WorkerInfo};
+pub use worker::{serve, serve_from_env, WorkerOptions, WorkerReport};
+
+use rlx_runtime::dist::node::{NodeConfig, ProcessGroup};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Join the group `cfg` describes, or fail after `timeout`: rlx-driver's
+/// mesh set-up waits without limit for a lower rank to connect, so a peer
+/// that never starts would hang this process. (The thread left waiting is
+/// abandoned; the caller exits.)
+pub fn connect(cfg: &NodeConfig, timeout: Duration) -> Result<Arc<ProcessGroup>, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = cfg.clone();
+    std::thread::Builder::new()
+        .name("rlx-dist-connect".into())
+        .spawn(move || {
+            let _ = tx.send(c.connect());
+        })
+        .map_err(|e| e.to_string())?;
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(g)) => Ok(g),
+        Ok(Err(e)) => Err(format!(
+            "rank {} could not join the group of {}: {e}",
+            cfg.rank, cfg.world
+        )),
+        Err(_) => Err(format!(
+            "rank {} could not join the group of {} within {:.0} s: a peer did not start or cannot be reached (check PEERS and that every rank runs)",
+            cfg.rank,
+            cfg.world,
+            timeout.as_secs_f64()
+        )),
+    }
+}
