@@ -79,6 +79,7 @@ fn main() {
         "src/info.rs",
         "src/kernels.rs",
         "src/host_kernel.rs",
+        "src/distributed.rs",
     ];
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     for (bridge, op_prefix) in [
@@ -105,6 +106,7 @@ fn main() {
             "src/row_kernels.cc",
             "src/scan_kernel.cc",
             "src/host_kernel.cc",
+            "src/distributed.cc",
         ])
         .std("c++20")
         .include("include")

@@ -14,6 +14,7 @@
 mod common;
 
 use rlx_host::run;
+use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Op, Shape};
 use rlx_plugin_host::dist::Coordinator;
 use rlx_runtime::dist::node::NodeConfig;
@@ -97,9 +98,21 @@ impl Group {
     }
 
     fn worker(&self, rank: usize, args: &[&str]) -> Child {
+        self.worker_env(rank, args, &[])
+    }
+
+    fn worker_env(&self, rank: usize, args: &[&str], env: &[(&str, &str)]) -> Child {
         let mut a = vec!["worker", "--connect-timeout", "60"];
         a.extend_from_slice(args);
-        self.command(rank, true, &a).spawn().expect("spawn worker")
+        let mut c = self.command(rank, true, &a);
+        c.envs(env.iter().copied());
+        c.spawn().expect("spawn worker")
+    }
+
+    /// Rank `rank`'s port.
+    fn port(&self, rank: usize) -> u16 {
+        let peer = self.peers.split(',').nth(rank).unwrap();
+        peer.rsplit(':').next().unwrap().parse().unwrap()
     }
 
     /// The coordinator: this process, through the library.
@@ -518,5 +531,291 @@ fn data_parallel_digits_matches_one_process() {
             100.0 * acc,
             report["steps_per_s"].as_f64().unwrap()
         );
+    }
+}
+
+// ---------------------------------------------------------------------
+// Tensor parallel: MLX's collectives inside the workers' stages.
+
+/// Sizes of the tensor-parallel MLP: `x [B, D] -> relu(x W1 + b1) W2 + b2`.
+const TP_B: usize = 4;
+const TP_D: usize = 16;
+const TP_H: usize = 32;
+
+fn f32s(dims: &[usize]) -> Shape {
+    Shape::new(dims, DType::F32)
+}
+
+/// Deterministic values in about [-1, 1).
+fn wave(n: usize, seed: f32) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * 0.618 + seed).sin()).collect()
+}
+
+fn write_f32(path: &Path, v: &[f32]) -> String {
+    std::fs::write(
+        path,
+        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    format!("file://{}", path.display())
+}
+
+/// The full MLP in f64: the one-process reference.
+fn mlp_f64(x: &[f32], w1: &[f32], b1: &[f32], w2: &[f32], b2: &[f32]) -> Vec<f32> {
+    let mut y = vec![0f32; TP_B * TP_D];
+    for b in 0..TP_B {
+        let h: Vec<f64> = (0..TP_H)
+            .map(|j| {
+                let s: f64 = (0..TP_D)
+                    .map(|k| x[b * TP_D + k] as f64 * w1[k * TP_H + j] as f64)
+                    .sum();
+                (s + b1[j] as f64).max(0.0)
+            })
+            .collect();
+        for d in 0..TP_D {
+            let s: f64 = (0..TP_H).map(|j| h[j] * w2[j * TP_D + d] as f64).sum();
+            y[b * TP_D + d] = (s + b2[d] as f64) as f32;
+        }
+    }
+    y
+}
+
+/// Columns `r*H/n .. (r+1)*H/n` of a row-major `[rows, H]` matrix.
+fn columns(m: &[f32], rows: usize, r: usize, n: usize) -> Vec<f32> {
+    let w = TP_H / n;
+    (0..rows)
+        .flat_map(|i| m[i * TP_H + r * w..i * TP_H + (r + 1) * w].to_vec())
+        .collect()
+}
+
+/// Worker `r`'s stage of the MLP, `W1` split by columns. `gather`: the
+/// hidden columns gathered (`mlx.all_gather` along axis 0 of the
+/// transposed hidden) and multiplied by the whole `W2`; else `W2` split by
+/// rows and the partial products summed (`mlx.all_sum`).
+fn tp_stage(r: usize, n: usize, gather: bool, dir: &Path, p: &TpParams) -> StageSpec {
+    let hw = TP_H / n;
+    let mut g = Graph::new(format!("tp{r}"));
+    let x = g.input("x", f32s(&[TP_B, TP_D]));
+    let w1 = g.param("w1", f32s(&[TP_D, hw]));
+    let b1 = g.param("b1", f32s(&[hw]));
+    let b2 = g.param("b2", f32s(&[TP_D]));
+    let h = g.mm(x, w1);
+    let h = g.add(h, b1);
+    let h = g.relu(h);
+    let y = if gather {
+        let w2 = g.param("w2", f32s(&[TP_H, TP_D]));
+        let ht = g.transpose_(h, vec![1, 0]);
+        let all = g.custom_op(
+            "mlx.all_gather",
+            (n as i32).to_le_bytes().to_vec(),
+            vec![ht],
+        );
+        let full = g.transpose_(all, vec![1, 0]);
+        g.mm(full, w2)
+    } else {
+        let w2 = g.param("w2", f32s(&[hw, TP_D]));
+        let part = g.mm(h, w2);
+        g.custom_op("mlx.all_sum", vec![], vec![part])
+    };
+    let y = g.add(y, b2);
+    g.set_outputs(vec![y]);
+    let file = |name: &str, v: &[f32]| write_f32(&dir.join(format!("{name}-{r}-{gather}.f32")), v);
+    let w2 = if gather {
+        p.w2.clone()
+    } else {
+        p.w2[r * hw * TP_D..(r + 1) * hw * TP_D].to_vec()
+    };
+    StageSpec::new(g, "x", "y", "mlx")
+        .weight("w1", file("w1", &columns(&p.w1, TP_D, r, n)))
+        .weight("b1", file("b1", &p.b1[r * hw..(r + 1) * hw]))
+        .weight("w2", file("w2", &w2))
+        .weight("b2", file("b2", &p.b2))
+}
+
+struct TpParams {
+    w1: Vec<f32>,
+    b1: Vec<f32>,
+    w2: Vec<f32>,
+    b2: Vec<f32>,
+}
+
+/// `mlx.all_max`, `mlx.all_min` and `mlx.sum_scatter` of `x * s_r`
+/// (worker `r` scales by its own `s_r`): `max + 2 min` of `[B, D]`, and
+/// this rank's rows of the sum, concatenated.
+fn reductions_stage(r: usize, n: usize, dir: &Path, s: &[f32]) -> StageSpec {
+    let mut g = Graph::new(format!("reductions{r}"));
+    let x = g.input("x", f32s(&[TP_B, TP_D]));
+    let sc = g.param("s", f32s(&[TP_D]));
+    let xs = g.mul(x, sc);
+    let mx = g.custom_op("mlx.all_max", vec![], vec![xs]);
+    let mn = g.custom_op("mlx.all_min", vec![], vec![xs]);
+    let mn2 = g.add(mn, mn);
+    let a = g.add(mx, mn2);
+    let sc_rows = g.custom_op(
+        "mlx.sum_scatter",
+        (n as i32).to_le_bytes().to_vec(),
+        vec![xs],
+    );
+    let flat_a = g.reshape_(a, vec![(TP_B * TP_D) as i64]);
+    let flat_s = g.reshape_(sc_rows, vec![(TP_B / n * TP_D) as i64]);
+    let out = g.concat_(vec![flat_a, flat_s], 0);
+    g.set_outputs(vec![out]);
+    StageSpec::new(g, "x", "y", "mlx").weight(
+        "s",
+        write_f32(
+            &dir.join(format!("s-{r}.f32")),
+            &s[r * TP_D..(r + 1) * TP_D],
+        ),
+    )
+}
+
+/// Two workers run the MLP split by columns then rows (`mlx.all_sum`),
+/// then split by columns and gathered (`mlx.all_gather`), then the other
+/// collectives, inside one MLX graph each, in every mode: each worker's
+/// output against the whole MLP in f64 in this process, 1e-5 abs + 1e-4
+/// rel (f32 sums of 16 and 32 products).
+#[test]
+fn tensor_parallel_mlp_over_mlx_ring() {
+    // The custom ops must be rlx-ir ops here to build the graphs.
+    rlx_plugin_host::install(&rlx_plugin_host::Options {
+        plugins: vec![common::mlx_plugin_dir()],
+        ..Default::default()
+    })
+    .unwrap();
+    let n = 2;
+    let p = TpParams {
+        w1: wave(TP_D * TP_H, 0.1),
+        b1: wave(TP_H, 0.7),
+        w2: wave(TP_H * TP_D, 1.3),
+        b2: wave(TP_D, 2.9),
+    };
+    let x = wave(TP_B * TP_D, 4.2);
+    let want = mlp_f64(&x, &p.w1, &p.b1, &p.w2, &p.b2);
+    let scales = wave(n * TP_D, 5.5);
+    for mode in ["lazy", "eager", "compiled"] {
+        let g = Group::new(n + 1);
+        let ws: Vec<Child> = (1..=n).map(|r| g.worker(r, &["--mode", mode])).collect();
+        let co = g.coordinator().unwrap();
+        for gather in [false, true] {
+            let stages = (0..n)
+                .map(|r| tp_stage(r, n, gather, g.dir.path(), &p))
+                .collect();
+            let par = co.parallel(stages).unwrap();
+            let outs = par.run(&x).unwrap();
+            for (r, got) in outs.iter().enumerate() {
+                for (a, b) in got.iter().zip(&want) {
+                    assert!(
+                        (a - b).abs() <= 1e-5 + 1e-4 * b.abs(),
+                        "{mode} gather={gather} rank {}: {a} vs {b}",
+                        r + 1
+                    );
+                }
+                assert_eq!(got.len(), want.len());
+            }
+        }
+        let stages = (0..n)
+            .map(|r| reductions_stage(r, n, g.dir.path(), &scales))
+            .collect();
+        let par = co.parallel(stages).unwrap();
+        let outs = par.run(&x).unwrap();
+        let rows = TP_B / n;
+        for (r, got) in outs.iter().enumerate() {
+            for i in 0..TP_B * TP_D {
+                let v: Vec<f64> = (0..n)
+                    .map(|q| x[i] as f64 * scales[q * TP_D + i % TP_D] as f64)
+                    .collect();
+                let mx = v.iter().cloned().fold(f64::MIN, f64::max);
+                let mn = v.iter().cloned().fold(f64::MAX, f64::min);
+                let e = (mx + 2.0 * mn) as f32;
+                assert!(
+                    (got[i] - e).abs() <= 1e-5 + 1e-5 * e.abs(),
+                    "{mode} max/min [{i}]"
+                );
+            }
+            for j in 0..rows * TP_D {
+                let i = r * rows * TP_D + j;
+                let e: f64 = (0..n)
+                    .map(|q| x[i] as f64 * scales[q * TP_D + i % TP_D] as f64)
+                    .sum();
+                let a = got[TP_B * TP_D + j];
+                assert!(
+                    (a as f64 - e).abs() <= 1e-5,
+                    "{mode} sum_scatter rank {} [{j}]",
+                    r + 1
+                );
+            }
+        }
+        drop(par);
+        co.end();
+        for (i, w) in ws.into_iter().enumerate() {
+            assert_ok(&finish(w, LIMIT, "worker"), &format!("worker {}", i + 1));
+        }
+        eprintln!(
+            "tensor parallel, {mode}: all_sum, all_gather, all_max, all_min, sum_scatter agree"
+        );
+    }
+}
+
+/// MLX's group failing to start is an error naming the cause, on the
+/// coordinator, never a hang: (1) worker 1's ring port (its rlx port +
+/// 1000) already taken; (2) worker 2 never joins the group (its stage has
+/// no collective), so worker 1 gives up after `RLX_MLX_DIST_TIMEOUT`.
+#[test]
+fn mlx_group_setup_failures_are_errors() {
+    rlx_plugin_host::install(&rlx_plugin_host::Options {
+        plugins: vec![common::mlx_plugin_dir()],
+        ..Default::default()
+    })
+    .unwrap();
+    let p = TpParams {
+        w1: wave(TP_D * TP_H, 0.1),
+        b1: wave(TP_H, 0.7),
+        w2: wave(TP_H * TP_D, 1.3),
+        b2: wave(TP_D, 2.9),
+    };
+    let env = [("RLX_MLX_DIST_TIMEOUT", "3")];
+
+    // (1) The port taken.
+    let g = Group::new(3);
+    let taken = std::net::TcpListener::bind(("127.0.0.1", g.port(1) + 1000)).unwrap();
+    let ws: Vec<Child> = (1..=2).map(|r| g.worker_env(r, &[], &env)).collect();
+    let co = g.coordinator().unwrap();
+    let stages = (0..2)
+        .map(|r| tp_stage(r, 2, false, g.dir.path(), &p))
+        .collect();
+    let t = Instant::now();
+    let err = co.parallel(stages).err().expect("a group on a taken port");
+    assert!(
+        err.contains("rank 1") && err.contains("group did not start"),
+        "{err}"
+    );
+    eprintln!("port taken ({:.1?}): {err}", t.elapsed());
+    drop(taken);
+    co.end();
+    for w in ws {
+        finish(w, NOTICE, "worker");
+    }
+
+    // (2) A peer that never joins.
+    let g = Group::new(3);
+    let ws: Vec<Child> = (1..=2).map(|r| g.worker_env(r, &[], &env)).collect();
+    let co = g.coordinator().unwrap();
+    let (plain, _, _) = sort_stages(g.dir.path());
+    let stages = vec![tp_stage(0, 2, false, g.dir.path(), &p), plain[0].clone()];
+    let t = Instant::now();
+    let err = co.parallel(stages).err().expect("a group missing a peer");
+    assert!(
+        t.elapsed() < Duration::from_secs(3) + NOTICE,
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("rank 1") && err.contains("within 3 s"),
+        "{err}"
+    );
+    eprintln!("peer missing ({:.1?}): {err}", t.elapsed());
+    co.end();
+    for w in ws {
+        finish(w, NOTICE, "worker");
     }
 }

@@ -16,7 +16,8 @@
 //! * [`random`], [`linalg`], [`fft`];
 //! * [`info`]   - MLX version, the loaded BLAS/LAPACK, memory counters;
 //! * [`kernels`] - the plugin's own CPU kernels as MLX primitives;
-//! * [`host_kernel`] - a Rust function (a host's kernel) as an MLX primitive.
+//! * [`host_kernel`] - a Rust function (a host's kernel) as an MLX primitive;
+//! * [`distributed`] - MLX's process group and collectives.
 //!
 //! Every function that can reach MLX returns `Result`: a C++ exception never
 //! escapes, it becomes an error carrying MLX's own `what()` text.
@@ -35,6 +36,7 @@ use std::fmt;
 
 pub mod array;
 pub mod compile;
+pub mod distributed;
 pub mod fast;
 pub mod fft;
 pub mod host_kernel;

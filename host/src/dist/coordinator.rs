@@ -127,6 +127,30 @@ impl Coordinator {
         Ok(Pipeline { co: self, devices })
     }
 
+    /// Ship `stages[i]` to rank `i + 1`, all run side by side on the same
+    /// input (each worker's share of a tensor-parallel layer, joined by
+    /// MLX's collectives inside the stages), and wait until each has
+    /// compiled it. The workers set up MLX's group as they compile.
+    pub fn parallel(&self, stages: Vec<StageSpec>) -> Result<Parallel<'_>, String> {
+        let n = self.group.world_size() - 1;
+        if stages.len() != n as usize {
+            return Err(format!(
+                "{} stage(s) for {n} worker(s): one stage per worker",
+                stages.len()
+            ));
+        }
+        for (i, s) in stages.iter().enumerate() {
+            self.check_device(i as u32 + 1, &s.device)?;
+        }
+        let link = self.link();
+        for (i, s) in stages.iter().enumerate() {
+            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
+            link.send(i as u32 + 1, tag::PARALLEL, &bytes, "a stage")?;
+        }
+        let devices = self.wait_ready(&link, "stage")?;
+        Ok(Parallel { co: self, devices })
+    }
+
     /// Ship `specs[i]` to rank `i + 1` (each with its own shard), push
     /// the shards of those that ask (`push_data`), then average gradients
     /// until every worker has finished; their results, by rank.
@@ -209,6 +233,34 @@ impl Pipeline<'_> {
                     rlx_tag::ACT,
                     Some(self.co.timeout),
                     "waiting for the pipeline's output",
+                )
+            })
+            .collect()
+    }
+}
+
+/// Stages running side by side, ready for inputs.
+pub struct Parallel<'c> {
+    co: &'c Coordinator,
+    /// The device each worker runs its stage on, by rank.
+    pub devices: Vec<String>,
+}
+
+impl Parallel<'_> {
+    /// `x` to every worker; each worker's output, by rank.
+    pub fn run(&self, x: &[f32]) -> Result<Vec<Vec<f32>>, String> {
+        let link = self.co.link();
+        let n = self.co.group.world_size();
+        for r in 1..n {
+            link.send_f32(r, rlx_tag::ACT, x, "an input")?;
+        }
+        (1..n)
+            .map(|r| {
+                link.recv_f32(
+                    r,
+                    rlx_tag::ACT,
+                    Some(self.co.timeout),
+                    &format!("waiting for rank {r}'s output"),
                 )
             })
             .collect()

@@ -13,6 +13,9 @@
 //!   stages ([`Coordinator::pipeline`]) or training jobs
 //!   ([`Coordinator::train`]), and turns any worker's failure into one
 //!   error naming the rank.
+//!   Stages run side by side ([`Coordinator::parallel`]) are tensor
+//!   parallel: MLX's collectives (the plugin's `mlx.all_sum`, ...) join
+//!   them inside their graphs, over the MLX group [`mlx_env`] describes.
 //! - [`split`]: cutting a graph into pipeline stages.
 //!
 //! Only specs and activations (and gradient buckets) cross the wire:
@@ -23,13 +26,14 @@
 
 mod coordinator;
 pub mod device;
+pub mod mlx_env;
 pub mod split;
 mod stage;
 mod train;
 pub mod wire;
 mod worker;
 
-pub use coordinator::{Coordinator, Pipeline, Worker};
+pub use coordinator::{Coordinator, Parallel, Pipeline, Worker};
 pub use device::DeviceChoice;
 pub use stage::Stage;
 pub use wire::{TrainResult, WorkerInfo};

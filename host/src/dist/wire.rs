@@ -37,6 +37,9 @@ pub mod tag {
     pub const MEAN: u32 = BASE + 6;
     /// Worker -> 0: a training job's result, a [`super::TrainResult`] (JSON).
     pub const RESULT: u32 = BASE + 7;
+    /// 0 -> worker: a stage every worker runs side by side (JSON
+    /// `StageSpec`): activations come from rank 0 and go back to it.
+    pub const PARALLEL: u32 = BASE + 8;
 }
 
 /// rlx-runtime's own tags (`dist::inference`, `dist::training`), which

@@ -75,6 +75,8 @@ pub fn serve(cfg: &NodeConfig, opts: &WorkerOptions) -> Result<WorkerReport, Str
         ..Default::default()
     };
     let (local, local_from) = device::local_rank(rank)?;
+    // Before the plugin starts: MLX's collectives read these.
+    super::mlx_env::prepare(cfg)?;
     // The plugin first, so the capabilities sent next are true.
     let (plugin, no_plugin) = match crate::install(&opts.install) {
         Ok(i) => (Some(i.plugin), None),
@@ -148,14 +150,18 @@ pub fn serve(cfg: &NodeConfig, opts: &WorkerOptions) -> Result<WorkerReport, Str
 
 /// A message that starts or ends a job.
 enum Job {
+    /// A pipeline stage (rlx's protocol).
     Stage(Vec<u8>),
+    /// A stage run side by side with the other workers' (tensor parallel).
+    Parallel(Vec<u8>),
     Train(Vec<u8>),
     End,
 }
 
 /// The sources of a job message, in [`Job`] order.
-const JOB_SOURCES: [(u32, u32); 3] = [
+const JOB_SOURCES: [(u32, u32); 4] = [
     (0, rlx_tag::SPEC),
+    (0, tag::PARALLEL),
     (0, rlx_tag::CAPS_OR_TRAIN),
     (0, tag::END),
 ];
@@ -163,7 +169,8 @@ const JOB_SOURCES: [(u32, u32); 3] = [
 fn job(index: usize, bytes: Vec<u8>) -> Job {
     match index {
         0 => Job::Stage(bytes),
-        1 => Job::Train(bytes),
+        1 => Job::Parallel(bytes),
+        2 => Job::Train(bytes),
         _ => Job::End,
     }
 }
@@ -186,7 +193,8 @@ impl Session<'_> {
         loop {
             next = match next {
                 Job::End => return Ok(()),
-                Job::Stage(bytes) => self.stage(&bytes)?,
+                Job::Stage(bytes) => self.stage(&bytes, false)?,
+                Job::Parallel(bytes) => self.stage(&bytes, true)?,
                 Job::Train(bytes) => self.train(&bytes)?,
             };
         }
@@ -198,9 +206,10 @@ impl Session<'_> {
         link.send(0, tag::READY, &bytes, "the job's set-up result")
     }
 
-    /// Set up a pipeline stage, then run activations from the previous
-    /// rank into the next (rank 0 after the last) until the next job.
-    fn stage(&mut self, bytes: &[u8]) -> Result<Job, String> {
+    /// Set up a stage, then run activations until the next job: in a
+    /// pipeline from the previous rank into the next (rank 0 after the
+    /// last); side by side (`parallel`), from rank 0 back to it.
+    fn stage(&mut self, bytes: &[u8], parallel: bool) -> Result<Job, String> {
         let (rank, world) = (self.group.rank(), self.group.world_size());
         let setup = serde_json::from_slice::<StageSpec>(bytes)
             .map_err(|e| format!("the stage spec does not parse: {e}"))
@@ -226,8 +235,11 @@ impl Session<'_> {
                 device_label(stage.device, &self.report)
             );
         }
-        let prev = rank - 1;
-        let next = if rank + 1 < world { rank + 1 } else { 0 };
+        let (prev, next) = if parallel {
+            (0, 0)
+        } else {
+            (rank - 1, if rank + 1 < world { rank + 1 } else { 0 })
+        };
         let mut watch = vec![0, prev, next];
         watch.sort_unstable();
         watch.dedup();

@@ -12,6 +12,7 @@
 //! keeps them: unregistering an op does not take it from an executable
 //! that uses it.
 
+pub mod collectives;
 pub mod composite;
 pub mod host_kernel;
 pub mod native;

@@ -94,7 +94,38 @@ fn kron_shape(ins: &[TensorType], _attrs: &[u8]) -> PluginResult<TensorType> {
 }
 
 pub fn table() -> &'static [NativeOp] {
+    use super::collectives as c;
     const T: &[NativeOp] = &[
+        NativeOp {
+            name: "mlx.all_gather",
+            description: "every rank's array concatenated along axis 0 in rank order, over the \
+                          process's MLX group (mx::distributed::all_gather); attrs: the group \
+                          size, i32 LE",
+            n_inputs: 1,
+            shape: || ShapeRule::Callback(Arc::new(c::gather_shape)),
+            lower: c::all_gather,
+        },
+        NativeOp {
+            name: "mlx.all_max",
+            description: "elementwise max over the process's MLX group (mx::distributed::all_max)",
+            n_inputs: 1,
+            shape: || ShapeRule::SameAsInput(0),
+            lower: c::all_max,
+        },
+        NativeOp {
+            name: "mlx.all_min",
+            description: "elementwise min over the process's MLX group (mx::distributed::all_min)",
+            n_inputs: 1,
+            shape: || ShapeRule::SameAsInput(0),
+            lower: c::all_min,
+        },
+        NativeOp {
+            name: "mlx.all_sum",
+            description: "sum over the process's MLX group, on every rank (mx::distributed::all_sum)",
+            n_inputs: 1,
+            shape: || ShapeRule::SameAsInput(0),
+            lower: c::all_sum,
+        },
         NativeOp {
             name: "mlx.erfinv",
             description: "inverse error function, elementwise (mx::erfinv)",
@@ -123,6 +154,15 @@ pub fn table() -> &'static [NativeOp] {
             n_inputs: 1,
             shape: || ShapeRule::SameAsInput(0),
             lower: logcumsumexp,
+        },
+        NativeOp {
+            name: "mlx.sum_scatter",
+            description: "sum over the process's MLX group, axis 0 split between the ranks \
+                          (mx::distributed::sum_scatter; on the ring backend, the sum then this \
+                          rank's rows); attrs: the group size, i32 LE",
+            n_inputs: 1,
+            shape: || ShapeRule::Callback(Arc::new(c::scatter_shape)),
+            lower: c::sum_scatter,
         },
     ];
     T
