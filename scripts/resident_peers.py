@@ -76,7 +76,7 @@ def mlx_rows(warmup, steps):
     import mlx.optimizers as optim
     from functools import partial
 
-    dev = str(mx.default_device())
+    dev = str(mx.default_device()).replace(" ", "")
     mx.random.seed(0)
     model = nn.Sequential(nn.Linear(D_IN, D_HID), nn.ReLU(), nn.Linear(D_HID, D_OUT))
     x = mx.random.uniform(-1, 1, (BATCH, D_IN))
