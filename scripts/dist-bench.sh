@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Distributed figures on one machine, over loopback: a model as a pipeline
 # of one stage per worker against the whole model in one process, and
-# data-parallel digits training with 1 and 2 workers.
+# data-parallel digits training with 1 and 2 workers, and a tensor-parallel
+# MLP over MLX's ring against one process.
 #
 # usage: scripts/dist-bench.sh [RLX_HOST] [MODEL...]
 #   RLX_HOST  the rlx-host binary (default target/release/rlx-host, whose
@@ -28,6 +29,10 @@ for m in "${models[@]}"; do
         echo "== pipeline $m, 2 workers, $mode"
         run_group 3 "$mode" pipeline "$m" --batches 300 --local-mode "$mode"
     done
+done
+for form in "" --gather; do
+    echo "== tensor-parallel MLP 1024 -> 4096 -> 1024, batch 8, 2 workers ${form:-(all_sum)}"
+    run_group 3 lazy tensor-parallel --batch 8 --d 1024 --h 4096 --batches 100 $form
 done
 for w in 1 2; do
     echo "== data-parallel digits, $w worker(s)"

@@ -5,6 +5,7 @@
 
 use crate::digits;
 use crate::run::{self, ModelData};
+use rlx_ir::Graph;
 use rlx_plugin_host::dist::{split, Coordinator, TrainResult};
 use rlx_runtime::dist::{DataRef, StageSpec, TrainSpec, WeightRef};
 use rlx_runtime::Device;
@@ -376,4 +377,214 @@ pub fn digits_reference(
     let (_, params) =
         rlx_runtime::dist::run_train(&spec, 1, |_| Vec::new(), |b: &[f32]| b.to_vec(), false)?;
     Ok(params)
+}
+
+/// A 2-layer MLP `y = relu(x w1 + b1) w2 + b2`, `x [batch, d]`, hidden `h`.
+#[derive(Clone, Debug)]
+pub struct MlpWeights {
+    pub batch: usize,
+    pub d: usize,
+    pub h: usize,
+    pub w1: Vec<f32>,
+    pub b1: Vec<f32>,
+    pub w2: Vec<f32>,
+    pub b2: Vec<f32>,
+}
+
+impl MlpWeights {
+    /// Seeded weights, scaled by 1/sqrt(fan_in).
+    pub fn seeded(batch: usize, d: usize, h: usize, seed: u64) -> MlpWeights {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut w = |n: usize, fan_in: usize| -> Vec<f32> {
+            let s = 1.0 / (fan_in as f32).sqrt();
+            (0..n).map(|_| rng.gen_range(-s..s)).collect()
+        };
+        MlpWeights {
+            batch,
+            d,
+            h,
+            w1: w(d * h, d),
+            b1: w(h, d),
+            w2: w(h * d, h),
+            b2: w(d, h),
+        }
+    }
+
+    /// The whole MLP as one graph (params `w1`, `b1`, `w2`, `b2`).
+    pub fn graph(&self) -> Graph {
+        use rlx_ir::infer::GraphExt;
+        let f = |dims: &[usize]| rlx_ir::Shape::new(dims, rlx_ir::DType::F32);
+        let mut g = Graph::new("mlp_whole");
+        let x = g.input("x", f(&[self.batch, self.d]));
+        let w1 = g.param("w1", f(&[self.d, self.h]));
+        let b1 = g.param("b1", f(&[self.h]));
+        let w2 = g.param("w2", f(&[self.h, self.d]));
+        let b2 = g.param("b2", f(&[self.d]));
+        let h = g.mm(x, w1);
+        let h = g.add(h, b1);
+        let h = g.relu(h);
+        let y = g.mm(h, w2);
+        let y = g.add(y, b2);
+        g.set_outputs(vec![y]);
+        g
+    }
+
+    /// Worker `r` of `n`'s share, tensor parallel: `w1` (and `b1`) split
+    /// by columns; then either `w2` split by rows and the partial products
+    /// summed (`mlx.all_sum`), or (`gather`) the hidden columns gathered
+    /// (`mlx.all_gather` of the transposed hidden, along axis 0) and
+    /// multiplied by the whole `w2`. Its weights are written under `dir`
+    /// (the worker reads them from there). Needs the plugin's custom ops
+    /// registered with rlx-ir (the plugin installed in this process).
+    pub fn tensor_parallel_stage(
+        &self,
+        r: usize,
+        n: usize,
+        gather: bool,
+        dir: &Path,
+    ) -> Result<StageSpec, String> {
+        use rlx_ir::infer::GraphExt;
+        let (d, h) = (self.d, self.h);
+        if h % n != 0 {
+            return Err(format!("hidden {h} does not divide by {n} workers"));
+        }
+        let hw = h / n;
+        let f = |dims: &[usize]| rlx_ir::Shape::new(dims, rlx_ir::DType::F32);
+        let mut g = Graph::new(format!("mlp_tp{r}"));
+        let x = g.input("x", f(&[self.batch, d]));
+        let w1 = g.param("w1", f(&[d, hw]));
+        let b1 = g.param("b1", f(&[hw]));
+        let b2 = g.param("b2", f(&[d]));
+        let hid = g.mm(x, w1);
+        let hid = g.add(hid, b1);
+        let hid = g.relu(hid);
+        let y = if gather {
+            let w2 = g.param("w2", f(&[h, d]));
+            let ht = g.transpose_(hid, vec![1, 0]);
+            let all = g.custom_op(
+                "mlx.all_gather",
+                (n as i32).to_le_bytes().to_vec(),
+                vec![ht],
+            );
+            let full = g.transpose_(all, vec![1, 0]);
+            g.mm(full, w2)
+        } else {
+            let w2 = g.param("w2", f(&[hw, d]));
+            let part = g.mm(hid, w2);
+            g.custom_op("mlx.all_sum", vec![], vec![part])
+        };
+        let y = g.add(y, b2);
+        g.set_outputs(vec![y]);
+        let w1: Vec<f32> = (0..d)
+            .flat_map(|i| self.w1[i * h + r * hw..i * h + (r + 1) * hw].to_vec())
+            .collect();
+        let w2 = if gather {
+            self.w2.clone()
+        } else {
+            self.w2[r * hw * d..(r + 1) * hw * d].to_vec()
+        };
+        let mut spec = StageSpec::new(g, "x", "y", "mlx");
+        for (name, v) in [
+            ("w1", &w1[..]),
+            ("b1", &self.b1[r * hw..(r + 1) * hw]),
+            ("w2", &w2[..]),
+            ("b2", &self.b2[..]),
+        ] {
+            let p = dir.join(format!(
+                "{name}-rank{}-{}.f32",
+                r + 1,
+                if gather { "g" } else { "s" }
+            ));
+            write_f32(&p, v)?;
+            spec = spec.weight(name, format!("file://{}", p.display()));
+        }
+        Ok(spec)
+    }
+}
+
+/// `rlx-host dist tensor-parallel`'s options.
+#[derive(Clone, Debug)]
+pub struct TensorParallelOptions {
+    pub batch: usize,
+    pub d: usize,
+    pub h: usize,
+    pub gather: bool,
+    pub seed: u64,
+    /// Batches timed (after one warm-up).
+    pub batches: usize,
+    /// The mode of the one-process comparison in this process.
+    pub local_mode: rlx_plugin_api::Mode,
+    pub plugins: Vec<PathBuf>,
+    pub waits: Waits,
+}
+
+/// What a tensor-parallel run did.
+#[derive(Clone, Debug)]
+pub struct TensorParallelReport {
+    pub devices: Vec<String>,
+    /// Max abs / rel of every worker's output against the whole MLP on
+    /// the plugin in this process, and whether within the demo's tolerance.
+    pub vs_one_process: (f64, f64, bool),
+    pub parallel_batches_per_s: f64,
+    pub local_batches_per_s: f64,
+}
+
+/// The MLP split over the workers (one share each, joined by MLX's
+/// collectives inside their graphs), against the whole MLP on the plugin
+/// in this process.
+pub fn tensor_parallel(opts: &TensorParallelOptions) -> Result<TensorParallelReport, String> {
+    // The plugin here: its custom ops build the stages, and it runs the
+    // one-process comparison.
+    rlx_plugin_host::install(&rlx_plugin_host::Options {
+        plugins: opts.plugins.clone(),
+        mode: opts.local_mode,
+        ..Default::default()
+    })?;
+    let m = MlpWeights::seeded(opts.batch, opts.d, opts.h, opts.seed);
+    let x: Vec<f32> = MlpWeights::seeded(1, opts.batch * opts.d, 1, opts.seed + 1).w1;
+    let dir = tempfile::Builder::new()
+        .prefix("rlx-dist-tp-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let co = Coordinator::from_env(opts.waits.connect, opts.waits.answer)?;
+    let n = co.workers.len();
+    let stages = (0..n)
+        .map(|r| m.tensor_parallel_stage(r, n, opts.gather, dir.path()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let par = co.parallel(stages)?;
+    let outs = par.run(&x)?;
+    let t = Instant::now();
+    for _ in 0..opts.batches {
+        par.run(&x)?;
+    }
+    let parallel = opts.batches as f64 / t.elapsed().as_secs_f64();
+    let devices = par.devices.clone();
+    drop(par);
+    co.end();
+    let whole = m.graph();
+    let data = ModelData {
+        inputs: vec![("x".into(), x.clone())],
+        params: vec![
+            ("w1".into(), m.w1.clone()),
+            ("b1".into(), m.b1.clone()),
+            ("w2".into(), m.w2.clone()),
+            ("b2".into(), m.b2.clone()),
+        ],
+    };
+    let exec = run::execute(Device::Mlx, &whole, &data, opts.batches.max(1) + 1)?;
+    let want = &exec.outputs[0];
+    let (mut abs, mut rel, mut ok) = (0f64, 0f64, true);
+    for y in &outs {
+        let (a, r) = run::errors(y, want)?;
+        abs = abs.max(a);
+        rel = rel.max(r);
+        ok &= crate::demo::close(y, want);
+    }
+    Ok(TensorParallelReport {
+        devices,
+        vs_one_process: (abs, rel, ok),
+        parallel_batches_per_s: parallel,
+        local_batches_per_s: 1000.0 / exec.steady_run_ms(),
+    })
 }

@@ -13,6 +13,7 @@
 
 mod common;
 
+use rlx_host::distributed::MlpWeights;
 use rlx_host::run;
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Op, Shape};
@@ -580,63 +581,17 @@ fn mlp_f64(x: &[f32], w1: &[f32], b1: &[f32], w2: &[f32], b2: &[f32]) -> Vec<f32
     y
 }
 
-/// Columns `r*H/n .. (r+1)*H/n` of a row-major `[rows, H]` matrix.
-fn columns(m: &[f32], rows: usize, r: usize, n: usize) -> Vec<f32> {
-    let w = TP_H / n;
-    (0..rows)
-        .flat_map(|i| m[i * TP_H + r * w..i * TP_H + (r + 1) * w].to_vec())
-        .collect()
-}
-
-/// Worker `r`'s stage of the MLP, `W1` split by columns. `gather`: the
-/// hidden columns gathered (`mlx.all_gather` along axis 0 of the
-/// transposed hidden) and multiplied by the whole `W2`; else `W2` split by
-/// rows and the partial products summed (`mlx.all_sum`).
-fn tp_stage(r: usize, n: usize, gather: bool, dir: &Path, p: &TpParams) -> StageSpec {
-    let hw = TP_H / n;
-    let mut g = Graph::new(format!("tp{r}"));
-    let x = g.input("x", f32s(&[TP_B, TP_D]));
-    let w1 = g.param("w1", f32s(&[TP_D, hw]));
-    let b1 = g.param("b1", f32s(&[hw]));
-    let b2 = g.param("b2", f32s(&[TP_D]));
-    let h = g.mm(x, w1);
-    let h = g.add(h, b1);
-    let h = g.relu(h);
-    let y = if gather {
-        let w2 = g.param("w2", f32s(&[TP_H, TP_D]));
-        let ht = g.transpose_(h, vec![1, 0]);
-        let all = g.custom_op(
-            "mlx.all_gather",
-            (n as i32).to_le_bytes().to_vec(),
-            vec![ht],
-        );
-        let full = g.transpose_(all, vec![1, 0]);
-        g.mm(full, w2)
-    } else {
-        let w2 = g.param("w2", f32s(&[hw, TP_D]));
-        let part = g.mm(h, w2);
-        g.custom_op("mlx.all_sum", vec![], vec![part])
-    };
-    let y = g.add(y, b2);
-    g.set_outputs(vec![y]);
-    let file = |name: &str, v: &[f32]| write_f32(&dir.join(format!("{name}-{r}-{gather}.f32")), v);
-    let w2 = if gather {
-        p.w2.clone()
-    } else {
-        p.w2[r * hw * TP_D..(r + 1) * hw * TP_D].to_vec()
-    };
-    StageSpec::new(g, "x", "y", "mlx")
-        .weight("w1", file("w1", &columns(&p.w1, TP_D, r, n)))
-        .weight("b1", file("b1", &p.b1[r * hw..(r + 1) * hw]))
-        .weight("w2", file("w2", &w2))
-        .weight("b2", file("b2", &p.b2))
-}
-
-struct TpParams {
-    w1: Vec<f32>,
-    b1: Vec<f32>,
-    w2: Vec<f32>,
-    b2: Vec<f32>,
+/// The test's MLP: deterministic weights.
+fn tp_weights() -> MlpWeights {
+    MlpWeights {
+        batch: TP_B,
+        d: TP_D,
+        h: TP_H,
+        w1: wave(TP_D * TP_H, 0.1),
+        b1: wave(TP_H, 0.7),
+        w2: wave(TP_H * TP_D, 1.3),
+        b2: wave(TP_D, 2.9),
+    }
 }
 
 /// `mlx.all_max`, `mlx.all_min` and `mlx.sum_scatter` of `x * s_r`
@@ -683,12 +638,7 @@ fn tensor_parallel_mlp_over_mlx_ring() {
     })
     .unwrap();
     let n = 2;
-    let p = TpParams {
-        w1: wave(TP_D * TP_H, 0.1),
-        b1: wave(TP_H, 0.7),
-        w2: wave(TP_H * TP_D, 1.3),
-        b2: wave(TP_D, 2.9),
-    };
+    let p = tp_weights();
     let x = wave(TP_B * TP_D, 4.2);
     let want = mlp_f64(&x, &p.w1, &p.b1, &p.w2, &p.b2);
     let scales = wave(n * TP_D, 5.5);
@@ -698,7 +648,7 @@ fn tensor_parallel_mlp_over_mlx_ring() {
         let co = g.coordinator().unwrap();
         for gather in [false, true] {
             let stages = (0..n)
-                .map(|r| tp_stage(r, n, gather, g.dir.path(), &p))
+                .map(|r| p.tensor_parallel_stage(r, n, gather, g.dir.path()).unwrap())
                 .collect();
             let par = co.parallel(stages).unwrap();
             let outs = par.run(&x).unwrap();
@@ -767,12 +717,7 @@ fn mlx_group_setup_failures_are_errors() {
         ..Default::default()
     })
     .unwrap();
-    let p = TpParams {
-        w1: wave(TP_D * TP_H, 0.1),
-        b1: wave(TP_H, 0.7),
-        w2: wave(TP_H * TP_D, 1.3),
-        b2: wave(TP_D, 2.9),
-    };
+    let p = tp_weights();
     let env = [("RLX_MLX_DIST_TIMEOUT", "3")];
 
     // (1) The port taken.
@@ -781,7 +726,7 @@ fn mlx_group_setup_failures_are_errors() {
     let ws: Vec<Child> = (1..=2).map(|r| g.worker_env(r, &[], &env)).collect();
     let co = g.coordinator().unwrap();
     let stages = (0..2)
-        .map(|r| tp_stage(r, 2, false, g.dir.path(), &p))
+        .map(|r| p.tensor_parallel_stage(r, 2, false, g.dir.path()).unwrap())
         .collect();
     let t = Instant::now();
     let err = co.parallel(stages).err().expect("a group on a taken port");
@@ -801,7 +746,10 @@ fn mlx_group_setup_failures_are_errors() {
     let ws: Vec<Child> = (1..=2).map(|r| g.worker_env(r, &[], &env)).collect();
     let co = g.coordinator().unwrap();
     let (plain, _, _) = sort_stages(g.dir.path());
-    let stages = vec![tp_stage(0, 2, false, g.dir.path(), &p), plain[0].clone()];
+    let stages = vec![
+        p.tensor_parallel_stage(0, 2, false, g.dir.path()).unwrap(),
+        plain[0].clone(),
+    ];
     let t = Instant::now();
     let err = co.parallel(stages).err().expect("a group missing a peer");
     assert!(
@@ -817,5 +765,44 @@ fn mlx_group_setup_failures_are_errors() {
     co.end();
     for w in ws {
         finish(w, NOTICE, "worker");
+    }
+}
+
+/// `rlx-host dist tensor-parallel` as a process: both collectives' forms,
+/// every worker's output against the whole MLP on the plugin in the
+/// coordinator (the demo's tolerance).
+#[test]
+fn tensor_parallel_command() {
+    for gather in [false, true] {
+        let g = Group::new(3);
+        let (w1, w2) = (g.worker(1, &[]), g.worker(2, &[]));
+        let mut args = vec![
+            "dist",
+            "tensor-parallel",
+            "--batch",
+            "4",
+            "--d",
+            "64",
+            "--h",
+            "128",
+            "--batches",
+            "3",
+            "--json",
+        ];
+        if gather {
+            args.push("--gather");
+        }
+        let co = finish(
+            g.command(0, true, &args).spawn().unwrap(),
+            LIMIT,
+            "coordinator",
+        );
+        assert_ok(&co, "coordinator");
+        assert_ok(&finish(w1, LIMIT, "worker 1"), "worker 1");
+        assert_ok(&finish(w2, LIMIT, "worker 2"), "worker 2");
+        let r: serde_json::Value = serde_json::from_str(text(&co.stdout).trim()).unwrap();
+        assert_eq!(r["within_tolerance"], true, "{r}");
+        assert_eq!(r["devices"].as_array().unwrap().len(), 2, "{r}");
+        eprintln!("gather {gather}: {r}");
     }
 }

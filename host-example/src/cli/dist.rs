@@ -72,6 +72,11 @@ pub enum DistAction {
         #[arg(long)]
         json: bool,
     },
+    /// Run a 2-layer MLP (ReLU) tensor parallel: each worker one share of
+    /// the hidden layer, joined by MLX's collectives inside its graph
+    /// (`mlx.all_sum`, or `mlx.all_gather` with --gather), against the
+    /// whole MLP on the plugin in this process.
+    TensorParallel(TensorParallelArgs),
     /// Train the digits MLP data-parallel on the workers (rlx-runtime's
     /// `dist::run_train`, SGD with momentum), gradients averaged by the
     /// coordinator every step; report held-out accuracy.
@@ -104,6 +109,36 @@ pub enum DistAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(clap::Args)]
+pub struct TensorParallelArgs {
+    /// Rows of the input.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// The MLP's input and output width.
+    #[arg(long, default_value_t = 1024)]
+    d: usize,
+    /// The MLP's hidden width (divided between the workers).
+    #[arg(long, default_value_t = 4096)]
+    h: usize,
+    /// Gather the hidden columns (`mlx.all_gather`) instead of summing
+    /// partial products (`mlx.all_sum`).
+    #[arg(long)]
+    gather: bool,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Batches timed.
+    #[arg(long, default_value_t = 50)]
+    batches: usize,
+    /// The mode of the one-process comparison (run here, on the plugin).
+    #[arg(long, default_value = "lazy")]
+    local_mode: String,
+    #[command(flatten)]
+    waits: WaitArgs,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -218,6 +253,48 @@ pub fn dist(action: DistAction, plugins: Vec<PathBuf>) -> Result<(), String> {
             }
             if !ok {
                 return Err("the pipeline's output differs from the CPU backend's".into());
+            }
+            Ok(())
+        }
+        DistAction::TensorParallel(a) => {
+            let opts = crate::distributed::TensorParallelOptions {
+                batch: a.batch,
+                d: a.d,
+                h: a.h,
+                gather: a.gather,
+                seed: a.seed,
+                batches: a.batches,
+                local_mode: mode(&a.local_mode)?,
+                plugins,
+                waits: a.waits.waits(),
+            };
+            let r = distributed::tensor_parallel(&opts)?;
+            let (abs, rel, ok) = r.vs_one_process;
+            if a.json {
+                let v = serde_json::json!({
+                    "devices": r.devices,
+                    "max_abs_err": abs,
+                    "max_rel_err": rel,
+                    "within_tolerance": ok,
+                    "parallel_batches_per_s": r.parallel_batches_per_s,
+                    "local_batches_per_s": r.local_batches_per_s,
+                });
+                println!("{v}");
+            } else {
+                for (i, d) in r.devices.iter().enumerate() {
+                    println!("rank {}: {d}", i + 1);
+                }
+                println!(
+                    "outputs vs the whole MLP in one process: max abs {abs:.2e}, max rel {rel:.2e} ({})",
+                    if ok { "within tolerance" } else { "BEYOND tolerance" }
+                );
+                println!(
+                    "tensor parallel: {:.1} batches/s; one process: {:.1} batches/s",
+                    r.parallel_batches_per_s, r.local_batches_per_s
+                );
+            }
+            if !ok {
+                return Err("the tensor-parallel outputs differ from one process's".into());
             }
             Ok(())
         }
