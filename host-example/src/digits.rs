@@ -146,6 +146,41 @@ pub fn loss_graph(batch: usize) -> (Graph, Vec<NodeId>) {
     (g, params)
 }
 
+/// One data-parallel replica's training forward, for
+/// `rlx_runtime::train::ResidentTrainer` on the MLX plugin: [`loss_graph`]
+/// with every param read through `mlx.grad_sum` (the identity whose
+/// gradient is the sum over the workers' MLX group) and the loss divided
+/// by `workers`, so each worker's backward yields the gradient of the mean
+/// loss over all workers' rows, all-reduced inside the step. The params
+/// keep their names and nodes (the trainer binds and updates them). Needs
+/// the plugin's custom ops registered with rlx-ir.
+pub fn replica_loss_graph(batch: usize, workers: usize) -> (Graph, Vec<NodeId>) {
+    use rlx_ir::infer::GraphExt;
+    let mut g = Graph::new("digits_replica");
+    let x = g.input("x", f32s(&[batch, D]));
+    let params = vec![
+        g.param("w1", f32s(&[D, H])),
+        g.param("b1", f32s(&[H])),
+        g.param("w2", f32s(&[H, C])),
+        g.param("b2", f32s(&[C])),
+    ];
+    let p: Vec<NodeId> = params
+        .iter()
+        .map(|&n| g.custom_op("mlx.grad_sum", vec![], vec![n]))
+        .collect();
+    let xw = g.add_node(Op::MatMul, vec![x, p[0]], f32s(&[batch, H]));
+    let h = g.add_node(Op::Binary(BinaryOp::Add), vec![xw, p[1]], f32s(&[batch, H]));
+    let r = g.add_node(Op::Activation(Activation::Relu), vec![h], f32s(&[batch, H]));
+    let rw = g.add_node(Op::MatMul, vec![r, p[2]], f32s(&[batch, C]));
+    let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![rw, p[3]], f32s(&[batch, C]));
+    let labels = g.input("labels", f32s(&[batch]));
+    let loss = mean_softmax_cross_entropy(&mut g, logits, labels, batch);
+    let scale = g.constant(1.0 / workers as f64, DType::F32);
+    let loss = g.mul(loss, scale);
+    g.set_outputs(vec![loss]);
+    (g, params)
+}
+
 /// rlx-opt's `grad_with_loss` of [`loss_graph`]: outputs `[loss, dw1,
 /// db1, dw2, db2]`, fed `d_output = [1.0]`.
 pub fn train_graph(batch: usize) -> Graph {

@@ -6,7 +6,7 @@
 use crate::digits;
 use crate::run::{self, ModelData};
 use rlx_ir::Graph;
-use rlx_plugin_host::dist::{split, Coordinator, TrainResult};
+use rlx_plugin_host::dist::{split, Coordinator, ResidentTrainSpec, TrainResult};
 use rlx_runtime::dist::{DataRef, StageSpec, TrainSpec, WeightRef};
 use rlx_runtime::Device;
 use std::path::{Path, PathBuf};
@@ -182,6 +182,11 @@ pub struct TrainOptions {
     /// Push each worker its shard and init params over the wire (no
     /// shared filesystem) instead of naming files both can read.
     pub push_data: bool,
+    /// Keep training on the device: rlx-runtime's `ResidentTrainer` (Adam
+    /// in the step) on every worker, the gradients summed inside each
+    /// step by MLX's collectives, instead of `run_train` with the
+    /// coordinator averaging (SGD with momentum).
+    pub resident: bool,
     pub output: Option<PathBuf>,
     pub waits: Waits,
 }
@@ -197,6 +202,7 @@ impl TrainOptions {
             momentum: 0.9,
             device: "mlx".into(),
             push_data: false,
+            resident: false,
             output: None,
             waits,
         }
@@ -297,6 +303,32 @@ pub fn digits_spec(
     }
 }
 
+/// The resident training spec of worker `w` of `workers`: the replica
+/// graph ([`digits::replica_loss_graph`]), Adam at `opts.lr`, its shard.
+pub fn digits_resident_spec(
+    files: &DigitsFiles,
+    w: usize,
+    workers: usize,
+    opts: &TrainOptions,
+) -> ResidentTrainSpec {
+    let plain = digits_spec(files, w, workers, opts);
+    let (graph, _) = digits::replica_loss_graph(opts.batch, workers);
+    let adam = rlx_runtime::train::AdamSpec::new(opts.lr);
+    ResidentTrainSpec {
+        graph,
+        params: plain.params,
+        data: plain.data,
+        batch: opts.batch,
+        epochs: opts.epochs,
+        lr: adam.lr,
+        beta1: adam.beta1,
+        beta2: adam.beta2,
+        eps: adam.eps,
+        weight_decay: adam.weight_decay,
+        device: opts.device.clone(),
+    }
+}
+
 /// Train the digits MLP on the workers; check and report.
 pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
     let (pixels, labels) = digits::load(&opts.data)?;
@@ -306,6 +338,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
         .tempdir()
         .map_err(|e| e.to_string())?;
     let files = write_digits_files(&train_rows, dir.path())?;
+    if opts.resident {
+        // The replica's graph reads the params through the plugin's
+        // `mlx.grad_sum`: its custom ops must be rlx-ir ops here.
+        rlx_plugin_host::install(&rlx_plugin_host::Options::default())?;
+    }
     let co = Coordinator::from_env(opts.waits.connect, opts.waits.answer)?;
     let n = co.workers.len();
     if shard_rows(digits::TRAIN, n, opts.batch) == 0 {
@@ -315,11 +352,27 @@ pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
             digits::TRAIN
         ));
     }
-    let specs: Vec<TrainSpec> = (0..n).map(|w| digits_spec(&files, w, n, opts)).collect();
     let t = Instant::now();
-    let results = co.train(&specs)?;
+    let results = if opts.resident {
+        let specs: Vec<ResidentTrainSpec> = (0..n)
+            .map(|w| digits_resident_spec(&files, w, n, opts))
+            .collect();
+        co.train_resident(&specs)?
+    } else {
+        let specs: Vec<TrainSpec> = (0..n).map(|w| digits_spec(&files, w, n, opts)).collect();
+        co.train(&specs)?
+    };
     let wall = t.elapsed().as_secs_f64();
     co.end();
+    let mut results = results;
+    if opts.resident {
+        // The replicas' losses are divided by the number of workers (so
+        // the summed gradients are the mean loss's): report the mean loss.
+        for r in &mut results {
+            r.first_loss *= n as f32;
+            r.last_loss *= n as f32;
+        }
+    }
     let steps = opts.epochs * shard_rows(digits::TRAIN, n, opts.batch) / opts.batch;
     let mut spread = 0f64;
     for r in &results[1..] {
@@ -343,6 +396,54 @@ pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
         held_out_accuracy: acc,
         worker_spread: spread,
     })
+}
+
+/// [`digits_reference`] for resident training: `ResidentTrainer` alone on
+/// `device` (Adam at `opts.lr`) over the whole batch, `batch * workers`
+/// rows a step in the workers' order, from the same initial params.
+pub fn digits_resident_reference(
+    opts: &TrainOptions,
+    workers: usize,
+    device: Device,
+) -> Result<Vec<(String, Vec<f32>)>, String> {
+    let (pixels, labels) = digits::load(&opts.data)?;
+    let (train_rows, _) = digits::split(&pixels, &labels);
+    let shard = shard_rows(digits::TRAIN, workers, opts.batch);
+    let steps = shard / opts.batch;
+    let big = opts.batch * workers;
+    let (graph, params) = digits::loss_graph(big);
+    let wrt: Vec<rlx_runtime::train::TrainableParam> = ["w1", "b1", "w2", "b2"]
+        .iter()
+        .zip(&params)
+        .map(|(n, id)| rlx_runtime::train::TrainableParam {
+            name: n.to_string(),
+            node: *id,
+        })
+        .collect();
+    let initial = digits::init()
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+    let mut trainer = rlx_runtime::train::ResidentTrainer::new(
+        &graph,
+        &wrt,
+        &initial,
+        &rlx_runtime::train::AdamSpec::new(opts.lr),
+        device,
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    for _ in 0..opts.epochs {
+        for s in 0..steps {
+            let rows = train_rows.rows((0..workers).flat_map(|w| {
+                let start = w * shard + s * opts.batch;
+                start..start + opts.batch
+            }));
+            trainer.step(&[("x", &rows.x), ("labels", &rows.labels)]);
+        }
+    }
+    let mut p: Vec<(String, Vec<f32>)> = trainer.params().into_iter().collect();
+    p.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(p)
 }
 
 /// The same training in one process over the whole batch: at step `s` the

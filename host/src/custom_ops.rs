@@ -100,6 +100,15 @@ impl OpExtension for PluginOp {
             Err(e) => panic!("custom op {:?}: {}", self.info.name, e.message),
         }
     }
+    /// MLX's collectives have gradients (`crate::collective_grads`); the
+    /// others none, as rlx-ir's default.
+    fn vjp(
+        &self,
+        node: &rlx_ir::Node,
+        ctx: &mut rlx_ir::VjpContext,
+    ) -> Vec<(usize, rlx_ir::NodeId)> {
+        crate::collective_grads::vjp(&self.info.name, node, ctx).unwrap_or_default()
+    }
 }
 
 /// Make each op of `plugin`'s registry an rlx-ir op. Returns one message

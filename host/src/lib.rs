@@ -42,6 +42,7 @@
 //!   [`malloc_policy::keep_run_buffers`].
 
 pub mod backend;
+mod collective_grads;
 pub mod custom_ops;
 pub mod dist;
 pub mod guard;

@@ -89,8 +89,10 @@ pub enum DistAction {
         /// Rows per worker per step.
         #[arg(long, default_value_t = 64)]
         batch: usize,
-        #[arg(long, default_value_t = 0.1)]
-        lr: f32,
+        /// The learning rate (default 0.1 for SGD, 0.01 for Adam with
+        /// --resident).
+        #[arg(long)]
+        lr: Option<f32>,
         #[arg(long, default_value_t = 0.9)]
         momentum: f32,
         /// The workers' device directive: `mlx`, `auto` or `cpu`.
@@ -100,6 +102,12 @@ pub enum DistAction {
         /// workers without a filesystem shared with the coordinator).
         #[arg(long)]
         push_data: bool,
+        /// Keep training on the device: rlx-runtime's ResidentTrainer
+        /// (Adam in the step) on every worker, gradients summed inside
+        /// each step by MLX's collectives (`mlx.grad_sum`), nothing through
+        /// the coordinator until the end.
+        #[arg(long)]
+        resident: bool,
         /// Write the trained params to this safetensors file.
         #[arg(long, value_name = "FILE.safetensors")]
         output: Option<PathBuf>,
@@ -306,17 +314,22 @@ pub fn dist(action: DistAction, plugins: Vec<PathBuf>) -> Result<(), String> {
             momentum,
             device,
             push_data,
+            resident,
             output,
             waits,
             json,
         } => {
+            if resident && push_data {
+                return Err("--push-data is for the coordinator-averaged training; --resident workers read their shards from files".into());
+            }
             let opts = TrainOptions {
                 epochs,
                 batch,
-                lr,
+                lr: lr.unwrap_or(if resident { 0.01 } else { 0.1 }),
                 momentum,
                 device,
                 push_data,
+                resident,
                 output,
                 ..TrainOptions::digits(
                     data.unwrap_or_else(crate::digits::default_path),

@@ -181,6 +181,40 @@ impl Coordinator {
         super::train::serve_reduce(&link, self.timeout)
     }
 
+    /// Ship `specs[i]` to rank `i + 1` (each with its own shard) and wait
+    /// for every worker's result: training kept on the device, the
+    /// gradients summed inside each step by MLX's collectives (so nothing
+    /// passes through this rank while it trains).
+    pub fn train_resident(
+        &self,
+        specs: &[super::ResidentTrainSpec],
+    ) -> Result<Vec<TrainResult>, String> {
+        let n = self.group.world_size() - 1;
+        if specs.len() != n as usize {
+            return Err(format!(
+                "{} training spec(s) for {n} worker(s): one per worker",
+                specs.len()
+            ));
+        }
+        for (i, s) in specs.iter().enumerate() {
+            self.check_device(i as u32 + 1, &s.device)?;
+        }
+        let link = self.link();
+        for (i, s) in specs.iter().enumerate() {
+            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
+            link.send(i as u32 + 1, tag::RESIDENT_TRAIN, &bytes, "a training spec")?;
+        }
+        self.wait_ready(&link, "training")?;
+        (1..self.group.world_size())
+            .map(|r| {
+                let what = format!("waiting for rank {r}'s training result");
+                let bytes = link.recv(r, tag::RESULT, Some(self.timeout), &what)?;
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("rank {r}'s training result does not parse: {e}"))
+            })
+            .collect()
+    }
+
     /// End the session: every worker exits cleanly.
     pub fn end(mut self) {
         self.send_end();

@@ -36,6 +36,7 @@ mod worker;
 pub use coordinator::{Coordinator, Parallel, Pipeline, Worker};
 pub use device::DeviceChoice;
 pub use stage::Stage;
+pub use train::ResidentTrainSpec;
 pub use wire::{TrainResult, WorkerInfo};
 pub use worker::{serve, serve_from_env, WorkerOptions, WorkerReport};
 

@@ -40,6 +40,9 @@ pub mod tag {
     /// 0 -> worker: a stage every worker runs side by side (JSON
     /// `StageSpec`): activations come from rank 0 and go back to it.
     pub const PARALLEL: u32 = BASE + 8;
+    /// 0 -> worker: a resident data-parallel training job, a
+    /// [`super::super::ResidentTrainSpec`] (JSON).
+    pub const RESIDENT_TRAIN: u32 = BASE + 9;
 }
 
 /// rlx-runtime's own tags (`dist::inference`, `dist::training`), which

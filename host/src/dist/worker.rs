@@ -155,14 +155,17 @@ enum Job {
     /// A stage run side by side with the other workers' (tensor parallel).
     Parallel(Vec<u8>),
     Train(Vec<u8>),
+    /// Data-parallel training kept on the device (`ResidentTrainSpec`).
+    ResidentTrain(Vec<u8>),
     End,
 }
 
 /// The sources of a job message, in [`Job`] order.
-const JOB_SOURCES: [(u32, u32); 4] = [
+const JOB_SOURCES: [(u32, u32); 5] = [
     (0, rlx_tag::SPEC),
     (0, tag::PARALLEL),
     (0, rlx_tag::CAPS_OR_TRAIN),
+    (0, tag::RESIDENT_TRAIN),
     (0, tag::END),
 ];
 
@@ -171,6 +174,7 @@ fn job(index: usize, bytes: Vec<u8>) -> Job {
         0 => Job::Stage(bytes),
         1 => Job::Parallel(bytes),
         2 => Job::Train(bytes),
+        3 => Job::ResidentTrain(bytes),
         _ => Job::End,
     }
 }
@@ -196,6 +200,7 @@ impl Session<'_> {
                 Job::Stage(bytes) => self.stage(&bytes, false)?,
                 Job::Parallel(bytes) => self.stage(&bytes, true)?,
                 Job::Train(bytes) => self.train(&bytes)?,
+                Job::ResidentTrain(bytes) => self.train_resident(&bytes)?,
             };
         }
     }
@@ -331,6 +336,51 @@ impl Session<'_> {
             last_loss: metrics.last_loss,
             params,
         };
+        link.send(
+            0,
+            tag::RESULT,
+            &serde_json::to_vec(&result).map_err(|e| e.to_string())?,
+            "the training result",
+        )?;
+        self.report.train_jobs += 1;
+        self.wait_job()
+    }
+}
+
+impl Session<'_> {
+    /// Data-parallel training kept on the device: a `ResidentTrainer` on
+    /// this worker's shard, gradients summed between the workers inside
+    /// each step by MLX's collectives.
+    fn train_resident(&mut self, bytes: &[u8]) -> Result<Job, String> {
+        let rank = self.group.rank();
+        let setup = serde_json::from_slice::<super::ResidentTrainSpec>(bytes)
+            .map_err(|e| format!("the training spec does not parse: {e}"))
+            .and_then(|spec| {
+                let dev = device::resolve_directive(&spec.device, self.plugin, self.no_plugin)?;
+                super::train::ResidentJob::build(spec, dev).map(|j| (j, dev))
+            });
+        let (job, dev) = match setup {
+            Ok(j) => j,
+            Err(e) => {
+                self.ready(Err(e))?;
+                return self.wait_job();
+            }
+        };
+        let label = format!(
+            "{}{}",
+            device_label(dev, &self.report),
+            if job.is_resident() {
+                ", resident"
+            } else {
+                ", host-chained"
+            }
+        );
+        self.ready(Ok(label.clone()))?;
+        if self.log {
+            eprintln!("rlx worker {rank}: training on {label}");
+        }
+        let result = job.train(label)?;
+        let link = Link::new(self.group, vec![0], false);
         link.send(
             0,
             tag::RESULT,

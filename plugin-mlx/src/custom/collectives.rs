@@ -25,10 +25,12 @@ use rlx_plugin_api::{PluginError, PluginResult, TensorType};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The set-up group: rank, size and backend; or why it could not start
-/// (kept, so later compiles give the same answer instead of retrying
-/// against a half-open port).
-static GROUP: Mutex<Option<Result<(i32, i32, String), String>>> = Mutex::new(None);
+/// A set-up group: rank, size and backend.
+type Group = (i32, i32, String);
+
+/// The set-up group, or why it could not start (kept, so later compiles
+/// give the same answer instead of retrying against a half-open port).
+static GROUP: Mutex<Option<Result<Group, String>>> = Mutex::new(None);
 
 /// The backend to start, and whether it must start (false: no
 /// distributed environment, a group of one).
@@ -60,7 +62,7 @@ fn timeout() -> Duration {
 }
 
 /// The process's group, set up on first use.
-pub fn group() -> LResult<(i32, i32, String)> {
+pub fn group() -> LResult<Group> {
     let mut slot = GROUP.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(r) = slot.as_ref() {
         return r.clone().map_err(Into::into);
@@ -133,7 +135,7 @@ fn declared_size(name: &str, attrs: &[u8]) -> PluginResult<i64> {
     }
 }
 
-fn check_size(name: &str, attrs: &[u8]) -> LResult<(i32, i32, String)> {
+fn check_size(name: &str, attrs: &[u8]) -> LResult<Group> {
     let declared = declared_size(name, attrs).map_err(|e| e.message)?;
     let g = group()?;
     if declared != g.1 as i64 {
@@ -232,4 +234,13 @@ pub fn scatter_shape(ins: &[TensorType], attrs: &[u8]) -> PluginResult<TensorTyp
         }
     }
     Ok(t)
+}
+
+/// `mlx.grad_sum`: the identity. Its gradient (rlx-plugin-host's autodiff
+/// rule for it) is the sum over the group, so a data-parallel replica that
+/// reads each param through it gets, from rlx's own backward, the
+/// gradients summed over the workers: the in-graph gradient all-reduce.
+pub fn grad_sum(_: &Ctx, a: &[&Array], attrs: &[u8]) -> LResult {
+    no_attrs("mlx.grad_sum", attrs)?;
+    Ok(a[0].clone_handle())
 }

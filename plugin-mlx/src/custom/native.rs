@@ -134,6 +134,15 @@ pub fn table() -> &'static [NativeOp] {
             lower: erfinv,
         },
         NativeOp {
+            name: "mlx.grad_sum",
+            description: "the identity, whose gradient is the sum over the process's MLX group \
+                          (the host's autodiff rule): a data-parallel replica reads its params \
+                          through it to have its gradients all-reduced inside the step",
+            n_inputs: 1,
+            shape: || ShapeRule::SameAsInput(0),
+            lower: c::grad_sum,
+        },
+        NativeOp {
             name: "mlx.kron",
             description: "Kronecker product of two arrays (mx::kron)",
             n_inputs: 2,
