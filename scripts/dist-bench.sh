@@ -35,6 +35,8 @@ for form in "" --gather; do
     run_group 3 lazy tensor-parallel --batch 8 --d 1024 --h 4096 --batches 100 $form
 done
 for w in 1 2; do
-    echo "== data-parallel digits, $w worker(s)"
+    echo "== data-parallel digits, $w worker(s), averaged by the coordinator"
     run_group $((w + 1)) lazy train
+    echo "== data-parallel digits, $w worker(s), resident (MLX's ring inside the step)"
+    run_group $((w + 1)) lazy train --resident
 done

@@ -148,25 +148,40 @@ pub fn loss_graph(batch: usize) -> (Graph, Vec<NodeId>) {
 
 /// One data-parallel replica's training forward, for
 /// `rlx_runtime::train::ResidentTrainer` on the MLX plugin: [`loss_graph`]
-/// with every param read through `mlx.grad_sum` (the identity whose
-/// gradient is the sum over the workers' MLX group) and the loss divided
-/// by `workers`, so each worker's backward yields the gradient of the mean
-/// loss over all workers' rows, all-reduced inside the step. The params
-/// keep their names and nodes (the trainer binds and updates them). Needs
-/// the plugin's custom ops registered with rlx-ir.
+/// with the params read through one `mlx.grad_sum` (the identity whose
+/// gradient is the sum over the workers' MLX group) of all of them
+/// flattened and concatenated, so the backward sums every gradient in one
+/// collective a step; and the loss divided by `workers`, so that sum is the
+/// gradient of the mean loss over all workers' rows. The params keep their
+/// names and nodes (the trainer binds and updates them). Needs the
+/// plugin's custom ops registered with rlx-ir.
 pub fn replica_loss_graph(batch: usize, workers: usize) -> (Graph, Vec<NodeId>) {
     use rlx_ir::infer::GraphExt;
     let mut g = Graph::new("digits_replica");
     let x = g.input("x", f32s(&[batch, D]));
-    let params = vec![
-        g.param("w1", f32s(&[D, H])),
-        g.param("b1", f32s(&[H])),
-        g.param("w2", f32s(&[H, C])),
-        g.param("b2", f32s(&[C])),
-    ];
-    let p: Vec<NodeId> = params
+    let dims: [&[usize]; 4] = [&[D, H], &[H], &[H, C], &[C]];
+    let params: Vec<NodeId> = ["w1", "b1", "w2", "b2"]
         .iter()
-        .map(|&n| g.custom_op("mlx.grad_sum", vec![], vec![n]))
+        .zip(dims)
+        .map(|(n, d)| g.param(*n, f32s(d)))
+        .collect();
+    let sizes: Vec<usize> = dims.iter().map(|d| d.iter().product()).collect();
+    let flat: Vec<NodeId> = params
+        .iter()
+        .zip(&sizes)
+        .map(|(&p, &n)| g.reshape_(p, vec![n as i64]))
+        .collect();
+    let bucket = g.concat_(flat, 0);
+    let summed = g.custom_op("mlx.grad_sum", vec![], vec![bucket]);
+    let mut at = 0;
+    let p: Vec<NodeId> = sizes
+        .iter()
+        .zip(dims)
+        .map(|(&n, d)| {
+            let part = g.narrow_(summed, 0, at, n);
+            at += n;
+            g.reshape_(part, d.iter().map(|&v| v as i64).collect())
+        })
         .collect();
     let xw = g.add_node(Op::MatMul, vec![x, p[0]], f32s(&[batch, H]));
     let h = g.add_node(Op::Binary(BinaryOp::Add), vec![xw, p[1]], f32s(&[batch, H]));

@@ -4,7 +4,8 @@
 //! twice. The MLX group is the workers only (rank 0 coordinates): rlx rank
 //! `r` is MLX rank `r - 1` of `WORLD - 1`.
 //!
-//! Set only where unset (a user's own `MLX_*` / `NCCL_*` win):
+//! Set only where unset (a user's own `MLX_*` / `NCCL_*` win), and only
+//! with two workers or more:
 //! - `MLX_RANK`, `MLX_WORLD_SIZE`;
 //! - `MLX_HOSTFILE` (the ring backend): a JSON file, one `host:port` per
 //!   worker, each worker's rlx address with its port plus
@@ -27,8 +28,13 @@ fn set_default(var: &str, value: String) {
     }
 }
 
-/// Write the environment for rank `cfg.rank` (a worker, >= 1).
+/// Write the environment for rank `cfg.rank` (a worker, >= 1). A lone
+/// worker gets none: its group is itself (MLX's ring cannot make a ring
+/// of one), and every collective returns its input.
 pub fn prepare(cfg: &NodeConfig) -> Result<(), String> {
+    if cfg.world <= 2 {
+        return Ok(());
+    }
     set_default("MLX_RANK", (cfg.rank - 1).to_string());
     set_default("MLX_WORLD_SIZE", (cfg.world - 1).to_string());
     let PeerSource::Static(peers) = &cfg.peers else {
