@@ -179,3 +179,65 @@ pub fn param_names(g: &Graph) -> Vec<String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::op::{Activation, BinaryOp};
+    use rlx_ir::{DType, Shape};
+
+    fn s() -> Shape {
+        Shape::new(&[2, 3], DType::F32)
+    }
+
+    /// x -> relu -> (* w) -> (+ x?) ...: a chain with a residual.
+    fn chain(residual: bool) -> (Graph, Vec<NodeId>) {
+        let mut g = Graph::new("chain");
+        let x = g.input("x", s());
+        let w = g.param("w", s());
+        let a = g.add_node(Op::Activation(Activation::Relu), vec![x], s());
+        let b = g.binary(BinaryOp::Mul, a, w, s());
+        let c = g.add_node(Op::Activation(Activation::Tanh), vec![b], s());
+        let d = if residual {
+            g.binary(BinaryOp::Add, c, a, s())
+        } else {
+            g.binary(BinaryOp::Mul, c, w, s())
+        };
+        g.set_outputs(vec![d]);
+        (g, vec![a, b, c, d])
+    }
+
+    #[test]
+    fn cuts_only_where_one_value_crosses() {
+        let (g, n) = chain(false);
+        assert_eq!(cut_points(&g), vec![n[0], n[1], n[2]]);
+        // With the residual `a` is live until the end: only after `a`.
+        let (g, n) = chain(true);
+        assert_eq!(cut_points(&g), vec![n[0]]);
+        let err = split_at(&g, &[n[1]]).unwrap_err();
+        assert!(err.contains("not a cut point"), "{err}");
+    }
+
+    #[test]
+    fn stages_copy_params_and_read_the_activation() {
+        let (g, n) = chain(false);
+        let stages = split_at(&g, &[n[1]]).unwrap();
+        assert_eq!(stages.len(), 2);
+        // Stage 0 ends at the cut; stage 1 starts from an input of its shape.
+        assert_eq!(stages[0].outputs.len(), 1);
+        assert_eq!(param_names(&stages[0]), vec!["w"]);
+        assert_eq!(param_names(&stages[1]), vec!["w"]);
+        let inputs: Vec<String> = stages[1]
+            .nodes()
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Input { name } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(inputs, vec![STAGE_INPUT.to_string()]);
+        assert_eq!(split_even(&g, 3).unwrap().len(), 3);
+        let err = split_even(&chain(true).0, 3).unwrap_err();
+        assert!(err.contains("cut point"), "{err}");
+    }
+}
