@@ -465,6 +465,33 @@ fn worker_alone_gives_up() {
     assert!(e.contains("could not join the group"), "{e}");
 }
 
+/// Every param in the safetensors file `out` within 1e-5 abs + 1e-4 rel of
+/// `want`'s; the largest abs difference.
+fn assert_params_close(out: &Path, want: &[(String, Vec<f32>)]) -> f64 {
+    let bytes = std::fs::read(out).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut worst = 0f64;
+    for (name, w) in want {
+        let got: Vec<f32> = st
+            .tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got.len(), w.len(), "{name}");
+        for (a, b) in got.iter().zip(w) {
+            let d = (a - b).abs() as f64;
+            worst = worst.max(d);
+            assert!(
+                d <= 1e-5 + 1e-4 * b.abs() as f64,
+                "{name}: {a} vs one process {b}"
+            );
+        }
+    }
+    worst
+}
+
 /// Two workers train the digits MLP on their shards (20 epochs of SGD
 /// with momentum 0.9, lr 0.1, 64 rows per worker per step: 220 steps),
 /// gradients averaged by the coordinator. The final params against the
@@ -507,26 +534,7 @@ fn data_parallel_digits_matches_one_process() {
         );
         let refdir = tempfile::tempdir().unwrap();
         let want = rlx_host::distributed::digits_reference(&opts, 2, "cpu", refdir.path()).unwrap();
-        let bytes = std::fs::read(&out).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let mut worst = 0f64;
-        for (name, w) in &want {
-            let t = st.tensor(name).unwrap();
-            let got: Vec<f32> = t
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            assert_eq!(got.len(), w.len(), "{name}");
-            for (a, b) in got.iter().zip(w) {
-                let d = (a - b).abs() as f64;
-                worst = worst.max(d);
-                assert!(
-                    d <= 1e-5 + 1e-4 * b.abs() as f64,
-                    "{name}: {a} vs one process {b}"
-                );
-            }
-        }
+        let worst = assert_params_close(&out, &want);
         eprintln!(
             "push_data {push}: held-out accuracy {:.2}%, {:.1} steps/s, params vs one process max abs {worst:.2e}",
             100.0 * acc,
@@ -856,27 +864,7 @@ fn resident_data_parallel_digits_matches_one_process() {
     );
     opts.lr = 0.01;
     let want = rlx_host::distributed::digits_resident_reference(&opts, 2, Device::Cpu).unwrap();
-    let bytes = std::fs::read(&out).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut worst = 0f64;
-    for (name, w) in &want {
-        let got: Vec<f32> = st
-            .tensor(name)
-            .unwrap()
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        assert_eq!(got.len(), w.len(), "{name}");
-        for (a, b) in got.iter().zip(w) {
-            let d = (a - b).abs() as f64;
-            worst = worst.max(d);
-            assert!(
-                d <= 1e-5 + 1e-4 * b.abs() as f64,
-                "{name}: {a} vs one process {b}"
-            );
-        }
-    }
+    let worst = assert_params_close(&out, &want);
     eprintln!(
         "resident: held-out accuracy {:.2}%, {:.1} steps/s, params vs one process max abs {worst:.2e}",
         100.0 * acc,

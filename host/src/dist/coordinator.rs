@@ -105,24 +105,38 @@ impl Coordinator {
         Ok(devices)
     }
 
+    /// Check one spec per worker, ship `specs[i]` to rank `i + 1` on
+    /// `tag` (each naming its device directive through `device`), and
+    /// return the waits that follow.
+    fn ship<S: serde::Serialize>(
+        &self,
+        specs: &[S],
+        device: impl Fn(&S) -> &str,
+        tag: u32,
+        what: &str,
+    ) -> Result<Link<'_>, String> {
+        let n = self.group.world_size() - 1;
+        if specs.len() != n as usize {
+            return Err(format!(
+                "{} {what}(s) for {n} worker(s): one per worker",
+                specs.len()
+            ));
+        }
+        for (i, s) in specs.iter().enumerate() {
+            self.check_device(i as u32 + 1, device(s))?;
+        }
+        let link = self.link();
+        for (i, s) in specs.iter().enumerate() {
+            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
+            link.send(i as u32 + 1, tag, &bytes, what)?;
+        }
+        Ok(link)
+    }
+
     /// Ship `stages[i]` to rank `i + 1` (one stage per worker, in pipeline
     /// order) and wait until each has compiled it.
     pub fn pipeline(&self, stages: Vec<StageSpec>) -> Result<Pipeline<'_>, String> {
-        let n = self.group.world_size() - 1;
-        if stages.len() != n as usize {
-            return Err(format!(
-                "{} stage(s) for {n} worker(s): one stage per worker",
-                stages.len()
-            ));
-        }
-        for (i, s) in stages.iter().enumerate() {
-            self.check_device(i as u32 + 1, &s.device)?;
-        }
-        let link = self.link();
-        for (i, s) in stages.iter().enumerate() {
-            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
-            link.send(i as u32 + 1, rlx_tag::SPEC, &bytes, "a stage")?;
-        }
+        let link = self.ship(&stages, |s| &s.device, rlx_tag::SPEC, "stage")?;
         let devices = self.wait_ready(&link, "stage")?;
         Ok(Pipeline { co: self, devices })
     }
@@ -132,21 +146,7 @@ impl Coordinator {
     /// MLX's collectives inside the stages), and wait until each has
     /// compiled it. The workers set up MLX's group as they compile.
     pub fn parallel(&self, stages: Vec<StageSpec>) -> Result<Parallel<'_>, String> {
-        let n = self.group.world_size() - 1;
-        if stages.len() != n as usize {
-            return Err(format!(
-                "{} stage(s) for {n} worker(s): one stage per worker",
-                stages.len()
-            ));
-        }
-        for (i, s) in stages.iter().enumerate() {
-            self.check_device(i as u32 + 1, &s.device)?;
-        }
-        let link = self.link();
-        for (i, s) in stages.iter().enumerate() {
-            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
-            link.send(i as u32 + 1, tag::PARALLEL, &bytes, "a stage")?;
-        }
+        let link = self.ship(&stages, |s| &s.device, tag::PARALLEL, "stage")?;
         let devices = self.wait_ready(&link, "stage")?;
         Ok(Parallel { co: self, devices })
     }
@@ -155,23 +155,15 @@ impl Coordinator {
     /// the shards of those that ask (`push_data`), then average gradients
     /// until every worker has finished; their results, by rank.
     pub fn train(&self, specs: &[TrainSpec]) -> Result<Vec<TrainResult>, String> {
-        let n = self.group.world_size() - 1;
-        if specs.len() != n as usize {
-            return Err(format!(
-                "{} training spec(s) for {n} worker(s): one per worker",
-                specs.len()
-            ));
-        }
+        let link = self.ship(
+            specs,
+            |s| &s.device,
+            rlx_tag::CAPS_OR_TRAIN,
+            "training spec",
+        )?;
         for (i, s) in specs.iter().enumerate() {
-            self.check_device(i as u32 + 1, &s.device)?;
-        }
-        let link = self.link();
-        for (i, s) in specs.iter().enumerate() {
-            let rank = i as u32 + 1;
-            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
-            link.send(rank, rlx_tag::CAPS_OR_TRAIN, &bytes, "a training spec")?;
             if s.push_data {
-                push_shards(&self.group, rank, s, |uri| {
+                push_shards(&self.group, i as u32 + 1, s, |uri| {
                     log::warn!("no resolver for {uri}");
                     Vec::new()
                 })?;
@@ -189,21 +181,7 @@ impl Coordinator {
         &self,
         specs: &[super::ResidentTrainSpec],
     ) -> Result<Vec<TrainResult>, String> {
-        let n = self.group.world_size() - 1;
-        if specs.len() != n as usize {
-            return Err(format!(
-                "{} training spec(s) for {n} worker(s): one per worker",
-                specs.len()
-            ));
-        }
-        for (i, s) in specs.iter().enumerate() {
-            self.check_device(i as u32 + 1, &s.device)?;
-        }
-        let link = self.link();
-        for (i, s) in specs.iter().enumerate() {
-            let bytes = serde_json::to_vec(s).map_err(|e| e.to_string())?;
-            link.send(i as u32 + 1, tag::RESIDENT_TRAIN, &bytes, "a training spec")?;
-        }
+        let link = self.ship(specs, |s| &s.device, tag::RESIDENT_TRAIN, "training spec")?;
         self.wait_ready(&link, "training")?;
         (1..self.group.world_size())
             .map(|r| {

@@ -336,18 +336,24 @@ impl Session<'_> {
             last_loss: metrics.last_loss,
             params,
         };
+        self.finish_training(&result)
+    }
+}
+
+impl Session<'_> {
+    /// Send a training job's result; then wait for the next job.
+    fn finish_training(&mut self, result: &TrainResult) -> Result<Job, String> {
+        let link = Link::new(self.group, vec![0], false);
         link.send(
             0,
             tag::RESULT,
-            &serde_json::to_vec(&result).map_err(|e| e.to_string())?,
+            &serde_json::to_vec(result).map_err(|e| e.to_string())?,
             "the training result",
         )?;
         self.report.train_jobs += 1;
         self.wait_job()
     }
-}
 
-impl Session<'_> {
     /// Data-parallel training kept on the device: a `ResidentTrainer` on
     /// this worker's shard, gradients summed between the workers inside
     /// each step by MLX's collectives.
@@ -380,15 +386,7 @@ impl Session<'_> {
             eprintln!("rlx worker {rank}: training on {label}");
         }
         let result = job.train(label)?;
-        let link = Link::new(self.group, vec![0], false);
-        link.send(
-            0,
-            tag::RESULT,
-            &serde_json::to_vec(&result).map_err(|e| e.to_string())?,
-            "the training result",
-        )?;
-        self.report.train_jobs += 1;
-        self.wait_job()
+        self.finish_training(&result)
     }
 }
 
