@@ -116,6 +116,22 @@ impl Group {
         peer.rsplit(':').next().unwrap().parse().unwrap()
     }
 
+    /// `rlx-host ARGS` as the coordinator (with `--json`), every worker
+    /// then exiting cleanly; its JSON report.
+    fn coordinate(&self, plugin: bool, args: &[&str], workers: Vec<Child>) -> serde_json::Value {
+        let co = finish(
+            self.command(0, plugin, args).spawn().unwrap(),
+            LIMIT,
+            "coordinator",
+        );
+        assert_ok(&co, "coordinator");
+        for (i, w) in workers.into_iter().enumerate() {
+            let what = format!("worker {}", i + 1);
+            assert_ok(&finish(w, LIMIT, &what), &what);
+        }
+        serde_json::from_str(text(&co.stdout).trim()).unwrap()
+    }
+
     /// The coordinator: this process, through the library.
     fn coordinator(&self) -> Result<Coordinator, String> {
         let cfg = NodeConfig::new(0, self.world as u32)
@@ -187,31 +203,19 @@ fn pipeline_run(model: &str, mode: &str, device: &str) {
     let w1 = g.worker(1, &["--mode", mode]);
     let w2 = g.worker(2, &["--mode", mode]);
     let out = g.path("out.safetensors");
-    let co = g
-        .command(
-            0,
-            false,
-            &[
-                "dist",
-                "pipeline",
-                model,
-                "--device",
-                device,
-                "--seed",
-                "7",
-                "--output",
-                out.to_str().unwrap(),
-                "--json",
-            ],
-        )
-        .spawn()
-        .unwrap();
-    let co = finish(co, LIMIT, "coordinator");
-    let (o1, o2) = (finish(w1, LIMIT, "worker 1"), finish(w2, LIMIT, "worker 2"));
-    assert_ok(&co, "coordinator");
-    assert_ok(&o1, "worker 1");
-    assert_ok(&o2, "worker 2");
-    let report: serde_json::Value = serde_json::from_str(text(&co.stdout).trim()).unwrap();
+    let args = [
+        "dist",
+        "pipeline",
+        model,
+        "--device",
+        device,
+        "--seed",
+        "7",
+        "--output",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    let report = g.coordinate(false, &args, vec![w1, w2]);
     for s in report["stages"].as_array().unwrap() {
         let d = s["device"].as_str().unwrap();
         assert!(d.starts_with("mlx "), "{model} {mode}: a stage ran on {d}");
@@ -296,6 +300,26 @@ fn sort_stages(dir: &Path) -> (Vec<StageSpec>, Vec<f32>, Vec<f32>) {
     (stages, xs, want)
 }
 
+/// The sort stages' output against the f64 reference, 1e-5 abs + 1e-5 rel.
+fn assert_sort_output(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(want) {
+        assert!(
+            (a - b).abs() <= 1e-5 + 1e-5 * b.abs(),
+            "{got:?} vs {want:?}"
+        );
+    }
+}
+
+/// End the session; every worker must then exit cleanly.
+fn end_session(co: Coordinator, workers: Vec<Child>) {
+    co.end();
+    for (i, w) in workers.into_iter().enumerate() {
+        let what = format!("worker {}", i + 1);
+        assert_ok(&finish(w, LIMIT, &what), &what);
+    }
+}
+
 /// A stage with a node the plugin does not take: with fallback (the
 /// default) that node runs on the worker's CPU backend and the output is
 /// right; with `--no-fallback` the coordinator's error names the node.
@@ -307,16 +331,9 @@ fn stage_the_plugin_cannot_take_whole() {
     let co = g.coordinator().unwrap();
     let pipe = co.pipeline(stages.clone()).unwrap();
     let got = pipe.run(&x).unwrap();
-    for (a, b) in got.iter().zip(&want) {
-        assert!(
-            (a - b).abs() <= 1e-5 + 1e-5 * b.abs(),
-            "{got:?} vs {want:?}"
-        );
-    }
+    assert_sort_output(&got, &want);
     drop(pipe);
-    co.end();
-    assert_ok(&finish(w1, LIMIT, "worker 1"), "worker 1");
-    assert_ok(&finish(w2, LIMIT, "worker 2"), "worker 2");
+    end_session(co, vec![w1, w2]);
 
     let g = Group::new(3);
     let (w1, w2) = (g.worker(1, &[]), g.worker(2, &["--no-fallback"]));
@@ -387,16 +404,9 @@ fn worker_without_the_plugin() {
     assert!(pipe.devices[0].starts_with("mlx"), "{:?}", pipe.devices);
     assert_eq!(pipe.devices[1], "cpu");
     let got = pipe.run(&x).unwrap();
-    for (a, b) in got.iter().zip(&want) {
-        assert!(
-            (a - b).abs() <= 1e-5 + 1e-5 * b.abs(),
-            "{got:?} vs {want:?}"
-        );
-    }
+    assert_sort_output(&got, &want);
     drop(pipe);
-    co.end();
-    assert_ok(&finish(w1, LIMIT, "worker 1"), "worker 1");
-    assert_ok(&finish(w2, LIMIT, "worker 2"), "worker 2");
+    end_session(co, vec![w1, w2]);
 }
 
 /// The coordinator killed while the workers serve: each leaves with one
@@ -513,12 +523,7 @@ fn data_parallel_digits_matches_one_process() {
         if push {
             args.push("--push-data");
         }
-        let co = g.command(0, false, &args).spawn().unwrap();
-        let co = finish(co, LIMIT, "coordinator");
-        assert_ok(&co, "coordinator");
-        assert_ok(&finish(w1, LIMIT, "worker 1"), "worker 1");
-        assert_ok(&finish(w2, LIMIT, "worker 2"), "worker 2");
-        let report: serde_json::Value = serde_json::from_str(text(&co.stdout).trim()).unwrap();
+        let report = g.coordinate(false, &args, vec![w1, w2]);
         let acc = report["held_out_accuracy"].as_f64().unwrap();
         assert!(acc >= 0.95, "held-out accuracy {acc}");
         assert_eq!(report["worker_spread"].as_f64().unwrap(), 0.0);
@@ -800,15 +805,7 @@ fn tensor_parallel_command() {
         if gather {
             args.push("--gather");
         }
-        let co = finish(
-            g.command(0, true, &args).spawn().unwrap(),
-            LIMIT,
-            "coordinator",
-        );
-        assert_ok(&co, "coordinator");
-        assert_ok(&finish(w1, LIMIT, "worker 1"), "worker 1");
-        assert_ok(&finish(w2, LIMIT, "worker 2"), "worker 2");
-        let r: serde_json::Value = serde_json::from_str(text(&co.stdout).trim()).unwrap();
+        let r = g.coordinate(true, &args, vec![w1, w2]);
         assert_eq!(r["within_tolerance"], true, "{r}");
         assert_eq!(r["devices"].as_array().unwrap().len(), 2, "{r}");
         eprintln!("gather {gather}: {r}");
@@ -839,15 +836,7 @@ fn resident_data_parallel_digits_matches_one_process() {
         "--output",
         out.to_str().unwrap(),
     ];
-    let co = finish(
-        g.command(0, true, &args).spawn().unwrap(),
-        LIMIT,
-        "coordinator",
-    );
-    assert_ok(&co, "coordinator");
-    assert_ok(&finish(w1, LIMIT, "worker 1"), "worker 1");
-    assert_ok(&finish(w2, LIMIT, "worker 2"), "worker 2");
-    let report: serde_json::Value = serde_json::from_str(text(&co.stdout).trim()).unwrap();
+    let report = g.coordinate(true, &args, vec![w1, w2]);
     let acc = report["held_out_accuracy"].as_f64().unwrap();
     assert!(acc >= 0.95, "held-out accuracy {acc}");
     assert_eq!(report["worker_spread"].as_f64().unwrap(), 0.0, "{report}");
