@@ -41,6 +41,12 @@ std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const A
 std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
                                 size_t n_rot, size_t stride, bool per_token, bool gptj);
 
+// Rows of a float32 table [E, ...] picked by float32 indices, as
+// rlx-cpu's Gather on axis 0 reads them (NaN and negatives read row 0,
+// truncated toward zero; an index >= E gives zeros), on the CPU stream as
+// one primitive: idx.shape ++ table.shape[1:].
+std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx);
+
 // Scaled dot-product attention of float32 q [B, H, Lq, D], k [B, Hkv, Lk,
 // D], v [B, Hkv, Lk, Dv] (H a multiple of Hkv), with no mask or causal
 // (queries at the end of the keys), on the CPU stream as one primitive:

@@ -54,6 +54,11 @@ pub mod ffi {
             per_token: bool,
             gptj: bool,
         ) -> Result<UniquePtr<Array>>;
+        /// Rows of a float32 `table [E, ...]` picked by float32 indices as
+        /// rlx-cpu's Gather on axis 0 reads them (NaN and negatives read
+        /// row 0, truncated; an index >= E gives zeros), one primitive:
+        /// `idx.shape ++ table.shape[1..]`.
+        fn gather_rows_cpu(table: &Array, idx: &Array) -> Result<UniquePtr<Array>>;
         /// Scaled dot-product attention of float32 `q [B, H, Lq, D]`,
         /// `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]`, no mask or causal, on
         /// the CPU stream as one primitive: `[B, H, Lq, Dv]`.

@@ -108,6 +108,31 @@ void run_rope(const std::vector<const float*>& in, float* y, size_t, const RopeP
   rope_rows(in[0], in[1], in[2], y, p);
 }
 
+// Gather on axis 0 by float32 indices, rlx-cpu's reading of them: NaN and
+// negatives saturate to row 0, the rest truncate; a row past the table is
+// zeros (rlx-cpu leaves it unwritten in a zeroed buffer).
+struct GatherParams {
+  size_t extent;
+  size_t row;
+  bool operator==(const GatherParams& o) const { return extent == o.extent && row == o.row; }
+};
+
+void run_gather(const std::vector<const float*>& in, float* y, size_t n, const GatherParams& p) {
+  const float* t = in[0];
+  const float* ix = in[1];
+  size_t count = p.row == 0 ? 0 : n / p.row;
+  for (size_t k = 0; k < count; ++k) {
+    float v = ix[k];
+    double f = (std::isnan(v) || v < 0.0f) ? 0.0 : std::floor(static_cast<double>(v));
+    float* yr = y + k * p.row;
+    if (f < static_cast<double>(p.extent)) {
+      std::memcpy(yr, t + static_cast<size_t>(f) * p.row, p.row * sizeof(float));
+    } else {
+      std::memset(yr, 0, p.row * sizeof(float));
+    }
+  }
+}
+
 // Scaled dot-product attention of q (B, H, Lq, D), k (B, Hkv, Lk, D),
 // v (B, Hkv, Lk, Dv), no mask or causal (key ki kept while ki <= the
 // query's position, queries sitting at the end of the keys), query head h
@@ -192,6 +217,19 @@ std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& s
     throw std::invalid_argument("[rlx rope] tables too small for the rotation asked");
   }
   return wrap(cpu_kernel("RlxRope", run_rope, p, sh, {x.a, cos.a, sin.a}, false));
+}
+
+std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx) {
+  need_f32(table.a, "gather");
+  need_f32(idx.a, "gather");
+  if (table.a.ndim() == 0 || table.a.shape()[0] == 0) {
+    throw std::invalid_argument("[rlx gather] needs a table with rows");
+  }
+  size_t row = table.a.size() / table.a.shape()[0];
+  mx::Shape out = idx.a.shape();
+  for (size_t d = 1; d < table.a.ndim(); ++d) out.push_back(table.a.shape()[d]);
+  return wrap(cpu_kernel("RlxGatherRows", run_gather, GatherParams{size_t(table.a.shape()[0]), row},
+                         out, {table.a, idx.a}, false));
 }
 
 std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,

@@ -253,6 +253,10 @@ fn gather(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     let (table, idx) = (a[0], a[1]);
     let idt = idx.dtype();
+    if *axis == 0 && super::cpu_f32(&[table, idx]) {
+        // An embedding lookup: one task instead of the 17 ops below.
+        return Ok(rlx_mlx_shim::kernels::gather_rows_cpu(table, idx)?);
+    }
     let (safe, valid) = match idt {
         MxDType::F32 | MxDType::F16 | MxDType::BF16 | MxDType::F64 => {
             // Compare in f32 at least (an f16 index above 2048 is still an
