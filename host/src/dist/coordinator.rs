@@ -3,7 +3,7 @@
 //! one error.
 
 use super::wire::{rlx_tag, tag, Link, Ready, TrainResult, WorkerInfo};
-use rlx_runtime::dist::node::{NodeCaps, NodeConfig, ProcessGroup};
+use rlx_runtime::dist::node::{NodeCaps, NodeConfig, PeerSource, ProcessGroup};
 use rlx_runtime::dist::{push_shards, StageSpec, TrainSpec};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,34 @@ pub struct Coordinator {
     pub workers: Vec<Worker>,
     /// The longest wait for any one answer (a compile, a batch's output).
     pub timeout: Duration,
+    /// Each rank's host, from static peers (None with discovery).
+    hosts: Vec<Option<String>>,
     ended: bool,
+}
+
+/// Two workers on one host and one GPU, by rank: NCCL (MLX's GPU
+/// collectives) refuses a GPU twice in a group, and MLX exits the process
+/// when it does. `hosts` by rank (0 the coordinator), `devices` the
+/// workers' plugin devices (`gpu:0 (...)`), from rank 1.
+pub fn shared_gpu(hosts: &[Option<String>], devices: &[Option<String>]) -> Option<String> {
+    let mut seen: Vec<(&str, &str, usize)> = Vec::new();
+    for (i, d) in devices.iter().enumerate() {
+        let (Some(d), Some(Some(h))) = (d, hosts.get(i + 1)) else {
+            continue;
+        };
+        let label = d.split_whitespace().next().unwrap_or(d);
+        if !label.starts_with("gpu:") {
+            continue;
+        }
+        if let Some((_, _, r)) = seen.iter().find(|(sh, sl, _)| *sh == h && *sl == label) {
+            return Some(format!(
+                "ranks {r} and {} both run on {label} of {h}: MLX's GPU collectives (NCCL) need one GPU per worker",
+                i + 1
+            ));
+        }
+        seen.push((h, label, i + 1));
+    }
+    None
 }
 
 impl Coordinator {
@@ -60,10 +87,18 @@ impl Coordinator {
             workers.push(Worker { caps, info });
         }
         drop(link);
+        let hosts = match &cfg.peers {
+            PeerSource::Static(p) => p
+                .iter()
+                .map(|a| a.rsplit_once(':').map(|(h, _)| h.to_string()))
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(Coordinator {
             group,
             workers,
             timeout,
+            hosts,
             ended: false,
         })
     }
@@ -90,6 +125,19 @@ impl Coordinator {
             ));
         }
         Ok(())
+    }
+
+    /// Jobs joined by MLX's collectives need each worker on its own GPU.
+    fn check_gpus_distinct(&self) -> Result<(), String> {
+        let devices: Vec<Option<String>> = self
+            .workers
+            .iter()
+            .map(|w| w.info.plugin_device.clone())
+            .collect();
+        match shared_gpu(&self.hosts, &devices) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Wait for every worker's set-up answer; the devices they use.
@@ -146,6 +194,7 @@ impl Coordinator {
     /// MLX's collectives inside the stages), and wait until each has
     /// compiled it. The workers set up MLX's group as they compile.
     pub fn parallel(&self, stages: Vec<StageSpec>) -> Result<Parallel<'_>, String> {
+        self.check_gpus_distinct()?;
         let link = self.ship(&stages, |s| &s.device, tag::PARALLEL, "stage")?;
         let devices = self.wait_ready(&link, "stage")?;
         Ok(Parallel { co: self, devices })
@@ -181,6 +230,7 @@ impl Coordinator {
         &self,
         specs: &[super::ResidentTrainSpec],
     ) -> Result<Vec<TrainResult>, String> {
+        self.check_gpus_distinct()?;
         let link = self.ship(specs, |s| &s.device, tag::RESIDENT_TRAIN, "training spec")?;
         self.wait_ready(&link, "training")?;
         (1..self.group.world_size())
@@ -276,5 +326,24 @@ impl Parallel<'_> {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_gpu;
+
+    #[test]
+    fn two_workers_on_one_gpu_of_one_host_are_refused() {
+        let h = |s: &str| Some(s.to_string());
+        let hosts = [h("10.0.0.1"), h("10.0.0.1"), h("10.0.0.1"), h("10.0.0.2")];
+        let gpu0 = h("gpu:0 (NVIDIA H100)");
+        // Ranks 1 and 2 share 10.0.0.1's gpu:0.
+        let e = shared_gpu(&hosts, &[gpu0.clone(), gpu0.clone(), gpu0.clone()]).unwrap();
+        assert!(e.contains("ranks 1 and 2") && e.contains("gpu:0"), "{e}");
+        // One per GPU, or the same ordinal on another host: fine.
+        assert!(shared_gpu(&hosts, &[gpu0.clone(), h("gpu:1 (x)"), gpu0.clone()]).is_none());
+        // CPU devices share freely.
+        assert!(shared_gpu(&hosts, &[h("cpu:0 (cpu)"), h("cpu:0 (cpu)")]).is_none());
     }
 }

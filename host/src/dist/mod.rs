@@ -33,7 +33,7 @@ mod train;
 pub mod wire;
 mod worker;
 
-pub use coordinator::{Coordinator, Parallel, Pipeline, Worker};
+pub use coordinator::{shared_gpu, Coordinator, Parallel, Pipeline, Worker};
 pub use device::DeviceChoice;
 pub use stage::Stage;
 pub use train::ResidentTrainSpec;

@@ -68,6 +68,12 @@ pub fn group() -> LResult<Group> {
         return r.clone().map_err(Into::into);
     }
     let (b, strict) = backend();
+    if strict {
+        if let Err(e) = check_device(&b) {
+            *slot = Some(Err(e.clone()));
+            return Err(e.into());
+        }
+    }
     let limit = timeout();
     let (tx, rx) = std::sync::mpsc::channel();
     let name = b.clone();
@@ -95,6 +101,40 @@ pub fn group() -> LResult<Group> {
     };
     *slot = Some(r.clone());
     r.map_err(Into::into)
+}
+
+/// Refuse, before MLX starts a group, what MLX 0.32.4 would crash on: its
+/// ring backend runs collectives on the CPU (a GPU stage's arrays would be
+/// read there), and its nccl backend exits the process on any NCCL or CUDA
+/// error and binds MLX rank r to gpu:(r % GPUs) itself, whatever device
+/// the stage runs on.
+fn check_device(backend: &str) -> Result<(), String> {
+    use rlx_mlx_shim::array::{gpu_device_count, thread_device_index, thread_device_is_gpu};
+    let gpu = thread_device_is_gpu();
+    if gpu && backend != "nccl" {
+        return Err(format!(
+            "MLX's {backend} backend runs its collectives on the CPU; a stage on a GPU needs nccl (RLX_MLX_DISTRIBUTED=nccl, one GPU per process)"
+        ));
+    }
+    if backend == "nccl" {
+        if !gpu {
+            return Err(
+                "MLX's nccl backend runs on GPUs; this stage runs on the CPU (use ring)".into(),
+            );
+        }
+        let rank: i32 = std::env::var("MLX_RANK")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or("MLX's nccl backend needs MLX_RANK (an integer)")?;
+        let n = gpu_device_count().max(1);
+        let (mine, nccl) = (thread_device_index(), rank % n);
+        if mine != nccl {
+            return Err(format!(
+                "MLX's nccl backend puts MLX rank {rank} on gpu:{nccl} (rank modulo its {n} GPU(s)), but this stage runs on gpu:{mine}: start one worker per GPU in rank order on each host, so that the local rank picks gpu:{nccl}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The environment a backend reads, as set here.
