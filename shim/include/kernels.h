@@ -34,12 +34,14 @@ bool matmul_cpu_takes(const Array& a, const Array& b);
 // primitive (src/row_kernels.cc says why). Throws for other dtypes.
 std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const Array& beta,
                                      float eps, bool rms);
-// Rotary embedding of a float32 x [B, S, H, D] on the CPU stream: the first
+// Rotary embedding of a float32 x [..., S, H * head_dim] (the leading axes
+// the batch; [B, S, H, D] is one) on the CPU stream: the first
 // `n_rot` dims of each head rotated by cos/sin tables whose rows are
 // `stride` wide (row = position, or = token with `per_token`); NeoX
 // (rotate-half) pairs, or GPT-J (interleaved) with `gptj`; the rest copied.
 std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
-                                size_t n_rot, size_t stride, bool per_token, bool gptj);
+                                size_t head_dim, size_t n_rot, size_t stride, bool per_token,
+                                bool gptj);
 
 // Rows of a float32 table [E, ...] picked by float32 indices, as
 // rlx-cpu's Gather on axis 0 reads them (NaN and negatives read row 0,
@@ -50,9 +52,10 @@ std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx);
 // Scaled dot-product attention of float32 q [B, H, Lq, D], k [B, Hkv, Lk,
 // D], v [B, Hkv, Lk, Dv] (H a multiple of Hkv), with no mask or causal
 // (queries at the end of the keys), on the CPU stream as one primitive:
-// [B, H, Lq, Dv]. Throws for other dtypes and shapes.
+// [B, H, Lq, Dv]. With `bshd` every tensor, the output too, is [B, L, H,
+// D] instead. Throws for other dtypes and shapes.
 std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
-                                     bool causal);
+                                     bool causal, bool bshd);
 
 // A Scan whose body is elementwise float32 arithmetic, run as one primitive
 // on the CPU stream (src/scan_kernel.cc says why and how the program reads).

@@ -41,7 +41,7 @@ pub mod ffi {
             eps: f32,
             rms: bool,
         ) -> Result<UniquePtr<Array>>;
-        /// Rotary embedding of a float32 `x [B, S, H, D]` on the CPU
+        /// Rotary embedding of a float32 `x [..., S, H * head_dim]` on the CPU
         /// stream as one primitive: the first `n_rot` dims of each head
         /// rotated by cos/sin tables of `stride`-wide rows (row = position,
         /// or token with `per_token`), NeoX pairs or GPT-J with `gptj`.
@@ -49,6 +49,7 @@ pub mod ffi {
             x: &Array,
             cos: &Array,
             sin: &Array,
+            head_dim: usize,
             n_rot: usize,
             stride: usize,
             per_token: bool,
@@ -61,13 +62,15 @@ pub mod ffi {
         fn gather_rows_cpu(table: &Array, idx: &Array) -> Result<UniquePtr<Array>>;
         /// Scaled dot-product attention of float32 `q [B, H, Lq, D]`,
         /// `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]`, no mask or causal, on
-        /// the CPU stream as one primitive: `[B, H, Lq, Dv]`.
+        /// the CPU stream as one primitive: `[B, H, Lq, Dv]`; with `bshd`
+        /// every tensor, the output too, is `[B, L, H, D]` instead.
         fn attention_cpu(
             q: &Array,
             k: &Array,
             v: &Array,
             scale: f32,
             causal: bool,
+            bshd: bool,
         ) -> Result<UniquePtr<Array>>;
         /// A Scan whose body is elementwise float32 arithmetic, as one
         /// primitive on the CPU stream: `operands` the initial carry, the

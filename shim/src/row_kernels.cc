@@ -138,15 +138,25 @@ void run_gather(const std::vector<const float*>& in, float* y, size_t n, const G
 // query's position, queries sitting at the end of the keys), query head h
 // reading KV head h / (H / Hkv). Softmax with the row's maximum subtracted;
 // masked keys take no weight (rlx writes -1e9 for them, whose exp is 0).
+// `bshd`: every tensor is (B, L, H, D) instead, rlx's dominant layout,
+// read and written in place of the four transposes around the kernel.
 struct AttnParams {
   size_t b, h, hk, lq, lk, d, dv;
   float scale;
   bool causal;
+  bool bshd;
   bool operator==(const AttnParams& o) const {
     return b == o.b && h == o.h && hk == o.hk && lq == o.lq && lk == o.lk && d == o.d &&
-           dv == o.dv && scale == o.scale && causal == o.causal;
+           dv == o.dv && scale == o.scale && causal == o.causal && bshd == o.bshd;
   }
 };
+
+// Element offset of (batch, head, position) in a tensor of `heads` heads,
+// `len` positions and rows of `width`, in either layout.
+inline size_t at(bool bshd, size_t bi, size_t hi, size_t li, size_t heads, size_t len,
+                 size_t width) {
+  return (bshd ? (bi * len + li) * heads + hi : (bi * heads + hi) * len + li) * width;
+}
 
 void attend_rows(const float* q, const float* k, const float* v, float* o, AttnParams p) {
   std::vector<float> w(p.lk);
@@ -154,15 +164,13 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
   for (size_t bi = 0; bi < p.b; ++bi) {
     for (size_t hi = 0; hi < p.h; ++hi) {
       size_t kh = hi / group;
-      const float* kb = k + (bi * p.hk + kh) * p.lk * p.d;
-      const float* vb = v + (bi * p.hk + kh) * p.lk * p.dv;
       for (size_t qi = 0; qi < p.lq; ++qi) {
-        const float* qr = q + ((bi * p.h + hi) * p.lq + qi) * p.d;
-        float* orow = o + ((bi * p.h + hi) * p.lq + qi) * p.dv;
+        const float* qr = q + at(p.bshd, bi, hi, qi, p.h, p.lq, p.d);
+        float* orow = o + at(p.bshd, bi, hi, qi, p.h, p.lq, p.dv);
         size_t keys = p.causal ? std::min(p.lk, q_off + qi + 1) : p.lk;
         float mx = -INFINITY;
         for (size_t ki = 0; ki < keys; ++ki) {
-          const float* kr = kb + ki * p.d;
+          const float* kr = k + at(p.bshd, bi, kh, ki, p.hk, p.lk, p.d);
           float s = 0.0f;
           for (size_t j = 0; j < p.d; ++j) s += qr[j] * kr[j];
           w[ki] = s * p.scale;
@@ -176,7 +184,7 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
         float inv = 1.0f / sum;
         for (size_t j = 0; j < p.dv; ++j) orow[j] = 0.0f;
         for (size_t ki = 0; ki < keys; ++ki) {
-          const float* vr = vb + ki * p.dv;
+          const float* vr = v + at(p.bshd, bi, kh, ki, p.hk, p.lk, p.dv);
           float wk = w[ki] * inv;
           for (size_t j = 0; j < p.dv; ++j) orow[j] += wk * vr[j];
         }
@@ -205,11 +213,19 @@ std::unique_ptr<Array> norm_last_cpu(const Array& x, const Array& gamma, const A
 }
 
 std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& sin,
-                                size_t n_rot, size_t stride, bool per_token, bool gptj) {
+                                size_t head_dim, size_t n_rot, size_t stride, bool per_token,
+                                bool gptj) {
   for (const auto* a : {&x, &cos, &sin}) need_f32(a->a, "rope");
-  if (x.a.ndim() != 4) throw std::invalid_argument("[rlx rope] needs x as [B, S, H, D]");
+  // [..., S, H * D]: the leading axes are the batch; read as [B, S, H, D]
+  // without a reshape op around the kernel.
   const auto& sh = x.a.shape();
-  RopeParams p{size_t(sh[0]), size_t(sh[1]), size_t(sh[2]), size_t(sh[3]), n_rot, stride,
+  int r = x.a.ndim();
+  if (r < 2 || head_dim == 0 || size_t(sh[r - 1]) % head_dim != 0) {
+    throw std::invalid_argument("[rlx rope] needs x as [..., S, H * head_dim]");
+  }
+  size_t b = 1;
+  for (int i = 0; i < r - 2; ++i) b *= size_t(sh[i]);
+  RopeParams p{b, size_t(sh[r - 2]), size_t(sh[r - 1]) / head_dim, head_dim, n_rot, stride,
                per_token, gptj};
   size_t rows = per_token ? p.b * p.s : p.s;
   if (n_rot > p.d || n_rot % 2 != 0 || n_rot / 2 > stride || cos.a.size() < rows * stride ||
@@ -233,18 +249,21 @@ std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx) {
 }
 
 std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
-                                     bool causal) {
+                                     bool causal, bool bshd) {
   for (const auto* a : {&q, &k, &v}) need_f32(a->a, "attention");
   if (q.a.ndim() != 4 || k.a.ndim() != 4 || v.a.ndim() != 4) {
-    throw std::invalid_argument("[rlx attention] needs q, k, v as [B, H, L, D]");
+    throw std::invalid_argument("[rlx attention] needs q, k, v of rank 4");
   }
   const auto &qs = q.a.shape(), &ks = k.a.shape(), &vs = v.a.shape();
-  AttnParams p{size_t(qs[0]), size_t(qs[1]), size_t(ks[1]), size_t(qs[2]), size_t(ks[2]),
-               size_t(qs[3]), size_t(vs[3]), scale, causal};
-  if (ks[0] != qs[0] || vs[0] != qs[0] || ks[3] != qs[3] || vs[1] != ks[1] || vs[2] != ks[2] ||
-      p.hk == 0 || p.h % p.hk != 0 || p.lk == 0) {
+  // (B, H, L, D), or (B, L, H, D) with `bshd`.
+  int ha = bshd ? 2 : 1, la = bshd ? 1 : 2;
+  AttnParams p{size_t(qs[0]), size_t(qs[ha]), size_t(ks[ha]), size_t(qs[la]), size_t(ks[la]),
+               size_t(qs[3]), size_t(vs[3]), scale, causal, bshd};
+  if (ks[0] != qs[0] || vs[0] != qs[0] || ks[3] != qs[3] || vs[ha] != ks[ha] ||
+      vs[la] != ks[la] || p.hk == 0 || p.h % p.hk != 0 || p.lk == 0) {
     throw std::invalid_argument("[rlx attention] q, k, v disagree in shape");
   }
+  // (B, H, Lq, Dv), or (B, Lq, H, Dv): q's first three axes either way.
   return wrap(cpu_kernel("RlxAttention", run_attention, p, {qs[0], qs[1], qs[2], vs[3]},
                          {q.a, k.a, v.a}, false));
 }

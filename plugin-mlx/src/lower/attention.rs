@@ -210,6 +210,17 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
     let q = cast(a[0], dt)?;
     let k = cast(a[1], dt)?;
     let v = cast(a[2], dt)?;
+    let fast = Fast {
+        nh,
+        dh,
+        dv,
+        mask: mask_kind,
+        scale: score_scale.unwrap_or((*head_dim as f32).powf(-0.5)),
+        softcap: *attn_logit_softcap,
+    };
+    if let Some(o) = attend_bshd_cpu(&q, &k, &v, layout, &fast)? {
+        return Ok(o);
+    }
     let (q, hq) = to_bhld("Q", &q, layout, dh)?;
     let (k, hk) = to_bhld("K", &k, layout, dh)?;
     let (v, hv) = to_bhld("V", &v, layout, dv)?;
@@ -263,6 +274,58 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
             o
         },
     )
+}
+
+/// What the transpose-free kernel path needs of an Attention node.
+struct Fast<'a> {
+    nh: i32,
+    dh: i32,
+    dv: i32,
+    mask: &'a MaskKind,
+    scale: f32,
+    softcap: Option<f32>,
+}
+
+/// The shim's kernel on `[B, S, H, D]` operands as they are, where the
+/// general path would transpose all four tensors to MLX's `[B, H, S, D]`
+/// and back (four MLX ops a node): the CPU, float32, no mask or causal with
+/// at least as many keys as queries, no cap, shapes that agree. None when it
+/// does not apply; the general path then lowers (and reports) the node.
+fn attend_bshd_cpu(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    layout: Layout,
+    f: &Fast,
+) -> LResult<Option<A>> {
+    if layout != Layout::Bshd || f.softcap.is_some_and(|c| c > 0.0) || !super::cpu_f32(&[q, k, v]) {
+        return Ok(None);
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let agree = ks.len() == 4
+        && vs.len() == 4
+        && qs[2] == f.nh
+        && qs[3] == f.dh
+        && ks[3] == f.dh
+        && vs[3] == f.dv
+        && ks[0] == qs[0]
+        && vs[0] == qs[0]
+        && vs[1] == ks[1]
+        && vs[2] == ks[2]
+        && ks[1] > 0
+        && ks[2] > 0
+        && f.nh % ks[2] == 0;
+    if !agree {
+        return Ok(None);
+    }
+    let causal = match f.mask {
+        MaskKind::None => false,
+        MaskKind::Causal if ks[1] >= qs[1] => true,
+        _ => return Ok(None),
+    };
+    Ok(Some(rlx_mlx_shim::kernels::attention_cpu(
+        q, k, v, f.scale, causal, true,
+    )?))
 }
 
 /// How the scores are masked, in rlx's terms (see the module docs).
@@ -396,6 +459,7 @@ pub(crate) fn attend(
             v,
             scale,
             causal_mode,
+            false,
         )?);
     }
     let mode = if causal_mode { "causal" } else { "" };
@@ -550,17 +614,18 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     // On the CPU, float32 runs the shim's rope kernel on the tables as they
     // are: one MLX op where the composite below makes about twenty.
-    if super::cpu_f32(&[&x4, a[1], a[2]]) {
-        let y = rlx_mlx_shim::kernels::rope_cpu(
-            &x4,
+    // x is read as [B, S, H, D] as it lies: no reshape ops around it.
+    if super::cpu_f32(&[&x, a[1], a[2]]) && x.shape() == cx.out_dims() {
+        return Ok(rlx_mlx_shim::kernels::rope_cpu(
+            &x,
             a[1],
             a[2],
+            dh,
             nr,
             stride,
             per_token,
             matches!(style, RopeStyle::GptJ),
-        )?;
-        return Ok(ops::reshape(&y, &cx.out_dims())?);
+        )?);
     }
     let table = |t: &Array| -> LResult {
         let flat = ops::reshape(t, &[t.size() as i32])?;
