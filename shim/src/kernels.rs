@@ -7,6 +7,9 @@
 use crate::array::{Array, ArrayList};
 use cxx::UniquePtr;
 
+// `rope_cpu` takes eight arguments across the bridge; Rust callers use the
+// wrapper below, which takes them as a `RopeSpec`.
+#[allow(clippy::too_many_arguments)]
 #[cxx::bridge(namespace = "rlx")]
 pub mod ffi {
     unsafe extern "C++" {
@@ -98,3 +101,37 @@ pub mod ffi {
 include!(concat!(env!("OUT_DIR"), "/kernels_wrappers.rs"));
 
 pub use ffi::{kernels_vectorized, matmul_cpu_threads};
+
+/// How [`rope_cpu`] rotates: `x` is `[..., S, H * head_dim]`; the first
+/// `n_rot` dims of each head turn by tables of `stride`-wide rows (row =
+/// position, or token with `per_token`); NeoX pairs, GPT-J with `gptj`.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeSpec {
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub stride: usize,
+    pub per_token: bool,
+    pub gptj: bool,
+}
+
+/// Rotary embedding of a float32 `x` on the CPU stream as one primitive
+/// ([`RopeSpec`] says how).
+pub fn rope_cpu(
+    x: &Array,
+    cos: &Array,
+    sin: &Array,
+    spec: &RopeSpec,
+) -> Result<UniquePtr<Array>, crate::ShimError> {
+    use crate::ResultExt;
+    ffi::rope_cpu(
+        x,
+        cos,
+        sin,
+        spec.head_dim,
+        spec.n_rot,
+        spec.stride,
+        spec.per_token,
+        spec.gptj,
+    )
+    .op("rope_cpu")
+}

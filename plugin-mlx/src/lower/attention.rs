@@ -616,16 +616,14 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     // are: one MLX op where the composite below makes about twenty.
     // x is read as [B, S, H, D] as it lies: no reshape ops around it.
     if super::cpu_f32(&[&x, a[1], a[2]]) && x.shape() == cx.out_dims() {
-        return Ok(rlx_mlx_shim::kernels::rope_cpu(
-            &x,
-            a[1],
-            a[2],
-            dh,
-            nr,
+        let spec = rlx_mlx_shim::kernels::RopeSpec {
+            head_dim: dh,
+            n_rot: nr,
             stride,
             per_token,
-            matches!(style, RopeStyle::GptJ),
-        )?);
+            gptj: matches!(style, RopeStyle::GptJ),
+        };
+        return Ok(rlx_mlx_shim::kernels::rope_cpu(&x, a[1], a[2], &spec)?);
     }
     let table = |t: &Array| -> LResult {
         let flat = ops::reshape(t, &[t.size() as i32])?;
