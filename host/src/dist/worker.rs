@@ -338,9 +338,7 @@ impl Session<'_> {
         };
         self.finish_training(&result)
     }
-}
 
-impl Session<'_> {
     /// Send a training job's result; then wait for the next job.
     fn finish_training(&mut self, result: &TrainResult) -> Result<Job, String> {
         let link = Link::new(self.group, vec![0], false);
