@@ -72,7 +72,7 @@ impl Coordinator {
         if cfg.world < 2 {
             return Err("WORLD must be at least 2: the coordinator and a worker".into());
         }
-        let group = super::connect(cfg, connect_timeout)?;
+        let group = super::join::connect(cfg, connect_timeout)?;
         let mut workers = Vec::new();
         let link = Link::new(&group, (1..cfg.world).collect(), true);
         for r in 1..cfg.world {
@@ -228,7 +228,7 @@ impl Coordinator {
     /// passes through this rank while it trains).
     pub fn train_resident(
         &self,
-        specs: &[super::ResidentTrainSpec],
+        specs: &[super::train::ResidentTrainSpec],
     ) -> Result<Vec<TrainResult>, String> {
         self.check_gpus_distinct()?;
         let link = self.ship(specs, |s| &s.device, tag::RESIDENT_TRAIN, "training spec")?;

@@ -94,7 +94,7 @@ pub fn serve(cfg: &NodeConfig, opts: &WorkerOptions) -> Result<WorkerReport, Str
         report.plugin_device = Some(d.to_string());
         plugin_device = Some(d);
     }
-    let group = super::connect(cfg, opts.connect_timeout)?;
+    let group = super::join::connect(cfg, opts.connect_timeout)?;
     let mut devices = device::available_tokens();
     if let Some(d) = &plugin_device {
         // The plugin device its stages use, beside rlx-runtime's tokens.
@@ -357,7 +357,7 @@ impl Session<'_> {
     /// each step by MLX's collectives.
     fn train_resident(&mut self, bytes: &[u8]) -> Result<Job, String> {
         let rank = self.group.rank();
-        let setup = serde_json::from_slice::<super::ResidentTrainSpec>(bytes)
+        let setup = serde_json::from_slice::<super::train::ResidentTrainSpec>(bytes)
             .map_err(|e| format!("the training spec does not parse: {e}"))
             .and_then(|spec| {
                 let dev = device::resolve_directive(&spec.device, self.plugin, self.no_plugin)?;
