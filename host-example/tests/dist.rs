@@ -389,6 +389,16 @@ fn worker_without_the_plugin() {
         .unwrap();
     let (mut stages, x, want) = sort_stages(g.dir.path());
     let co = g.coordinator().unwrap();
+    // Rank 1 advertises the plugin's devices and the one it uses; rank 2 none.
+    let caps = &co.workers[0].caps.devices;
+    assert!(caps.iter().any(|d| d == "mlx"), "{caps:?}");
+    assert!(caps.iter().any(|d| d == "mlx:cpu:0"), "{caps:?}");
+    assert!(caps.iter().any(|d| d == "mlx@cpu:0"), "{caps:?}");
+    assert!(!co.workers[1]
+        .caps
+        .devices
+        .iter()
+        .any(|d| d.starts_with("mlx")));
     assert!(co.workers[1].info.plugin.is_none());
     let err = co
         .pipeline(stages.clone())

@@ -4,8 +4,8 @@
 //!
 //! - [`serve`] / [`serve_from_env`]: a worker. It installs the plugin,
 //!   picks its device by local rank ([`device::local_rank`]), joins the
-//!   group, advertises its devices in rlx's `NodeCaps` (with `mlx@gpu:N`,
-//!   the plugin device it uses) and serves the coordinator's jobs: pipeline
+//!   group, advertises its devices in rlx's `NodeCaps` (the plugin's as
+//!   `mlx:gpu:N`, and `mlx@gpu:N`, the one it uses) and serves the coordinator's jobs: pipeline
 //!   stages (rlx's `StageSpec`) and data-parallel training (rlx's
 //!   `TrainSpec`, run by `rlx_runtime::dist::run_train`), until the
 //!   coordinator ends the session.

@@ -96,9 +96,16 @@ pub fn serve(cfg: &NodeConfig, opts: &WorkerOptions) -> Result<WorkerReport, Str
     }
     let group = super::join::connect(cfg, opts.connect_timeout)?;
     let mut devices = device::available_tokens();
-    if let Some(d) = &plugin_device {
-        // The plugin device its stages use, beside rlx-runtime's tokens.
-        devices.push(format!("mlx@{}", d.label()));
+    if let (Some(p), Some(used)) = (&plugin, &plugin_device) {
+        // Beside rlx-runtime's tokens: the plugin's devices (`mlx:gpu:1`)
+        // and the one its stages use (`mlx@gpu:0`).
+        devices.extend(
+            p.descriptor()
+                .device_infos
+                .iter()
+                .map(|d| format!("mlx:{}", d.label())),
+        );
+        devices.push(format!("mlx@{}", used.label()));
     }
     let caps = NodeCaps {
         rank,
