@@ -122,18 +122,7 @@ fn f32s(dims: &[usize]) -> Shape {
 /// `x [batch, D] -> relu(x w1 + b1) w2 + b2`: the logits, with the graph
 /// and the params `[w1, b1, w2, b2]` (in [`init`]'s order).
 pub fn mlp(name: &str, batch: usize) -> (Graph, NodeId, Vec<NodeId>) {
-    let mut g = Graph::new(name);
-    let x = g.input("x", f32s(&[batch, D]));
-    let w1 = g.param("w1", f32s(&[D, H]));
-    let b1 = g.param("b1", f32s(&[H]));
-    let w2 = g.param("w2", f32s(&[H, C]));
-    let b2 = g.param("b2", f32s(&[C]));
-    let xw = g.add_node(Op::MatMul, vec![x, w1], f32s(&[batch, H]));
-    let h = g.add_node(Op::Binary(BinaryOp::Add), vec![xw, b1], f32s(&[batch, H]));
-    let r = g.add_node(Op::Activation(Activation::Relu), vec![h], f32s(&[batch, H]));
-    let rw = g.add_node(Op::MatMul, vec![r, w2], f32s(&[batch, C]));
-    let logits = g.add_node(Op::Binary(BinaryOp::Add), vec![rw, b2], f32s(&[batch, C]));
-    (g, logits, vec![w1, b1, w2, b2])
+    crate::models::relu_mlp(name, batch, D, H, C)
 }
 
 /// The training forward on `batch` rows: input `labels [batch]`, output

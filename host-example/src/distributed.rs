@@ -5,6 +5,7 @@
 
 use crate::digits;
 use crate::run::{self, ModelData};
+use rand::SeedableRng;
 use rlx_ir::Graph;
 use rlx_plugin_host::dist::{split, Coordinator, ResidentTrainSpec, TrainResult};
 use rlx_runtime::dist::{DataRef, StageSpec, TrainSpec, WeightRef};
@@ -149,7 +150,7 @@ pub fn pipeline(opts: &PipelineOptions) -> Result<PipelineReport, String> {
     };
     if opts.batches > 0 {
         let xs = vec![x.clone(); opts.batches];
-        pipe.run_many(&xs[..1.min(xs.len())])?; // warm
+        pipe.run(x)?; // warm
         let t = Instant::now();
         pipe.run_many(&xs)?;
         report.pipeline_batches_per_s = Some(opts.batches as f64 / t.elapsed().as_secs_f64());
@@ -229,10 +230,7 @@ pub struct DigitsFiles {
     pub params: Vec<(String, PathBuf)>,
 }
 
-fn write_f32(path: &Path, v: &[f32]) -> Result<(), String> {
-    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    std::fs::write(path, b).map_err(|e| format!("{}: {e}", path.display()))
-}
+pub use rlx_plugin_host::dist::write_f32;
 
 /// Write the training rows and init params as raw f32 files.
 pub fn write_digits_files(train: &digits::Part, dir: &Path) -> Result<DigitsFiles, String> {
@@ -398,6 +396,20 @@ pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
     })
 }
 
+/// The training rows in the order one process over the whole batch takes
+/// them: for each step, every worker's rows of that step, worker by worker
+/// (`batch * workers` rows a step).
+fn whole_batch_rows(train: &digits::Part, workers: usize, batch: usize) -> digits::Part {
+    let shard = shard_rows(digits::TRAIN, workers, batch);
+    let steps = shard / batch;
+    train.rows((0..steps).flat_map(move |s| {
+        (0..workers).flat_map(move |w| {
+            let start = w * shard + s * batch;
+            start..start + batch
+        })
+    }))
+}
+
 /// [`digits_reference`] for resident training: `ResidentTrainer` alone on
 /// `device` (Adam at `opts.lr`) over the whole batch, `batch * workers`
 /// rows a step in the workers' order, from the same initial params.
@@ -408,8 +420,7 @@ pub fn digits_resident_reference(
 ) -> Result<Vec<(String, Vec<f32>)>, String> {
     let (pixels, labels) = digits::load(&opts.data)?;
     let (train_rows, _) = digits::split(&pixels, &labels);
-    let shard = shard_rows(digits::TRAIN, workers, opts.batch);
-    let steps = shard / opts.batch;
+    let rows = whole_batch_rows(&train_rows, workers, opts.batch);
     let big = opts.batch * workers;
     let (graph, params) = digits::loss_graph(big);
     let wrt: Vec<rlx_runtime::train::TrainableParam> = ["w1", "b1", "w2", "b2"]
@@ -433,12 +444,10 @@ pub fn digits_resident_reference(
     )
     .map_err(|e| format!("{e:?}"))?;
     for _ in 0..opts.epochs {
-        for s in 0..steps {
-            let rows = train_rows.rows((0..workers).flat_map(|w| {
-                let start = w * shard + s * opts.batch;
-                start..start + opts.batch
-            }));
-            trainer.step(&[("x", &rows.x), ("labels", &rows.labels)]);
+        for s in 0..rows.len() / big {
+            let x = &rows.x[s * big * digits::D..(s + 1) * big * digits::D];
+            let labels = &rows.labels[s * big..(s + 1) * big];
+            trainer.step(&[("x", x), ("labels", labels)]);
         }
     }
     let mut p: Vec<(String, Vec<f32>)> = trainer.params().into_iter().collect();
@@ -458,15 +467,7 @@ pub fn digits_reference(
 ) -> Result<Vec<(String, Vec<f32>)>, String> {
     let (pixels, labels) = digits::load(&opts.data)?;
     let (train_rows, _) = digits::split(&pixels, &labels);
-    let shard = shard_rows(digits::TRAIN, workers, opts.batch);
-    let steps = shard / opts.batch;
-    let order = (0..steps).flat_map(|s| {
-        (0..workers).flat_map(move |w| {
-            let start = w * shard + s * opts.batch;
-            start..start + opts.batch
-        })
-    });
-    let rows = train_rows.rows(order);
+    let rows = whole_batch_rows(&train_rows, workers, opts.batch);
     let files = write_digits_files(&rows, dir)?;
     let whole = TrainOptions {
         batch: opts.batch * workers,
@@ -478,6 +479,13 @@ pub fn digits_reference(
     let (_, params) =
         rlx_runtime::dist::run_train(&spec, 1, |_| Vec::new(), |b: &[f32]| b.to_vec(), false)?;
     Ok(params)
+}
+
+/// `n` values uniform in ±1/sqrt(fan_in).
+fn uniform(rng: &mut rand::rngs::StdRng, n: usize, fan_in: usize) -> Vec<f32> {
+    use rand::Rng;
+    let s = 1.0 / (fan_in as f32).sqrt();
+    (0..n).map(|_| rng.gen_range(-s..s)).collect()
 }
 
 /// A 2-layer MLP `y = relu(x w1 + b1) w2 + b2`, `x [batch, d]`, hidden `h`.
@@ -495,38 +503,28 @@ pub struct MlpWeights {
 impl MlpWeights {
     /// Seeded weights, scaled by 1/sqrt(fan_in).
     pub fn seeded(batch: usize, d: usize, h: usize, seed: u64) -> MlpWeights {
-        use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut w = |n: usize, fan_in: usize| -> Vec<f32> {
-            let s = 1.0 / (fan_in as f32).sqrt();
-            (0..n).map(|_| rng.gen_range(-s..s)).collect()
-        };
         MlpWeights {
             batch,
             d,
             h,
-            w1: w(d * h, d),
-            b1: w(h, d),
-            w2: w(h * d, h),
-            b2: w(d, h),
+            w1: uniform(&mut rng, d * h, d),
+            b1: uniform(&mut rng, h, d),
+            w2: uniform(&mut rng, h * d, h),
+            b2: uniform(&mut rng, d, h),
         }
+    }
+
+    /// A seeded input `x [batch, d]` for it, uniform in ±1/sqrt(batch·d).
+    pub fn seeded_input(&self, seed: u64) -> Vec<f32> {
+        let n = self.batch * self.d;
+        uniform(&mut rand::rngs::StdRng::seed_from_u64(seed), n, n)
     }
 
     /// The whole MLP as one graph (params `w1`, `b1`, `w2`, `b2`).
     pub fn graph(&self) -> Graph {
-        use rlx_ir::infer::GraphExt;
-        let f = |dims: &[usize]| rlx_ir::Shape::new(dims, rlx_ir::DType::F32);
-        let mut g = Graph::new("mlp_whole");
-        let x = g.input("x", f(&[self.batch, self.d]));
-        let w1 = g.param("w1", f(&[self.d, self.h]));
-        let b1 = g.param("b1", f(&[self.h]));
-        let w2 = g.param("w2", f(&[self.h, self.d]));
-        let b2 = g.param("b2", f(&[self.d]));
-        let h = g.mm(x, w1);
-        let h = g.add(h, b1);
-        let h = g.relu(h);
-        let y = g.mm(h, w2);
-        let y = g.add(y, b2);
+        let (mut g, y, _) =
+            crate::models::relu_mlp("mlp_whole", self.batch, self.d, self.h, self.d);
         g.set_outputs(vec![y]);
         g
     }
@@ -597,8 +595,7 @@ impl MlpWeights {
                 r + 1,
                 if gather { "g" } else { "s" }
             ));
-            write_f32(&p, v)?;
-            spec = spec.weight(name, format!("file://{}", p.display()));
+            spec = spec.weight(name, write_f32(&p, v)?);
         }
         Ok(spec)
     }
@@ -643,7 +640,7 @@ pub fn tensor_parallel(opts: &TensorParallelOptions) -> Result<TensorParallelRep
         ..Default::default()
     })?;
     let m = MlpWeights::seeded(opts.batch, opts.d, opts.h, opts.seed);
-    let x: Vec<f32> = MlpWeights::seeded(1, opts.batch * opts.d, 1, opts.seed + 1).w1;
+    let x = m.seeded_input(opts.seed + 1);
     let dir = tempfile::Builder::new()
         .prefix("rlx-dist-tp-")
         .tempdir()

@@ -153,6 +153,31 @@ impl Default for MlpConfig {
     }
 }
 
+/// A 2-layer ReLU MLP `relu(x @ w1 + b1) @ w2 + b2` named `name`: input
+/// `x [batch, d_in]`, params `w1 [d_in, hidden]`, `b1 [hidden]`, `w2
+/// [hidden, d_out]`, `b2 [d_out]` (in that order, returned with the
+/// graph), no outputs set; the output node `[batch, d_out]`.
+pub fn relu_mlp(
+    name: &str,
+    batch: usize,
+    d_in: usize,
+    hidden: usize,
+    d_out: usize,
+) -> (Graph, NodeId, Vec<NodeId>) {
+    let mut g = Graph::new(name);
+    let x = g.input("x", f32s(&[batch, d_in]));
+    let w1 = g.param("w1", f32s(&[d_in, hidden]));
+    let b1 = g.param("b1", f32s(&[hidden]));
+    let w2 = g.param("w2", f32s(&[hidden, d_out]));
+    let b2 = g.param("b2", f32s(&[d_out]));
+    let h = g.mm(x, w1);
+    let h = g.add(h, b1);
+    let h = g.relu(h);
+    let y = g.mm(h, w2);
+    let y = g.add(y, b2);
+    (g, y, vec![w1, b1, w2, b2])
+}
+
 /// A 2-layer MLP: `y = gelu(x @ w1 + b1) @ w2 + b2` (exact erf GELU).
 /// Input `x [batch, d_in]`; params `w1 [d_in, d_hidden]`, `b1 [d_hidden]`,
 /// `w2 [d_hidden, d_out]`, `b2 [d_out]`; output `y [batch, d_out]`.

@@ -575,13 +575,9 @@ fn wave(n: usize, seed: f32) -> Vec<f32> {
     (0..n).map(|i| (i as f32 * 0.618 + seed).sin()).collect()
 }
 
+/// `v` as a raw f32 file; its `file://` URI.
 fn write_f32(path: &Path, v: &[f32]) -> String {
-    std::fs::write(
-        path,
-        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
-    )
-    .unwrap();
-    format!("file://{}", path.display())
+    rlx_host::distributed::write_f32(path, v).unwrap()
 }
 
 /// The full MLP in f64: the one-process reference.

@@ -14,11 +14,11 @@
 #include "rlx-mlx-shim/include/kernels.h"
 #include "rlx-mlx-shim/src/rlx_math.h"
 #include "rlx-mlx-shim/src/cpu_kernel.h"
+#include "rlx-mlx-shim/src/pool.h"
 
 
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "mlx/allocator.h"
 #include "mlx/backend/cpu/encoder.h"
@@ -138,28 +138,22 @@ void unary_range(Unary k, const float* src, float* dst, size_t n) {
   }
 }
 
-// Splits large tensors over the machine's cores (MLX's CPU stream is one
+// Splits large tensors over the plugin's threads (MLX's CPU stream is one
 // thread; rlx-runtime's CPU backend uses every core for these ops).
 void unary_parallel(Unary k, const float* src, float* dst, size_t n) {
   constexpr size_t kMinPerThread = 1 << 16;
-  // Asked once: glibc reads /sys for it, microseconds a call.
-  static const size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  size_t threads = std::min(hw, std::max<size_t>(1, n / kMinPerThread));
-  if (threads <= 1) {
+  auto& pool = Pool::get();
+  size_t parts = std::min(pool.size(), std::max<size_t>(1, n / kMinPerThread));
+  if (parts <= 1) {
     unary_range(k, src, dst, n);
     return;
   }
-  size_t chunk = (n + threads - 1) / threads;
+  size_t chunk = (n + parts - 1) / parts;
   chunk = (chunk + 7) & ~size_t(7);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) {
+  pool.run(parts, [&](size_t t) {
     size_t lo = t * chunk;
-    if (lo >= n) break;
-    size_t len = std::min(chunk, n - lo);
-    pool.emplace_back(unary_range, k, src + lo, dst + lo, len);
-  }
-  unary_range(k, src, dst, std::min(chunk, n));
-  for (auto& th : pool) th.join();
+    if (lo < n) unary_range(k, src + lo, dst + lo, std::min(chunk, n - lo));
+  });
 }
 
 // d/dx gelu(x) = 0.5 (1 + erf(x/sqrt 2)) + x exp(-x^2/2) / sqrt(2 pi), in

@@ -276,17 +276,16 @@ pub struct Pipeline<'c> {
 impl Pipeline<'_> {
     /// One batch through every stage; the last stage's output.
     pub fn run(&self, x: &[f32]) -> Result<Vec<f32>, String> {
-        self.run_many(std::slice::from_ref(&x.to_vec()))
-            .map(|mut v| v.remove(0))
+        self.run_many(&[x]).map(|mut v| v.remove(0))
     }
 
     /// Batches in flight together (each stage works on one while the
     /// next works on the one before); their outputs in order.
-    pub fn run_many(&self, xs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>, String> {
+    pub fn run_many<X: AsRef<[f32]>>(&self, xs: &[X]) -> Result<Vec<Vec<f32>>, String> {
         let link = self.co.link();
         let last = self.co.group.world_size() - 1;
         for x in xs {
-            link.send_f32(1, rlx_tag::ACT, x, "a batch")?;
+            link.send_f32(1, rlx_tag::ACT, x.as_ref(), "a batch")?;
         }
         xs.iter()
             .map(|_| {
@@ -313,8 +312,10 @@ impl Parallel<'_> {
     pub fn run(&self, x: &[f32]) -> Result<Vec<Vec<f32>>, String> {
         let link = self.co.link();
         let n = self.co.group.world_size();
+        // The same bytes to every worker, made once.
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
         for r in 1..n {
-            link.send_f32(r, rlx_tag::ACT, x, "an input")?;
+            link.send(r, rlx_tag::ACT, &bytes, "an input")?;
         }
         (1..n)
             .map(|r| {

@@ -38,6 +38,6 @@ pub use coordinator::{shared_gpu, Coordinator, Parallel, Pipeline, Worker};
 pub use device::DeviceChoice;
 pub use join::connect;
 pub use stage::Stage;
-pub use train::ResidentTrainSpec;
+pub use train::{write_f32, ResidentTrainSpec};
 pub use wire::{TrainResult, WorkerInfo};
 pub use worker::{serve, serve_from_env, WorkerOptions, WorkerReport};

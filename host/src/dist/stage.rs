@@ -69,44 +69,40 @@ impl Stage {
                 ));
             }
         }
-        let mut cache = WeightCache::new();
-        let mut bound = Vec::with_capacity(spec.weights.len());
         for w in &spec.weights {
-            let want = declared
-                .iter()
-                .find(|(n, _)| n == &w.name)
-                .ok_or_else(|| format!("weight {:?}: the stage's graph has no such param", w.name))?
-                .1;
-            if w.packed {
-                let bytes = cache
-                    .bytes(&w.uri)
-                    .map_err(|e| format!("weight {:?} ({}): {e}", w.name, w.uri))?;
-                bound.push((w.name.clone(), Err(bytes)));
-            } else {
-                let vals = cache
-                    .f32(&w.uri)
-                    .map_err(|e| format!("weight {:?} ({}): {e}", w.name, w.uri))?;
-                if let Some(n) = want {
-                    if vals.len() != n {
-                        return Err(format!(
-                            "weight {:?} ({}): {} values for a param of {n}",
-                            w.name,
-                            w.uri,
-                            vals.len()
-                        ));
-                    }
-                }
-                bound.push((w.name.clone(), Ok(vals)));
+            if !declared.iter().any(|(n, _)| n == &w.name) {
+                return Err(format!(
+                    "weight {:?}: the stage's graph has no such param",
+                    w.name
+                ));
             }
         }
         let graph = spec.graph;
         let mut exe = guard::catch(&format!("compiling the stage on {device}"), || {
             Session::new(device).compile(graph)
         })?;
-        for (name, data) in &bound {
-            guard::catch(&format!("binding weight {name:?}"), || match data {
-                Ok(vals) => exe.set_param(name, vals),
-                Err(bytes) => exe.set_param_typed(name, bytes, DType::U8),
+        // One weight at a time, resolved, bound and dropped: the host never
+        // holds the whole stage's weights at once.
+        let mut cache = WeightCache::new();
+        for w in &spec.weights {
+            let what = |e: String| format!("weight {:?} ({}): {e}", w.name, w.uri);
+            if w.packed {
+                let bytes = cache.bytes(&w.uri).map_err(what)?;
+                guard::catch(&format!("binding weight {:?}", w.name), || {
+                    exe.set_param_typed(&w.name, &bytes, DType::U8)
+                })?;
+                continue;
+            }
+            let vals = cache.f32(&w.uri).map_err(what)?;
+            let want = declared
+                .iter()
+                .find(|(n, _)| n == &w.name)
+                .and_then(|p| p.1);
+            if let Some(n) = want.filter(|n| *n != vals.len()) {
+                return Err(what(format!("{} values for a param of {n}", vals.len())));
+            }
+            guard::catch(&format!("binding weight {:?}", w.name), || {
+                exe.set_param(&w.name, &vals)
             })?;
         }
         Ok(Stage {

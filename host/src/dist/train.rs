@@ -180,17 +180,19 @@ impl ResidentJob {
 const TAG_DATA_BASE: u32 = 45;
 const TAG_PARAM_BASE: u32 = 60;
 
+/// Write `v` as raw little-endian f32, what a `file://` weight or data URI
+/// names (`rlx_runtime::dist::WeightCache` reads it); its URI.
+pub fn write_f32(path: &Path, v: &[f32]) -> Result<String, String> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(format!("file://{}", path.display()))
+}
+
 /// rlx-runtime's `dist::pull_shards`, waiting through a [`Link`] so a
 /// coordinator that goes away ends it: receive the init params and this
 /// rank's data shards pushed by `rlx_runtime::dist::push_shards`, write
 /// them under `dir` and point the spec at those files.
 pub fn pull_shards(link: &Link, spec: &mut TrainSpec, dir: &Path) -> Result<(), String> {
-    let write = |name: &str, vals: &[f32]| -> Result<String, String> {
-        let path = dir.join(name);
-        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(format!("file://{}", path.display()))
-    };
     let wait = Some(Duration::from_secs(120));
     for i in 0..spec.params.len() {
         let vals = link.recv_f32(
@@ -199,11 +201,11 @@ pub fn pull_shards(link: &Link, spec: &mut TrainSpec, dir: &Path) -> Result<(), 
             wait,
             "receiving an init param",
         )?;
-        spec.params[i].uri = write(&format!("param_{i}.bin"), &vals)?;
+        spec.params[i].uri = write_f32(&dir.join(format!("param_{i}.bin")), &vals)?;
     }
     for i in 0..spec.data.len() {
         let vals = link.recv_f32(0, TAG_DATA_BASE + i as u32, wait, "receiving a data shard")?;
-        spec.data[i].uri = write(&format!("shard_{i}.bin"), &vals)?;
+        spec.data[i].uri = write_f32(&dir.join(format!("shard_{i}.bin")), &vals)?;
         spec.data[i].shard_start = 0;
     }
     Ok(())

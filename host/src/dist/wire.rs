@@ -131,9 +131,11 @@ impl<'g> Link<'g> {
             .map_err(|e| self.gone_or(to, format!("sending {what} to rank {to}: {e}")))
     }
 
+    /// rlx-driver's `send_f32` (the bytes rlx's `recv_activation` reads).
     pub fn send_f32(&self, to: u32, tag: u32, data: &[f32], what: &str) -> Result<(), String> {
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.send(to, tag, &bytes, what)
+        self.group
+            .send_f32(to, tag, data)
+            .map_err(|e| self.gone_or(to, format!("sending {what} to rank {to}: {e}")))
     }
 
     /// Wait for the first message among `wants` (`(from, tag)`), checked
