@@ -103,6 +103,7 @@ fn main() {
             "src/info.cc",
             "src/kernels.cc",
             "src/gemm.cc",
+            "src/inline_eval.cc",
             "src/row_kernels.cc",
             "src/scan_kernel.cc",
             "src/host_kernel.cc",

@@ -5,6 +5,10 @@
 //! rlx-mlx run gpu:0 compiled: device 0.4 inputs 9.8 build 2.1 eval 21.0 finish 0.2 outputs 8.3 total 41.8 us
 //! ```
 //!
+//! The mode is followed by `-inline` when the run's graph was evaluated on
+//! the calling thread (every op one the plugin runs itself on the CPU)
+//! rather than through MLX's scheduler.
+//!
 //! - `device`: this thread's device set (and, on a GPU, the process's GPU
 //!   turn taken);
 //! - `inputs`: the inputs checked and written into MLX arrays;

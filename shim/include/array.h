@@ -103,6 +103,8 @@ std::size_t array_row_major_ptr(const Array& a);
 void eval(const Array& a);
 void eval_list(const ArrayList& l);
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us);
+bool last_eval_inline();
+void set_eval_inline(bool on);
 void async_eval_list(const ArrayList& l);
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out);
 void array_copy_to(const Array& a, uint8_t* out, std::size_t len);

@@ -16,6 +16,9 @@ std::unique_ptr<Array> gelu_erf_cpu(const Array& x);
 std::unique_ptr<Array> exp_rlx_cpu(const Array& x);
 std::unique_ptr<Array> sigmoid_rlx_cpu(const Array& x);
 std::unique_ptr<Array> silu_rlx_cpu(const Array& x);
+// up * silu(gate) of float32 rows [.., 2N] holding both halves (gate first
+// when `gate_first`), as rlx-cpu's swiglu_rows: [.., N], one primitive.
+std::unique_ptr<Array> swiglu_cpu(const Array& x, bool gate_first);
 
 // A float32 matrix product [..., M, K] x [K, N] (or x [..., K, N] with
 // the same batch dims) on the CPU stream, with the plugin's own kernel for

@@ -18,6 +18,7 @@
 #include "mlx/primitives.h"
 #include "mlx/scheduler.h"
 #include "rlx-mlx-shim/src/array.rs.h"
+#include "rlx-mlx-shim/src/inline_eval.h"
 
 namespace rlx {
 
@@ -60,6 +61,7 @@ void linger(uint32_t us) {
 // run: letting go there put the thread to sleep after every CPU run that
 // hands its outputs over in place.
 void evaluate(const std::vector<mx::array>& xs) {
+  if (!thread_device_is_gpu() && eval_inline(xs)) return;
   if (std::any_of(xs.begin(), xs.end(), [](const mx::array& x) {
         return x.status() == mx::array::Status::unscheduled;
       })) {
@@ -546,6 +548,8 @@ std::atomic<std::uint32_t> quiet_evaluations{0};
 constexpr std::uint32_t kBackOff = 256;
 
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
+  // A graph the caller's thread can run needs neither thread nor wait.
+  if (!thread_device_is_gpu() && eval_inline(l.v)) return;
   // Polling pays only while the stream's thread gets a CPU at once. When a
   // window passed without the work done, the CPUs are taken (other
   // processes, busy loops): the two polling threads then only crowd the

@@ -130,6 +130,14 @@ pub mod ffi {
         /// waiting (`mx::async_eval`); a later `eval_list*` of them waits
         /// and reports a failure.
         fn async_eval_list(l: &ArrayList) -> Result<()>;
+        /// Whether this thread's last evaluation that computed anything
+        /// ran on this thread (the plugin's kernels, float32 arithmetic
+        /// and views on the CPU) rather than through MLX's scheduler.
+        fn last_eval_inline() -> bool;
+        /// Evaluation on the caller's thread on or off for the whole
+        /// process (`RLX_MLX_INLINE=0` starts it off): to compare both
+        /// ways in one process.
+        fn set_eval_inline(on: bool);
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
         fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;
@@ -438,7 +446,10 @@ pub fn default_device_is_cpu() -> bool {
     ffi::default_device_is_cpu()
 }
 
-pub use ffi::{gpu_backend, gpu_device_count, thread_device_index, thread_device_is_gpu};
+pub use ffi::{
+    gpu_backend, gpu_device_count, last_eval_inline, set_eval_inline, thread_device_index,
+    thread_device_is_gpu,
+};
 
 /// A device shim ops can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

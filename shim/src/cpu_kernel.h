@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mlx/allocator.h"
@@ -15,6 +17,31 @@
 #include "rlx-mlx-shim/include/common.h"
 
 namespace rlx {
+
+// Whether this thread is evaluating a graph itself (inline_eval.cc): the
+// plugin's kernels then run their task at once instead of queueing it on
+// MLX's stream thread.
+inline bool& caller_runs_tasks() {
+  thread_local bool on = false;
+  return on;
+}
+
+// What marks a primitive whose eval_cpu queues its work only through
+// `run_task`, so that the caller's thread can run it (inline_eval.cc).
+struct RunsInline {
+  virtual ~RunsInline() = default;
+};
+
+// `task` run now on the caller's thread when it evaluates the graph
+// itself, else queued on the stream as MLX's own ops queue theirs.
+template <class F>
+void run_task(mx::cpu::CommandEncoder& enc, F&& task) {
+  if (caller_runs_tasks()) {
+    task();
+  } else {
+    enc.dispatch(std::forward<F>(task));
+  }
+}
 
 // Allocates `out` (a fresh buffer: the kernels read their inputs while
 // writing) and registers the task's arrays with the stream's encoder, to
@@ -38,12 +65,22 @@ inline const float* row_major(const mx::array& a, std::vector<float>& tmp) {
   const auto& st = a.strides();
   int nd = a.ndim();
   tmp.resize(a.size());
+  if (tmp.empty()) return tmp.data();
+  // Row by row over the last axis (a slice's rows are contiguous runs; a
+  // broadcast row repeats one value).
+  const int64_t inner = shape[nd - 1], step = st[nd - 1];
   std::vector<int> idx(nd, 0);
-  for (size_t k = 0; k < tmp.size(); ++k) {
+  for (size_t k = 0; k < tmp.size(); k += inner) {
     int64_t off = 0;
-    for (int d = 0; d < nd; ++d) off += int64_t(idx[d]) * st[d];
-    tmp[k] = src[off];
-    for (int d = nd - 1; d >= 0; --d) {
+    for (int d = 0; d < nd - 1; ++d) off += int64_t(idx[d]) * st[d];
+    const float* row = src + off;
+    float* out = tmp.data() + k;
+    if (step == 1) {
+      std::memcpy(out, row, size_t(inner) * sizeof(float));
+    } else {
+      for (int64_t j = 0; j < inner; ++j) out[j] = row[j * step];
+    }
+    for (int d = nd - 2; d >= 0; --d) {
       if (++idx[d] < shape[d]) break;
       idx[d] = 0;
     }
@@ -58,7 +95,7 @@ inline const float* row_major(const mx::array& a, std::vector<float>& tmp) {
 // input's shape (what a shapeless trace asks); otherwise the kernel has no
 // shapeless form.
 template <class P>
-class CpuKernel : public mx::Primitive {
+class CpuKernel : public mx::Primitive, public RunsInline {
  public:
   // `n`: the output's element count.
   using Run = void (*)(const std::vector<const float*>& in, float* out, size_t n, const P& p);
@@ -69,7 +106,7 @@ class CpuKernel : public mx::Primitive {
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
     auto& out = outs[0];
     auto& enc = start_task(stream(), in, out);
-    enc.dispatch([in, y = out.data<float>(), n = out.size(), run = run_, p = p_]() {
+    run_task(enc, [in, y = out.data<float>(), n = out.size(), run = run_, p = p_]() {
       std::vector<std::vector<float>> tmp(in.size());
       std::vector<const float*> src(in.size());
       for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);

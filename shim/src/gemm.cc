@@ -98,6 +98,48 @@ __attribute__((target("avx512f"))) void skinny_n_avx512(
   skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
 }
 
+// The same product for R >= 4 rows, C kept in registers: a block of R
+// rows by 32 columns accumulates over the whole of k, B read once per
+// block, C written once (the kernel above loads and stores C every four
+// k, which bound it at about a quarter of the FMA rate on [8, 64] x
+// [64, 256]). Each element is still one FMA chain over k in order: the
+// values are those of the kernel above, bit for bit.
+template <int R>
+__attribute__((target("avx512f"))) void blocked_n_avx512(
+    const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+    int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + 32 <= n1; n += 32) {
+    __m512 c[R][2];
+    for (int r = 0; r < R; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+    const float* b = B + n;
+    for (int64_t k = 0; k < K; ++k, b += ldb) {
+      __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+      for (int r = 0; r < R; ++r) {
+        __m512 a = _mm512_set1_ps(A[r * lda + k]);
+        c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+        c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(C + r * ldc + n, c[r][0]);
+      _mm512_storeu_ps(C + r * ldc + n + 16, c[r][1]);
+    }
+  }
+  for (; n < n1; n += 16) {
+    const int64_t w = std::min<int64_t>(16, n1 - n);
+    const __mmask16 m = (__mmask16)(w == 16 ? 0xffffu : (1u << w) - 1);
+    __m512 c[R];
+    for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_ps();
+    const float* b = B + n;
+    for (int64_t k = 0; k < K; ++k, b += ldb) {
+      __m512 b0 = _mm512_maskz_loadu_ps(m, b);
+      for (int r = 0; r < R; ++r) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * lda + k]), b0, c[r]);
+    }
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(C + r * ldc + n, m, c[r]);
+  }
+}
+
 template <int R>
 __attribute__((target("avx2,fma"))) void skinny_n_avx2(
     const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
@@ -197,7 +239,9 @@ using SkinnyFn = void (*)(const float*, int64_t, const float*, int64_t, float*, 
 template <int R>
 SkinnyFn skinny_for() {
 #if RLX_X86
-  if (has_avx512()) return skinny_n_avx512<R>;
+  // A few rows (a decode step) stream B once for all of them; from four
+  // rows on, C's block fits the registers.
+  if (has_avx512()) return R >= 4 ? blocked_n_avx512<R> : skinny_n_avx512<R>;
   if (has_avx2()) return skinny_n_avx2<R>;
 #endif
   return skinny_n_scalar<R>;
@@ -285,6 +329,21 @@ void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t 
   }
 }
 
+// Whether OpenBLAS takes a product of a few rows better than our kernels:
+// from four rows on, a small product on an AVX-512 machine, where
+// OpenBLAS's small-matrix kernels (SkylakeX, Cooper Lake) multiply without
+// packing: [8, 64] x [64, 256] ran 2.5x faster there than our blocked
+// kernel (docs/PERFORMANCE.md). One or two rows stream the weights once in
+// ours.
+bool small_for_openblas(int64_t M, int64_t K, int64_t N) {
+  static const bool openblas = find_symbol("openblas_get_num_threads") != nullptr;
+#if RLX_X86
+  return openblas && has_avx512() && M >= 4 && M * K * N <= (int64_t(1) << 21);
+#else
+  return false;
+#endif
+}
+
 // How a product of `batches` [M, K] x [K, N] is spread: the skinny
 // kernel's column chunks per batch, or the BLAS calls' row parts per batch.
 struct Split {
@@ -294,7 +353,7 @@ struct Split {
 
 Split split(int64_t batches, int64_t M, int64_t K, int64_t N) {
   const int64_t pool = static_cast<int64_t>(Pool::get().size());
-  if (M <= kSkinnyRows || cblas_sgemm() == nullptr) {
+  if ((M <= kSkinnyRows && !small_for_openblas(M, K, N)) || cblas_sgemm() == nullptr) {
     // Each batch's columns in chunks of ~64 KiB of B (64-column
     // multiples), at least one a participant where there is enough work.
     int64_t min_cols = std::max<int64_t>(64, ((1 << 14) / std::max<int64_t>(K, 1) + 63) / 64 * 64);
@@ -349,7 +408,7 @@ void product(const float* A, const mx::array& b, float* C, int64_t batches, int6
 
 // [batch.., M, K] x [batch.., K, N] (the same batch dims, or a 2-D right
 // operand shared by every batch, folded into the rows).
-class Matmul : public mx::UnaryPrimitive {
+class Matmul : public mx::UnaryPrimitive, public RunsInline {
  public:
   explicit Matmul(mx::Stream stream) : mx::UnaryPrimitive(stream) {}
 
@@ -361,7 +420,7 @@ class Matmul : public mx::UnaryPrimitive {
     enc.set_input_array(a);
     enc.set_input_array(b);
     enc.set_output_array(out);
-    enc.dispatch([a, b, c = out.data<float>()]() {
+    run_task(enc, [a, b, c = out.data<float>()]() {
       const int nd = static_cast<int>(a.ndim());
       const int64_t K = a.shape(nd - 1), N = b.shape(-1);
       // A 2-D right operand serves every row: the batch folds into M.

@@ -17,6 +17,7 @@
 #include "rlx-mlx-shim/src/pool.h"
 
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -170,7 +171,7 @@ mx::array gelu_grad(const mx::array& x, mx::StreamOrDevice s) {
 // One elementwise float32 kernel as an MLX primitive: a single task on the
 // CPU stream, where MLX's composite (rlx's saturating exp alone is a clip,
 // two exps and a select) is several.
-class RlxUnary : public mx::UnaryPrimitive {
+class RlxUnary : public mx::UnaryPrimitive, public RunsInline {
  public:
   RlxUnary(mx::Stream stream, Unary kind) : mx::UnaryPrimitive(stream), kind_(kind) {}
 
@@ -191,7 +192,7 @@ class RlxUnary : public mx::UnaryPrimitive {
     enc.set_output_array(out);
     // A view (broadcast, transposed) is read through its strides in the
     // task: no copy op in the graph.
-    enc.dispatch([in, dst = out.data<float>(), n = out.size(), k = kind_]() {
+    run_task(enc, [in, dst = out.data<float>(), n = out.size(), k = kind_]() {
       std::vector<float> tmp;
       unary_parallel(k, row_major(in, tmp), dst, n);
     });
@@ -256,7 +257,54 @@ std::unique_ptr<Array> unary_cpu(const Array& x, Unary kind) {
   return wrap(mx::array(x.a.shape(), mx::float32, std::make_shared<RlxUnary>(s, kind), {x.a}));
 }
 
+// up * silu(gate) over rows of 2N holding both halves, as rlx-cpu's
+// swiglu_rows (the same exp polynomial, the product in the same order).
+struct SwigluParams {
+  size_t n;
+  bool gate_first;
+  bool operator==(const SwigluParams& o) const { return n == o.n && gate_first == o.gate_first; }
+};
+
+void swiglu_rows(const float* x, float* y, size_t r0, size_t r1, const SwigluParams& p) {
+  for (size_t r = r0; r < r1; ++r) {
+    const float* row = x + r * 2 * p.n;
+    const float* gate = p.gate_first ? row : row + p.n;
+    const float* up = p.gate_first ? row + p.n : row;
+    float* yr = y + r * p.n;
+    unary_range(Unary::Silu, gate, yr, p.n);
+    for (size_t i = 0; i < p.n; ++i) yr[i] = up[i] * yr[i];
+  }
+}
+
+void run_swiglu(const std::vector<const float*>& in, float* y, size_t total,
+                const SwigluParams& p) {
+  const size_t rows = p.n == 0 ? 0 : total / p.n;
+  constexpr size_t kMinPerThread = 1 << 16;
+  auto& pool = Pool::get();
+  size_t parts = std::min({pool.size(), rows, std::max<size_t>(1, total / kMinPerThread)});
+  if (parts <= 1) {
+    swiglu_rows(in[0], y, 0, rows, p);
+    return;
+  }
+  size_t per = (rows + parts - 1) / parts;
+  pool.run(parts, [&](size_t t) {
+    size_t r0 = t * per, r1 = std::min(rows, r0 + per);
+    if (r0 < r1) swiglu_rows(in[0], y, r0, r1, p);
+  });
+}
+
 }  // namespace
+
+std::unique_ptr<Array> swiglu_cpu(const Array& x, bool gate_first) {
+  if (x.a.dtype() != mx::float32) throw std::invalid_argument("[rlx swiglu] float32 only");
+  if (x.a.ndim() == 0 || x.a.shape().back() % 2 != 0) {
+    throw std::invalid_argument("[rlx swiglu] needs rows of 2N (gate and up halves)");
+  }
+  auto shape = x.a.shape();
+  shape.back() /= 2;
+  return wrap(cpu_kernel("RlxSwiGlu", run_swiglu, SwigluParams{size_t(shape.back()), gate_first},
+                         shape, {x.a}, false));
+}
 
 bool kernels_vectorized() { return has_avx2_fma(); }
 

@@ -27,6 +27,10 @@ pub mod ffi {
         fn sigmoid_rlx_cpu(x: &Array) -> Result<UniquePtr<Array>>;
         /// `x/(1 + e^-x)` over the saturating exp, one primitive.
         fn silu_rlx_cpu(x: &Array) -> Result<UniquePtr<Array>>;
+        /// SwiGLU of float32 rows `[.., 2N]` holding the gate and up halves
+        /// (`gate_first` says which half comes first): `up * silu(gate)`
+        /// as rlx-cpu's `swiglu_rows` computes it, `[.., N]`, one primitive.
+        fn swiglu_cpu(x: &Array, gate_first: bool) -> Result<UniquePtr<Array>>;
         /// A float32 matrix product `[..., M, K] x [K, N]` on the CPU stream,
         /// with the plugin's own kernel for a few rows and its own threads
         /// around the BLAS.

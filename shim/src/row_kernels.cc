@@ -24,6 +24,8 @@
 #include "rlx-mlx-shim/include/kernels.h"
 #include "rlx-mlx-shim/src/kernels.rs.h"
 #include "rlx-mlx-shim/src/cpu_kernel.h"
+#include "rlx-mlx-shim/src/rlx_math.h"
+#include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
 
@@ -37,24 +39,122 @@ void need_f32(const mx::array& a, const char* op) {
 
 // y = norm(x) * gamma + beta over rows of `c`: RmsNorm x / sqrt(mean(x^2)
 // + eps), LayerNorm (x - mean) / sqrt(var + eps), biased variance.
+// sum of x[i] - shift (or of its square, `square`) in double, in partial
+// sums: one chain of dependent adds over a row was the norm's whole time
+// at a small model's widths (4 cycles an element).
+double sum_f64_scalar(const float* x, size_t n, double shift, bool square) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (size_t t = 0; t < 4; ++t) {
+      double d = x[i + t] - shift;
+      s[t] += square ? d * d : d;
+    }
+  }
+  for (; i < n; ++i) {
+    double d = x[i] - shift;
+    s[0] += square ? d * d : d;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+#if RLX_X86
+__attribute__((target("avx2,fma"))) double sum_f64_avx2(const float* x, size_t n, double shift,
+                                                        bool square) {
+  const __m256d sh = _mm256_set1_pd(shift);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), sh);
+    __m256d hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), sh);
+    if (square) {
+      s0 = _mm256_fmadd_pd(lo, lo, s0);
+      s1 = _mm256_fmadd_pd(hi, hi, s1);
+    } else {
+      s0 = _mm256_add_pd(s0, lo);
+      s1 = _mm256_add_pd(s1, hi);
+    }
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(s0, s1));
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) +
+         sum_f64_scalar(x + i, n - i, shift, square);
+}
+
+// y = (x - m) * inv * g + b over a row, eight at a time.
+__attribute__((target("avx2,fma"))) void affine_avx2(const float* x, const float* g,
+                                                     const float* b, float* y, size_t n, float m,
+                                                     float inv) {
+  const __m256 vm = _mm256_set1_ps(m), vi = _mm256_set1_ps(inv);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi),
+                             _mm256_loadu_ps(g + i));
+    _mm256_storeu_ps(y + i, _mm256_add_ps(t, _mm256_loadu_ps(b + i)));
+  }
+  for (; i < n; ++i) y[i] = (x[i] - m) * inv * g[i] + b[i];
+}
+#endif
+
+// y += a * x over n floats.
+#if RLX_X86
+__attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, float* y, size_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                          _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+#endif
+
+void axpy(float a, const float* x, float* y, size_t n) {
+#if RLX_X86
+  if (has_avx2_fma()) return axpy_avx2(a, x, y, n);
+#endif
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+double sum_f64(const float* x, size_t n, double shift, bool square) {
+#if RLX_X86
+  if (has_avx2_fma()) return sum_f64_avx2(x, n, shift, square);
+#endif
+  return sum_f64_scalar(x, n, shift, square);
+}
+
+void affine(const float* x, const float* g, const float* b, float* y, size_t n, float m,
+            float inv) {
+#if RLX_X86
+  if (has_avx2_fma()) return affine_avx2(x, g, b, y, n, m, inv);
+#endif
+  for (size_t i = 0; i < n; ++i) y[i] = (x[i] - m) * inv * g[i] + b[i];
+}
+
+// q . k over n floats in eight partial sums (a vector's lanes), for the
+// same reason.
+float dot_f32(const float* a, const float* b, size_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t t = 0; t < 8; ++t) s[t] += a[i + t] * b[i + t];
+  }
+  for (; i < n; ++i) s[0] += a[i] * b[i];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
 void norm_rows(const float* x, const float* g, const float* b, float* y, size_t rows,
                size_t c, float eps, bool rms) {
   for (size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * c;
     float* yr = y + r * c;
     double mean = 0.0;
-    if (!rms) {
-      for (size_t i = 0; i < c; ++i) mean += xr[i];
-      mean /= static_cast<double>(c);
-    }
-    double ss = 0.0;
-    for (size_t i = 0; i < c; ++i) {
-      double d = xr[i] - mean;
-      ss += d * d;
-    }
+    if (!rms) mean = sum_f64(xr, c, 0.0, false) / static_cast<double>(c);
+    double ss = sum_f64(xr, c, mean, true);
     float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + eps));
     float m = static_cast<float>(mean);
-    for (size_t i = 0; i < c; ++i) yr[i] = (xr[i] - m) * inv * g[i] + b[i];
+    affine(xr, g, b, yr, c, m, inv);
   }
 }
 
@@ -171,14 +271,12 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
         float mx = -INFINITY;
         for (size_t ki = 0; ki < keys; ++ki) {
           const float* kr = k + at(p.bshd, bi, kh, ki, p.hk, p.lk, p.d);
-          float s = 0.0f;
-          for (size_t j = 0; j < p.d; ++j) s += qr[j] * kr[j];
-          w[ki] = s * p.scale;
+          w[ki] = dot_f32(qr, kr, p.d) * p.scale;
           mx = std::max(mx, w[ki]);
         }
         float sum = 0.0f;
         for (size_t ki = 0; ki < keys; ++ki) {
-          w[ki] = std::exp(w[ki] - mx);
+          w[ki] = exp_poly(w[ki] - mx);
           sum += w[ki];
         }
         float inv = 1.0f / sum;
@@ -186,7 +284,7 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
         for (size_t ki = 0; ki < keys; ++ki) {
           const float* vr = v + at(p.bshd, bi, kh, ki, p.hk, p.lk, p.dv);
           float wk = w[ki] * inv;
-          for (size_t j = 0; j < p.dv; ++j) orow[j] += wk * vr[j];
+          axpy(wk, vr, orow, p.dv);
         }
       }
     }

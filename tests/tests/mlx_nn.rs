@@ -608,7 +608,8 @@ fn fused_matmul_bias_act_unlowered_activation_is_refused() {
 
 #[test]
 fn fused_swiglu_parity() {
-    let shapes: [&[usize]; 4] = [&[8], &[3, 10], &[2, 3, 14], &[2, 1, 3, 2]];
+    // [64, 2048]: the CPU kernel's vector loop and its split over threads.
+    let shapes: [&[usize]; 5] = [&[8], &[3, 10], &[2, 3, 14], &[2, 1, 3, 2], &[64, 2048]];
     let mut seed = 1500;
     for dt in DTYPES {
         for gate_first in [false, true] {

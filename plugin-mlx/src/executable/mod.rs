@@ -854,7 +854,8 @@ impl MlxExecutable {
         self.states.follow(&built.outs);
     }
 
-    /// The device and mode a traced run names.
+    /// The device and mode a traced run names, `-inline` when its
+    /// evaluation ran on the caller's thread (shim `inline_eval.cc`).
     fn trace_label(&self) -> String {
         // What ran: compiled mode without a compiled function (a host loop,
         // an unusable kernel cache, a graph of one op) builds it lazily.
@@ -862,7 +863,12 @@ impl MlxExecutable {
             (None, Mode::Compiled) => "lazy",
             (_, m) => m.name(),
         };
-        format!("{} {mode}", self.device.label())
+        let inline = if array::last_eval_inline() {
+            "-inline"
+        } else {
+            ""
+        };
+        format!("{} {mode}{inline}", self.device.label())
     }
 
     /// Node `id`'s declared dtype and dims (an output's, a leaf's).

@@ -78,7 +78,8 @@ pub fn entries() -> Vec<Lowering> {
             FusedSwiGLU,
             FLOATS,
             Composite,
-            "split halves, up * gate * sigmoid(gate)",
+            "CPU float32: the shim's kernel (rlx-cpu's swiglu_rows); else split halves, \
+             up * gate * sigmoid(gate)",
             swiglu
         ),
         row!(
@@ -197,13 +198,20 @@ fn swiglu(cx: &Ctx, a: &[&Array]) -> LResult {
         stop[r - 1] = lo + n;
         Ok(ops::slice(x, &start, &stop, &vec![1; r])?)
     };
-    let (up, gate) = if *gate_first {
-        (half(n)?, half(0)?)
+    // On the CPU, float32 runs the shim's kernel (rlx-cpu's formula and
+    // exp polynomial), one MLX op where the halves, sigmoid and products
+    // were four.
+    let y = if super::cpu_f32(&[x]) {
+        rlx_mlx_shim::kernels::swiglu_cpu(x, *gate_first)?
     } else {
-        (half(0)?, half(n)?)
+        let (up, gate) = if *gate_first {
+            (half(n)?, half(0)?)
+        } else {
+            (half(0)?, half(n)?)
+        };
+        let silu = ops::multiply(&gate, &*ops::sigmoid(&gate)?)?;
+        ops::multiply(&up, &silu)?
     };
-    let silu = ops::multiply(&gate, &*ops::sigmoid(&gate)?)?;
-    let y = ops::multiply(&up, &silu)?;
     Ok(if y.shape() != out {
         ops::reshape(&y, &out)?
     } else {

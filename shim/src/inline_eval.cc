@@ -1,0 +1,282 @@
+// A CPU graph evaluated on the caller's thread.
+//
+// Why: MLX evaluates every CPU op as tasks queued to its stream's thread
+// (mx::eval: a tape built with hash maps, then per op eval_cpu, a task with
+// the work, a second task holding the buffers), and the caller waits for
+// the last one. At the size of a small model's run (the demo transformer:
+// 23 ops, a few microseconds of arithmetic) that hand-over, 2 to 4 us an
+// op, was the run: 100 us where rlx-runtime's CPU backend, computing on
+// the caller's thread, took 25 (docs/PERFORMANCE.md). Under load it is
+// worse: the stream's thread must win a CPU for every run.
+//
+// So when every op left to compute is one the shim can run itself, the
+// caller's thread runs them in order: the plugin's kernels (their eval_cpu
+// with `caller_runs_tasks` set runs the task at once), float32 add,
+// subtract, multiply and divide (below; IEEE single arithmetic, the same
+// values as MLX's), and views (MLX's eval_cpu, which only shares a
+// buffer). Anything else (MLX's other ops, a GPU, a primitive with several
+// outputs) leaves the graph to mx::eval, untouched.
+
+#include "rlx-mlx-shim/src/inline_eval.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_set>
+#include <utility>
+
+#include "mlx/allocator.h"
+#include "mlx/primitives.h"
+#include "mlx/stream.h"
+#include "mlx/transforms.h"
+#include "rlx-mlx-shim/include/array.h"
+#include "rlx-mlx-shim/src/cpu_kernel.h"
+#include "rlx-mlx-shim/src/pool.h"
+
+namespace rlx {
+
+namespace {
+
+std::atomic<bool>& enabled() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("RLX_MLX_INLINE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// This thread's last evaluation that computed anything: inline or not.
+bool& ran_inline() {
+  thread_local bool yes = false;
+  return yes;
+}
+
+enum class Step : uint8_t { None, Kernel, View, Reshape, Add, Subtract, Multiply, Divide };
+
+bool named(const char* n, const char* want) { return std::strcmp(n, want) == 0; }
+
+// What the caller's thread does for `a` (an array still to compute).
+Step step_for(const mx::array& a) {
+  if (!a.has_primitive() || !a.siblings().empty()) return Step::None;
+  // (MLX's accessors are not const.)
+  auto& p = const_cast<mx::array&>(a).primitive();
+  if (p.device() != mx::Device::cpu) return Step::None;
+  const char* n = p.name();
+  // The plugin's kernels are named Rlx...: the cast only confirms one.
+  if (std::strncmp(n, "Rlx", 3) == 0 && dynamic_cast<const RunsInline*>(&p) != nullptr) {
+    return Step::Kernel;
+  }
+  // Views: eval_cpu shares the input's buffer with new strides, queueing
+  // nothing.
+  for (const char* v : {"Broadcast", "ExpandDims", "Squeeze", "Transpose", "Slice", "Copy",
+                        "StopGradient"}) {
+    if (named(n, v)) return Step::View;
+  }
+  if (named(n, "Reshape")) return Step::Reshape;
+  bool f32 = a.dtype() == mx::float32 && a.inputs().size() == 2 &&
+             a.inputs()[0].dtype() == mx::float32 && a.inputs()[1].dtype() == mx::float32;
+  if (!f32) return Step::None;
+  if (named(n, "Add")) return Step::Add;
+  if (named(n, "Subtract")) return Step::Subtract;
+  if (named(n, "Multiply")) return Step::Multiply;
+  if (named(n, "Divide")) return Step::Divide;
+  return Step::None;
+}
+
+template <class F>
+void binary_rows(const mx::array& a, const mx::array& b, float* y, F f, size_t r0, size_t r1) {
+  const int nd = static_cast<int>(a.ndim());
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  const int64_t inner = nd == 0 ? 1 : a.shape(nd - 1);
+  const int64_t sa = nd == 0 ? 0 : a.strides()[nd - 1];
+  const int64_t sb = nd == 0 ? 0 : b.strides()[nd - 1];
+  for (size_t r = r0; r < r1; ++r) {
+    // Row r's offsets: its index over the leading axes.
+    int64_t oa = 0, ob = 0;
+    size_t rest = r;
+    for (int d = nd - 2; d >= 0; --d) {
+      int64_t i = static_cast<int64_t>(rest % a.shape(d));
+      rest /= a.shape(d);
+      oa += i * a.strides()[d];
+      ob += i * b.strides()[d];
+    }
+    const float* xa = pa + oa;
+    const float* xb = pb + ob;
+    float* yr = y + r * inner;
+    // The layouts that occur, each a loop the compiler vectorises.
+    if (sa == 1 && sb == 1) {
+      for (int64_t j = 0; j < inner; ++j) yr[j] = f(xa[j], xb[j]);
+    } else if (sa == 1 && sb == 0) {
+      const float v = *xb;
+      for (int64_t j = 0; j < inner; ++j) yr[j] = f(xa[j], v);
+    } else if (sa == 0 && sb == 1) {
+      const float v = *xa;
+      for (int64_t j = 0; j < inner; ++j) yr[j] = f(v, xb[j]);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) yr[j] = f(xa[j * sa], xb[j * sb]);
+    }
+  }
+}
+
+// out = f(a, b) elementwise: a and b have out's shape (MLX broadcasts them
+// first, as views), read through their strides; large ones split by rows
+// over the plugin's threads.
+template <class F>
+void binary(const mx::array& a, const mx::array& b, mx::array& out, F f) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  float* y = out.data<float>();
+  const size_t n = out.size();
+  if (n == 0) return;
+  if (a.flags().row_contiguous && b.flags().row_contiguous && a.data_size() == n &&
+      b.data_size() == n) {
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    for (size_t i = 0; i < n; ++i) y[i] = f(pa[i], pb[i]);
+    return;
+  }
+  const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
+  const size_t rows = inner == 0 ? 0 : n / inner;
+  constexpr size_t kMinPerPart = 1 << 16;
+  auto& pool = Pool::get();
+  const size_t parts = std::min(pool.size(), std::max<size_t>(1, n / kMinPerPart));
+  if (parts <= 1 || rows < parts) {
+    binary_rows(a, b, y, f, 0, rows);
+    return;
+  }
+  const size_t per = (rows + parts - 1) / parts;
+  pool.run(parts, [&](size_t t) {
+    size_t r0 = t * per, r1 = std::min(rows, r0 + per);
+    if (r0 < r1) binary_rows(a, b, y, f, r0, r1);
+  });
+}
+
+// The arrays met so far: a small graph's few dozen are scanned (hashing
+// them cost more than the scan), a large one's hashed.
+class Seen {
+ public:
+  // Whether `id` is new (and now seen).
+  bool insert(std::uintptr_t id) {
+    if (!many_.empty()) return many_.insert(id).second;
+    for (auto s : few_) {
+      if (s == id) return false;
+    }
+    few_.push_back(id);
+    if (few_.size() > kFew) many_.insert(few_.begin(), few_.end());
+    return true;
+  }
+
+ private:
+  static constexpr size_t kFew = 64;
+  std::vector<std::uintptr_t> few_;
+  std::unordered_set<std::uintptr_t> many_;
+};
+
+// `RLX_MLX_INLINE_WHY=1`: which op sent a graph to MLX's own evaluation
+// (stderr), to see why a small graph did not run on the caller's thread.
+void say_why(const mx::array& a) {
+  static const bool on = std::getenv("RLX_MLX_INLINE_WHY") != nullptr;
+  if (!on) return;
+  const char* what = "a graph input without data";
+  if (a.has_primitive()) what = const_cast<mx::array&>(a).primitive().name();
+  std::fprintf(stderr, "[rlx mlx] evaluated by MLX, not inline: %s (%s)\n", what,
+               a.siblings().empty() ? "one output" : "several outputs");
+}
+
+// Sets `caller_runs_tasks` for a scope (restored on an exception too).
+struct CallerRuns {
+  CallerRuns() { caller_runs_tasks() = true; }
+  ~CallerRuns() { caller_runs_tasks() = false; }
+};
+
+void run_step(Step step, mx::array& a) {
+  auto& in = a.inputs();
+  switch (step) {
+    case Step::Kernel:
+    case Step::View: {
+      std::vector<mx::array> outs{a};
+      a.primitive().eval_cpu(in, outs);
+      return;
+    }
+    case Step::Reshape: {
+      std::vector<mx::array> outs{a};
+      a.primitive().eval_cpu(in, outs);
+      // A reshape of a strided view copies, and MLX queues that copy: wait
+      // for it.
+      if (a.data<void>() != in[0].data<void>()) mx::synchronize(a.primitive().stream());
+      return;
+    }
+    case Step::Add: return binary(in[0], in[1], a, [](float x, float y) { return x + y; });
+    case Step::Subtract: return binary(in[0], in[1], a, [](float x, float y) { return x - y; });
+    case Step::Multiply: return binary(in[0], in[1], a, [](float x, float y) { return x * y; });
+    case Step::Divide: return binary(in[0], in[1], a, [](float x, float y) { return x / y; });
+    case Step::None: break;
+  }
+  throw std::logic_error("[rlx inline eval] a step it cannot run");
+}
+
+}  // namespace
+
+bool last_eval_inline() { return ran_inline(); }
+
+void set_eval_inline(bool on) { enabled().store(on, std::memory_order_relaxed); }
+
+bool eval_inline(const std::vector<mx::array>& xs) {
+  if (!enabled().load(std::memory_order_relaxed)) {
+    ran_inline() = false;
+    return false;
+  }
+  // The arrays to compute in an order where inputs come first (a
+  // depth-first post-order), and the computed arrays they read.
+  std::vector<std::pair<mx::array, Step>> tape;
+  std::vector<mx::array> ready;
+  Seen seen;
+  std::vector<std::pair<mx::array, size_t>> stack;
+  for (const auto& x : xs) {
+    if (!seen.insert(x.id())) continue;
+    if (x.status() != mx::array::Status::unscheduled) {
+      ready.push_back(x);
+      continue;
+    }
+    stack.emplace_back(x, 0);
+    while (!stack.empty()) {
+      auto& [a, next] = stack.back();
+      if (next < a.inputs().size()) {
+        const auto& in = a.inputs()[next++];
+        if (!seen.insert(in.id())) continue;
+        if (in.status() != mx::array::Status::unscheduled) {
+          ready.push_back(in);
+        } else {
+          stack.emplace_back(in, 0);
+        }
+        continue;
+      }
+      Step step = step_for(a);
+      if (step == Step::None) {
+        say_why(a);
+        ran_inline() = false;
+        return false;
+      }
+      tape.emplace_back(a, step);
+      stack.pop_back();
+    }
+  }
+  // An earlier run's array may still be computing (an asynchronous run).
+  for (auto& r : ready) r.wait();
+  if (tape.empty()) return true;
+  ran_inline() = true;
+  CallerRuns here;
+  for (auto& [computed, step] : tape) {
+    // Moved out: an intermediate is freed once its last reader has run.
+    mx::array a = std::move(computed);
+    run_step(step, a);
+    a.set_status(mx::array::Status::available);
+    // As mx::eval does: the graph behind a computed array is let go.
+    a.detach();
+  }
+  return true;
+}
+
+}  // namespace rlx

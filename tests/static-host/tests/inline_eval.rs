@@ -1,0 +1,121 @@
+//! On the CPU the plugin evaluates a graph on the calling thread when every
+//! op left to compute is one it runs itself (its kernels, float32 add,
+//! subtract, multiply and divide, views), instead of handing each op to
+//! MLX's stream thread; a graph with any other op goes to MLX as before.
+//! Neither way may change a value: every builtin model of `rlx-host bench`
+//! small enough for a test (the graph as rlx-runtime hands it to the
+//! plugin, fused) and a set of graphs of broadcasts, strided views and
+//! arithmetic give bit-identical outputs with inline evaluation on and off
+//! (`set_eval_inline`, process-wide), in every mode, and the graphs that
+//! should run inline do (`last_eval_inline`). The plugin is linked in, so
+//! everything runs on this thread; one test, since the switch is the
+//! process's.
+
+use rlx_host::run::{execute, random_data};
+use rlx_ir::infer::GraphExt;
+use rlx_ir::op::BinaryOp;
+use rlx_ir::{DType, Graph, Shape};
+use rlx_mlx_shim::array::{last_eval_inline, set_eval_inline};
+use rlx_plugin_api::Mode;
+use rlx_runtime::Device;
+
+/// Outputs of two runs of `graph` on the plugin in `mode`, and whether
+/// the last one was evaluated on this thread.
+fn outputs(graph: &Graph, mode: Mode) -> (Vec<Vec<f32>>, bool) {
+    let data = random_data(graph, 7).unwrap();
+    let ex = rlx_plugin_host::with_mode(mode, || execute(Device::Mlx, graph, &data, 2)).unwrap();
+    (ex.outputs, last_eval_inline())
+}
+
+fn s(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+/// Broadcast arithmetic of every kind the inline path computes, a reshape
+/// of a transposed view (a copy MLX queues, waited for), and a strided
+/// slice read by a kernel.
+fn views_and_arithmetic() -> Graph {
+    let mut g = Graph::new("views");
+    let a = g.input("a", s(&[3, 1, 5]));
+    let b = g.input("b", s(&[4, 5]));
+    let c = g.param("c", s(&[5]));
+    let ab = g.binary(BinaryOp::Add, a, b, s(&[3, 4, 5]));
+    let d = g.binary(BinaryOp::Sub, ab, c, s(&[3, 4, 5]));
+    let e = g.binary(BinaryOp::Mul, d, b, s(&[3, 4, 5]));
+    let f = g.binary(BinaryOp::Div, e, c, s(&[3, 4, 5]));
+    let t = g.transpose_(f, vec![2, 0, 1]);
+    let r = g.reshape_(t, vec![5, 12]);
+    let x = g.exp(r);
+    g.set_outputs(vec![f, x]);
+    g
+}
+
+/// Cumulative sum: an op MLX evaluates, not the plugin.
+fn with_an_mlx_op() -> Graph {
+    let mut g = Graph::new("cumsum");
+    let a = g.input("a", s(&[4, 6]));
+    let e = g.exp(a);
+    let c = g.add_node(
+        rlx_ir::Op::Cumsum {
+            axis: 1,
+            exclusive: false,
+        },
+        vec![e],
+        s(&[4, 6]),
+    );
+    g.set_outputs(vec![c]);
+    g
+}
+
+#[test]
+fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
+    let opts = rlx_plugin_host::Options::default();
+    // SAFETY: rlx_mlx::rlx_plugin_entry is the MLX plugin's entry, linked
+    // into this test.
+    unsafe { rlx_plugin_host::install_static(rlx_mlx::rlx_plugin_entry, "mlx", &opts) }.unwrap();
+    // Whether each mode (lazy, eager, compiled) should run inline; None
+    // where it depends on the node (eager mode evaluates node by node, and
+    // its last evaluation is the last node's).
+    const ALL: [Option<bool>; 3] = [Some(true); 3];
+    const NONE: [Option<bool>; 3] = [Some(false), None, Some(false)];
+    let mut cases: Vec<(String, Graph, [Option<bool>; 3])> =
+        ["transformer", "exp4", "gelu", "add-broadcast", "scan1000"]
+            .iter()
+            .map(|name| {
+                let m = rlx_host::bench::builtins::builtin(name).unwrap();
+                (name.to_string(), m.graph, ALL)
+            })
+            .collect();
+    // Training: a backward pass with ops MLX evaluates.
+    let m = rlx_host::bench::builtins::builtin("mlp-train").unwrap();
+    cases.push(("mlp-train".into(), m.graph, NONE));
+    // Compiled mode fuses the arithmetic into one MLX kernel of its own.
+    let fused = [Some(true), Some(true), Some(false)];
+    cases.push(("views".into(), views_and_arithmetic(), fused));
+    cases.push(("cumsum".into(), with_an_mlx_op(), NONE));
+    for (name, graph, expected) in &cases {
+        for (mode, expect) in [Mode::Lazy, Mode::Eager, Mode::Compiled]
+            .into_iter()
+            .zip(expected)
+        {
+            set_eval_inline(true);
+            let (on, ran_inline) = outputs(graph, mode);
+            set_eval_inline(false);
+            let (off, ran_off) = outputs(graph, mode);
+            set_eval_inline(true);
+            assert!(!ran_off, "{name} {mode:?}: ran inline while switched off");
+            if let Some(want) = expect {
+                assert_eq!(ran_inline, *want, "{name} {mode:?}: evaluated inline");
+            }
+            assert_eq!(on.len(), off.len());
+            for (i, (a, b)) in on.iter().zip(&off).enumerate() {
+                let same =
+                    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(
+                    same,
+                    "{name} {mode:?}: output {i} differs between the two ways"
+                );
+            }
+        }
+    }
+}
