@@ -132,7 +132,8 @@ pub mod ffi {
         fn async_eval_list(l: &ArrayList) -> Result<()>;
         /// Whether this thread's last evaluation that computed anything
         /// ran on this thread (the plugin's kernels, float32 arithmetic
-        /// and views on the CPU) rather than through MLX's scheduler.
+        /// and views on the CPU; at most a few of MLX's own ops handed to
+        /// MLX in their turn) rather than through MLX's scheduler.
         fn last_eval_inline() -> bool;
         /// Evaluation on the caller's thread on or off for the whole
         /// process (`RLX_MLX_INLINE=0` starts it off): to compare both

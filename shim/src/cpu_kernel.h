@@ -32,15 +32,18 @@ struct RunsInline {
   virtual ~RunsInline() = default;
 };
 
-// `task` run now on the caller's thread when it evaluates the graph
-// itself, else queued on the stream as MLX's own ops queue theirs.
+// `task(in)` run now on the caller's thread when it evaluates the graph
+// itself, else queued on the stream as MLX's own ops queue theirs: the
+// queued task holds its inputs and `out`'s primitive (whose params it may
+// read), since it runs after this call returns.
 template <class F>
-void run_task(mx::cpu::CommandEncoder& enc, F&& task) {
+void run_task(mx::cpu::CommandEncoder& enc, const std::vector<mx::array>& in, mx::array& out,
+              F&& task) {
   if (caller_runs_tasks()) {
-    task();
-  } else {
-    enc.dispatch(std::forward<F>(task));
+    task(in);
+    return;
   }
+  enc.dispatch([in, keep = out.primitive_ptr(), task = std::forward<F>(task)]() { task(in); });
 }
 
 // Allocates `out` (a fresh buffer: the kernels read their inputs while
@@ -98,7 +101,7 @@ template <class P>
 class CpuKernel : public mx::Primitive, public RunsInline {
  public:
   // `n`: the output's element count.
-  using Run = void (*)(const std::vector<const float*>& in, float* out, size_t n, const P& p);
+  using Run = void (*)(const float* const* in, float* out, size_t n, const P& p);
 
   CpuKernel(mx::Stream s, const char* name, Run run, P p, bool same_shape)
       : mx::Primitive(s), name_(name), run_(run), p_(std::move(p)), same_shape_(same_shape) {}
@@ -106,12 +109,23 @@ class CpuKernel : public mx::Primitive, public RunsInline {
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
     auto& out = outs[0];
     auto& enc = start_task(stream(), in, out);
-    run_task(enc, [in, y = out.data<float>(), n = out.size(), run = run_, p = p_]() {
-      std::vector<std::vector<float>> tmp(in.size());
-      std::vector<const float*> src(in.size());
-      for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);
-      run(src, y, n, p);
-    });
+    run_task(enc, in, out,
+             [this, y = out.data<float>(), n = out.size()](const std::vector<mx::array>& in) {
+               // A few inputs (every kernel but a scan's) need no allocation
+               // unless one is a view to copy.
+               constexpr size_t kFew = 8;
+               if (in.size() <= kFew) {
+                 std::vector<float> tmp[kFew];
+                 const float* src[kFew];
+                 for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);
+                 run_(src, y, n, p_);
+                 return;
+               }
+               std::vector<std::vector<float>> tmp(in.size());
+               std::vector<const float*> src(in.size());
+               for (size_t i = 0; i < in.size(); ++i) src[i] = row_major(in[i], tmp[i]);
+               run_(src.data(), y, n, p_);
+             });
   }
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
     throw std::runtime_error(std::string("[") + name_ +

@@ -330,15 +330,17 @@ void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t 
 }
 
 // Whether OpenBLAS takes a product of a few rows better than our kernels:
-// from four rows on, a small product on an AVX-512 machine, where
-// OpenBLAS's small-matrix kernels (SkylakeX, Cooper Lake) multiply without
-// packing: [8, 64] x [64, 256] ran 2.5x faster there than our blocked
-// kernel (docs/PERFORMANCE.md). One or two rows stream the weights once in
+// from four rows on, a product of at most 64^3 multiply-adds on an AVX-512
+// machine, where OpenBLAS's small-matrix kernels (SkylakeX, Cooper Lake)
+// multiply without packing: [8, 64] x [64, 256] ran 2.5x faster there than
+// our blocked kernel (docs/PERFORMANCE.md). Past that size OpenBLAS packs
+// and may wake its threads: an LSTM step's [8, 128] x [128, 512] took
+// longer there than in ours. One to three rows stream the weights once in
 // ours.
 bool small_for_openblas(int64_t M, int64_t K, int64_t N) {
   static const bool openblas = find_symbol("openblas_get_num_threads") != nullptr;
 #if RLX_X86
-  return openblas && has_avx512() && M >= 4 && M * K * N <= (int64_t(1) << 21);
+  return openblas && has_avx512() && M >= 4 && M * K * N <= (int64_t(1) << 18);
 #else
   return false;
 #endif
@@ -420,7 +422,9 @@ class Matmul : public mx::UnaryPrimitive, public RunsInline {
     enc.set_input_array(a);
     enc.set_input_array(b);
     enc.set_output_array(out);
-    run_task(enc, [a, b, c = out.data<float>()]() {
+    run_task(enc, inputs, out, [c = out.data<float>()](const std::vector<mx::array>& in) {
+      const auto& a = in[0];
+      const auto& b = in[1];
       const int nd = static_cast<int>(a.ndim());
       const int64_t K = a.shape(nd - 1), N = b.shape(-1);
       // A 2-D right operand serves every row: the batch folds into M.

@@ -14,8 +14,9 @@
 // with `caller_runs_tasks` set runs the task at once), float32 add,
 // subtract, multiply and divide (below; IEEE single arithmetic, the same
 // values as MLX's), and views (MLX's eval_cpu, which only shares a
-// buffer). Anything else (MLX's other ops, a GPU, a primitive with several
-// outputs) leaves the graph to mx::eval, untouched.
+// buffer). A few of MLX's other ops (a concatenation of weights too large
+// to be computed once) are each evaluated by MLX in their turn; a graph
+// with more of them, or on a GPU, is left to mx::eval, untouched.
 
 #include "rlx-mlx-shim/src/inline_eval.h"
 
@@ -29,11 +30,13 @@
 
 #include "mlx/allocator.h"
 #include "mlx/primitives.h"
+#include "mlx/scheduler.h"
 #include "mlx/stream.h"
 #include "mlx/transforms.h"
 #include "rlx-mlx-shim/include/array.h"
 #include "rlx-mlx-shim/src/cpu_kernel.h"
 #include "rlx-mlx-shim/src/pool.h"
+#include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
 
@@ -47,22 +50,26 @@ std::atomic<bool>& enabled() {
   return on;
 }
 
-// This thread's last evaluation that computed anything: inline or not.
+// This thread's last evaluation that computed anything: here (but for a
+// few of MLX's ops) or by MLX.
 bool& ran_inline() {
   thread_local bool yes = false;
   return yes;
 }
 
-enum class Step : uint8_t { None, Kernel, View, Reshape, Add, Subtract, Multiply, Divide };
+// How an array is computed: `Mlx` by MLX's own evaluation of that one op
+// (its inputs computed), the rest on this thread; `None`: it cannot be.
+enum class Step : uint8_t { None, Mlx, Kernel, View, Reshape, Add, Subtract, Multiply, Divide };
 
 bool named(const char* n, const char* want) { return std::strcmp(n, want) == 0; }
 
 // What the caller's thread does for `a` (an array still to compute).
 Step step_for(const mx::array& a) {
-  if (!a.has_primitive() || !a.siblings().empty()) return Step::None;
+  if (!a.has_primitive()) return Step::None;
   // (MLX's accessors are not const.)
   auto& p = const_cast<mx::array&>(a).primitive();
   if (p.device() != mx::Device::cpu) return Step::None;
+  if (!a.siblings().empty()) return Step::Mlx;
   const char* n = p.name();
   // The plugin's kernels are named Rlx...: the cast only confirms one.
   if (std::strncmp(n, "Rlx", 3) == 0 && dynamic_cast<const RunsInline*>(&p) != nullptr) {
@@ -77,16 +84,76 @@ Step step_for(const mx::array& a) {
   if (named(n, "Reshape")) return Step::Reshape;
   bool f32 = a.dtype() == mx::float32 && a.inputs().size() == 2 &&
              a.inputs()[0].dtype() == mx::float32 && a.inputs()[1].dtype() == mx::float32;
-  if (!f32) return Step::None;
+  if (!f32) return Step::Mlx;
   if (named(n, "Add")) return Step::Add;
   if (named(n, "Subtract")) return Step::Subtract;
   if (named(n, "Multiply")) return Step::Multiply;
   if (named(n, "Divide")) return Step::Divide;
-  return Step::None;
+  return Step::Mlx;
 }
 
-template <class F>
-void binary_rows(const mx::array& a, const mx::array& b, float* y, F f, size_t r0, size_t r1) {
+// Parts a binary op of n elements in `rows` rows is split into. It is
+// memory bound: on the 2-core machine of docs/PERFORMANCE.md two threads
+// made x [256, 4096] + b [4096] no faster and less steady than one, so only
+// an op of 16 MiB or more is split.
+size_t split_parts(size_t n, size_t rows) {
+  constexpr size_t kMinPerPart = size_t(1) << 22;
+  size_t parts = std::min(Pool::get().size(), std::max<size_t>(1, n / kMinPerPart));
+  return rows < parts ? 1 : parts;
+}
+
+enum class BinOp { Add, Sub, Mul, Div };
+
+template <BinOp O>
+inline float apply(float x, float y) {
+  switch (O) {
+    case BinOp::Add: return x + y;
+    case BinOp::Sub: return x - y;
+    case BinOp::Mul: return x * y;
+    case BinOp::Div: return x / y;
+  }
+  return 0.0f;
+}
+
+#if RLX_X86
+template <BinOp O>
+__attribute__((target("avx2"))) inline __m256 apply8(__m256 x, __m256 y) {
+  switch (O) {
+    case BinOp::Add: return _mm256_add_ps(x, y);
+    case BinOp::Sub: return _mm256_sub_ps(x, y);
+    case BinOp::Mul: return _mm256_mul_ps(x, y);
+    case BinOp::Div: return _mm256_div_ps(x, y);
+  }
+  return x;
+}
+
+// y[j] = x[j * sx] op z[j * sz] with unit or zero strides, eight at a time.
+template <BinOp O>
+__attribute__((target("avx2"))) void row_avx2(const float* x, int64_t sx, const float* z,
+                                              int64_t sz, float* y, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 a = sx == 0 ? _mm256_set1_ps(*x) : _mm256_loadu_ps(x + j);
+    __m256 b = sz == 0 ? _mm256_set1_ps(*z) : _mm256_loadu_ps(z + j);
+    _mm256_storeu_ps(y + j, apply8<O>(a, b));
+  }
+  for (; j < n; ++j) y[j] = apply<O>(x[j * sx], z[j * sz]);
+}
+#endif
+
+// One row of `n` outputs from operands read with strides `sx`, `sz`.
+template <BinOp O>
+void binary_row(const float* x, int64_t sx, const float* z, int64_t sz, float* y, int64_t n) {
+#if RLX_X86
+  if ((sx == 0 || sx == 1) && (sz == 0 || sz == 1) && has_avx2_fma()) {
+    return row_avx2<O>(x, sx, z, sz, y, n);
+  }
+#endif
+  for (int64_t j = 0; j < n; ++j) y[j] = apply<O>(x[j * sx], z[j * sz]);
+}
+
+template <BinOp O>
+void binary_rows(const mx::array& a, const mx::array& b, float* y, size_t r0, size_t r1) {
   const int nd = static_cast<int>(a.ndim());
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
@@ -103,53 +170,35 @@ void binary_rows(const mx::array& a, const mx::array& b, float* y, F f, size_t r
       oa += i * a.strides()[d];
       ob += i * b.strides()[d];
     }
-    const float* xa = pa + oa;
-    const float* xb = pb + ob;
-    float* yr = y + r * inner;
-    // The layouts that occur, each a loop the compiler vectorises.
-    if (sa == 1 && sb == 1) {
-      for (int64_t j = 0; j < inner; ++j) yr[j] = f(xa[j], xb[j]);
-    } else if (sa == 1 && sb == 0) {
-      const float v = *xb;
-      for (int64_t j = 0; j < inner; ++j) yr[j] = f(xa[j], v);
-    } else if (sa == 0 && sb == 1) {
-      const float v = *xa;
-      for (int64_t j = 0; j < inner; ++j) yr[j] = f(v, xb[j]);
-    } else {
-      for (int64_t j = 0; j < inner; ++j) yr[j] = f(xa[j * sa], xb[j * sb]);
-    }
+    binary_row<O>(pa + oa, sa, pb + ob, sb, y + r * inner, inner);
   }
 }
 
-// out = f(a, b) elementwise: a and b have out's shape (MLX broadcasts them
-// first, as views), read through their strides; large ones split by rows
-// over the plugin's threads.
-template <class F>
-void binary(const mx::array& a, const mx::array& b, mx::array& out, F f) {
+// out = a op b elementwise: a and b have out's shape (MLX broadcasts them
+// first, as views), read through their strides; very large ones split by
+// rows over the plugin's threads.
+template <BinOp O>
+void binary(const mx::array& a, const mx::array& b, mx::array& out) {
   out.set_data(mx::allocator::malloc(out.nbytes()));
   float* y = out.data<float>();
   const size_t n = out.size();
   if (n == 0) return;
   if (a.flags().row_contiguous && b.flags().row_contiguous && a.data_size() == n &&
       b.data_size() == n) {
-    const float* pa = a.data<float>();
-    const float* pb = b.data<float>();
-    for (size_t i = 0; i < n; ++i) y[i] = f(pa[i], pb[i]);
+    binary_row<O>(a.data<float>(), 1, b.data<float>(), 1, y, static_cast<int64_t>(n));
     return;
   }
   const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
   const size_t rows = inner == 0 ? 0 : n / inner;
-  constexpr size_t kMinPerPart = 1 << 16;
-  auto& pool = Pool::get();
-  const size_t parts = std::min(pool.size(), std::max<size_t>(1, n / kMinPerPart));
-  if (parts <= 1 || rows < parts) {
-    binary_rows(a, b, y, f, 0, rows);
+  const size_t parts = split_parts(n, rows);
+  if (parts <= 1) {
+    binary_rows<O>(a, b, y, 0, rows);
     return;
   }
   const size_t per = (rows + parts - 1) / parts;
-  pool.run(parts, [&](size_t t) {
+  Pool::get().run(parts, [&](size_t t) {
     size_t r0 = t * per, r1 = std::min(rows, r0 + per);
-    if (r0 < r1) binary_rows(a, b, y, f, r0, r1);
+    if (r0 < r1) binary_rows<O>(a, b, y, r0, r1);
   });
 }
 
@@ -181,7 +230,7 @@ void say_why(const mx::array& a) {
   if (!on) return;
   const char* what = "a graph input without data";
   if (a.has_primitive()) what = const_cast<mx::array&>(a).primitive().name();
-  std::fprintf(stderr, "[rlx mlx] evaluated by MLX, not inline: %s (%s)\n", what,
+  std::fprintf(stderr, "[rlx mlx] evaluated by MLX, not on the calling thread: %s (%s)\n", what,
                a.siblings().empty() ? "one output" : "several outputs");
 }
 
@@ -191,27 +240,37 @@ struct CallerRuns {
   ~CallerRuns() { caller_runs_tasks() = false; }
 };
 
-void run_step(Step step, mx::array& a) {
+// `outs`: a one-element vector the caller keeps, so that a step does not
+// allocate one.
+void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
   auto& in = a.inputs();
   switch (step) {
     case Step::Kernel:
-    case Step::View: {
-      std::vector<mx::array> outs{a};
+    case Step::View:
+      outs[0] = a;
       a.primitive().eval_cpu(in, outs);
       return;
-    }
-    case Step::Reshape: {
-      std::vector<mx::array> outs{a};
+    case Step::Reshape:
+      outs[0] = a;
       a.primitive().eval_cpu(in, outs);
       // A reshape of a strided view copies, and MLX queues that copy: wait
       // for it.
       if (a.data<void>() != in[0].data<void>()) mx::synchronize(a.primitive().stream());
       return;
+    case Step::Mlx: {
+      // MLX's op, queued on its stream as MLX queues it (not by us).
+      auto stream = a.primitive().stream();
+      caller_runs_tasks() = false;
+      mx::eval({a});
+      caller_runs_tasks() = true;
+      // A task that failed leaves its error on the stream.
+      mx::scheduler::check_error(stream);
+      return;
     }
-    case Step::Add: return binary(in[0], in[1], a, [](float x, float y) { return x + y; });
-    case Step::Subtract: return binary(in[0], in[1], a, [](float x, float y) { return x - y; });
-    case Step::Multiply: return binary(in[0], in[1], a, [](float x, float y) { return x * y; });
-    case Step::Divide: return binary(in[0], in[1], a, [](float x, float y) { return x / y; });
+    case Step::Add: return binary<BinOp::Add>(in[0], in[1], a);
+    case Step::Subtract: return binary<BinOp::Sub>(in[0], in[1], a);
+    case Step::Multiply: return binary<BinOp::Mul>(in[0], in[1], a);
+    case Step::Divide: return binary<BinOp::Div>(in[0], in[1], a);
     case Step::None: break;
   }
   throw std::logic_error("[rlx inline eval] a step it cannot run");
@@ -234,6 +293,7 @@ bool eval_inline(const std::vector<mx::array>& xs) {
   std::vector<mx::array> ready;
   Seen seen;
   std::vector<std::pair<mx::array, size_t>> stack;
+  size_t by_mlx = 0;
   for (const auto& x : xs) {
     if (!seen.insert(x.id())) continue;
     if (x.status() != mx::array::Status::unscheduled) {
@@ -259,19 +319,36 @@ bool eval_inline(const std::vector<mx::array>& xs) {
         ran_inline() = false;
         return false;
       }
+      if (step == Step::Mlx) {
+        say_why(a);
+        ++by_mlx;
+      }
       tape.emplace_back(a, step);
       stack.pop_back();
     }
+  }
+  // A few of MLX's ops (a concatenation of weights) are evaluated one by
+  // one, each a hand-over to MLX's thread and a wait, between the ops run
+  // here; a graph with more (a backward pass, a recurrence) goes to MLX
+  // whole, where its ops follow one another on MLX's thread.
+  if (by_mlx > std::max<size_t>(2, tape.size() / 16)) {
+    ran_inline() = false;
+    return false;
   }
   // An earlier run's array may still be computing (an asynchronous run).
   for (auto& r : ready) r.wait();
   if (tape.empty()) return true;
   ran_inline() = true;
   CallerRuns here;
+  std::vector<mx::array> outs{tape.front().first};
   for (auto& [computed, step] : tape) {
     // Moved out: an intermediate is freed once its last reader has run.
     mx::array a = std::move(computed);
-    run_step(step, a);
+    run_step(step, a, outs);
+    if (step == Step::Mlx) {
+      a.wait();
+      continue;
+    }
     a.set_status(mx::array::Status::available);
     // As mx::eval does: the graph behind a computed array is let go.
     a.detach();

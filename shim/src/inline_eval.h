@@ -7,11 +7,12 @@
 
 namespace rlx {
 
-// Evaluates `xs` on this thread when every op left to compute is one the
+// Evaluates `xs` on this thread when the ops left to compute are ones the
 // shim can run here (the plugin's kernels, float32 add, subtract, multiply
-// and divide, and views) on the CPU; returns false, having changed nothing,
-// when one is not (MLX's eval then runs the graph). `RLX_MLX_INLINE=0`
-// turns it off.
+// and divide, and views) on the CPU, but for a few of MLX's own (each then
+// evaluated by MLX alone, in its turn); returns false, having changed
+// nothing, when more are MLX's (MLX's eval then runs the graph).
+// `RLX_MLX_INLINE=0` turns it off.
 bool eval_inline(const std::vector<mlx::core::array>& xs);
 
 }  // namespace rlx

@@ -192,10 +192,11 @@ class RlxUnary : public mx::UnaryPrimitive, public RunsInline {
     enc.set_output_array(out);
     // A view (broadcast, transposed) is read through its strides in the
     // task: no copy op in the graph.
-    run_task(enc, [in, dst = out.data<float>(), n = out.size(), k = kind_]() {
-      std::vector<float> tmp;
-      unary_parallel(k, row_major(in, tmp), dst, n);
-    });
+    run_task(enc, inputs, out,
+             [dst = out.data<float>(), n = out.size(), k = kind_](const std::vector<mx::array>& in) {
+               std::vector<float> tmp;
+               unary_parallel(k, row_major(in[0], tmp), dst, n);
+             });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
@@ -276,7 +277,7 @@ void swiglu_rows(const float* x, float* y, size_t r0, size_t r1, const SwigluPar
   }
 }
 
-void run_swiglu(const std::vector<const float*>& in, float* y, size_t total,
+void run_swiglu(const float* const* in, float* y, size_t total,
                 const SwigluParams& p) {
   const size_t rows = p.n == 0 ? 0 : total / p.n;
   constexpr size_t kMinPerThread = 1 << 16;

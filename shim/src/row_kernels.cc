@@ -117,6 +117,42 @@ void axpy(float a, const float* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// w[i] = exp(w[i] - m) (rlx-cpu's exp polynomial) over n floats; returns
+// their sum.
+#if RLX_X86
+__attribute__((target("avx2,fma"))) float exp_shifted_avx2(float* w, size_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(w + i), vm));
+    _mm256_storeu_ps(w + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+              ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  for (; i < n; ++i) {
+    w[i] = exp_poly(w[i] - m);
+    sum += w[i];
+  }
+  return sum;
+}
+#endif
+
+float exp_shifted(float* w, size_t n, float m) {
+#if RLX_X86
+  if (has_avx2_fma()) return exp_shifted_avx2(w, n, m);
+#endif
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    w[i] = exp_poly(w[i] - m);
+    sum += w[i];
+  }
+  return sum;
+}
+
 double sum_f64(const float* x, size_t n, double shift, bool square) {
 #if RLX_X86
   if (has_avx2_fma()) return sum_f64_avx2(x, n, shift, square);
@@ -165,7 +201,7 @@ struct NormParams {
   bool operator==(const NormParams& o) const { return c == o.c && eps == o.eps && rms == o.rms; }
 };
 
-void run_norm(const std::vector<const float*>& in, float* y, size_t n, const NormParams& p) {
+void run_norm(const float* const* in, float* y, size_t n, const NormParams& p) {
   norm_rows(in[0], in[1], in[2], y, n / p.c, p.c, p.eps, p.rms);
 }
 
@@ -204,7 +240,7 @@ void rope_rows(const float* x, const float* cs, const float* sn, float* y, RopeP
   }
 }
 
-void run_rope(const std::vector<const float*>& in, float* y, size_t, const RopeParams& p) {
+void run_rope(const float* const* in, float* y, size_t, const RopeParams& p) {
   rope_rows(in[0], in[1], in[2], y, p);
 }
 
@@ -217,7 +253,7 @@ struct GatherParams {
   bool operator==(const GatherParams& o) const { return extent == o.extent && row == o.row; }
 };
 
-void run_gather(const std::vector<const float*>& in, float* y, size_t n, const GatherParams& p) {
+void run_gather(const float* const* in, float* y, size_t n, const GatherParams& p) {
   const float* t = in[0];
   const float* ix = in[1];
   size_t count = p.row == 0 ? 0 : n / p.row;
@@ -274,11 +310,7 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
           w[ki] = dot_f32(qr, kr, p.d) * p.scale;
           mx = std::max(mx, w[ki]);
         }
-        float sum = 0.0f;
-        for (size_t ki = 0; ki < keys; ++ki) {
-          w[ki] = exp_poly(w[ki] - mx);
-          sum += w[ki];
-        }
+        float sum = exp_shifted(w.data(), keys, mx);
         float inv = 1.0f / sum;
         for (size_t j = 0; j < p.dv; ++j) orow[j] = 0.0f;
         for (size_t ki = 0; ki < keys; ++ki) {
@@ -291,7 +323,7 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
   }
 }
 
-void run_attention(const std::vector<const float*>& in, float* o, size_t, const AttnParams& p) {
+void run_attention(const float* const* in, float* o, size_t, const AttnParams& p) {
   attend_rows(in[0], in[1], in[2], o, p);
 }
 

@@ -119,7 +119,7 @@ void step_op(int32_t op, float* __restrict d, const float* __restrict a,
 
 // src: [init, bcast..., xs...], row-major; out: the kept rows, or
 // the final carry.
-void run_scan(const std::vector<const float*>& src, float* out, size_t, const ScanProgram& p) {
+void run_scan(const float* const* src, float* out, size_t, const ScanProgram& p) {
   const size_t n = p.n;
   std::vector<float> regs(p.n_regs * n);
   std::vector<const float*> reg(p.n_regs);
