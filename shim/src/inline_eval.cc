@@ -258,6 +258,9 @@ void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
       if (a.data<void>() != in[0].data<void>()) mx::synchronize(a.primitive().stream());
       return;
     case Step::Mlx: {
+      // An op of several outputs is evaluated with its first: the others
+      // are computed (and let go of their graph) by then.
+      if (a.status() != mx::array::Status::unscheduled) return;
       // MLX's op, queued on its stream as MLX queues it (not by us).
       auto stream = a.primitive().stream();
       caller_runs_tasks() = false;

@@ -50,20 +50,25 @@ pub fn verdict(
     };
     if ratio <= 1.0 {
         let why = if on_gpu {
-            "the GPU's speed at the products outweighs MLX scheduling each op"
+            "the GPU's speed at the products outweighs MLX launching each op"
         } else {
-            "the plugin's matrix products (its own kernels and BLAS threads) outweigh \
-             MLX scheduling each op on its own thread"
+            "the plugin's own kernels (its matrix products on its threads beside the BLAS's) \
+             outweigh what a run costs beyond the work"
         };
         format!(
             "{plugin} ({mode}) took {ratio:.2}x the CPU backend's time ({:.1}x faster): {size}, enough work that {why}",
             1.0 / ratio
         )
     } else {
+        let why = if on_gpu {
+            "the GPU's launches and copies, which the CPU backend does not pay"
+        } else {
+            "building MLX's graph of the run and walking it, which the CPU backend (a plan \
+             made once) does not pay"
+        };
         format!(
             "{plugin} ({mode}) took {ratio:.2}x the CPU backend's time: {size} is too little work to pay for \
-             MLX scheduling each op on its own thread, which the CPU backend (running on the caller's thread) \
-             does not do; a larger model favours the plugin (rlx-host demo --model decoder)"
+             {why}; a larger model favours the plugin (rlx-host demo --model decoder)"
         )
     }
 }

@@ -34,7 +34,7 @@ fn s(d: &[usize]) -> Shape {
 
 /// Broadcast arithmetic of every kind the inline path computes, a reshape
 /// of a transposed view (a copy MLX queues, waited for), and a strided
-/// slice read by a kernel.
+/// view read by a kernel.
 fn views_and_arithmetic() -> Graph {
     let mut g = Graph::new("views");
     let a = g.input("a", s(&[3, 1, 5]));
