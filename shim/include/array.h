@@ -9,6 +9,15 @@ namespace rlx {
 // header repeats this declaration with its enumerators).
 enum class DType : std::uint8_t;
 
+// A CPU graph's evaluation on the calling thread recorded once and run
+// again on new leaves (src/inline_eval.cc).
+struct InlinePlan {
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+  explicit InlinePlan(std::unique_ptr<Impl> i);
+  ~InlinePlan();
+};
+
 // One MLX array (a refcounted graph node). Copying the handle is cheap.
 struct Array {
   mx::array a;
@@ -105,6 +114,10 @@ void eval_list(const ArrayList& l);
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us);
 bool last_eval_inline();
 void set_eval_inline(bool on);
+bool eval_inline_enabled();
+std::unique_ptr<InlinePlan> inline_plan(const ArrayList& leaves, const ArrayList& outs);
+std::unique_ptr<ArrayList> run_inline_plan(const InlinePlan& plan, const ArrayList& leaves);
+std::size_t inline_plan_len(const InlinePlan& plan);
 void async_eval_list(const ArrayList& l);
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out);
 void array_copy_to(const Array& a, uint8_t* out, std::size_t len);

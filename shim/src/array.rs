@@ -43,6 +43,9 @@ pub mod ffi {
         type Array;
         /// An ordered list of arrays.
         type ArrayList;
+        /// A CPU graph's evaluation on the calling thread, recorded once
+        /// (`inline_plan`) and run again on new leaves (`run_inline_plan`).
+        type InlinePlan;
 
         /// Makes the CPU MLX's default device. Idempotent; optional (every
         /// shim op names the CPU device itself).
@@ -139,6 +142,19 @@ pub mod ffi {
         /// process (`RLX_MLX_INLINE=0` starts it off): to compare both
         /// ways in one process.
         fn set_eval_inline(on: bool);
+        /// Whether evaluation on the calling thread is on (see
+        /// `set_eval_inline`).
+        fn eval_inline_enabled() -> bool;
+        /// Records how to compute `outs` from `leaves` (arrays of the
+        /// leaves' shapes and dtypes that `outs` were built from, never
+        /// evaluated) on the calling thread, every op one the shim runs
+        /// itself. Fails, naming the op, where one is not.
+        fn inline_plan(leaves: &ArrayList, outs: &ArrayList) -> Result<UniquePtr<InlinePlan>>;
+        /// The plan's outputs computed, on this thread, from `leaves`
+        /// (evaluated arrays of the recorded shapes and dtypes, in order).
+        fn run_inline_plan(plan: &InlinePlan, leaves: &ArrayList) -> Result<UniquePtr<ArrayList>>;
+        /// How many ops the plan runs.
+        fn inline_plan_len(plan: &InlinePlan) -> usize;
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
         fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;
@@ -154,7 +170,7 @@ pub mod ffi {
     }
 }
 
-pub use ffi::{Array, ArrayList, DType};
+pub use ffi::{Array, ArrayList, DType, InlinePlan};
 
 // SAFETY: an `Array` is a refcounted handle to an MLX graph node and an
 // `ArrayList` a vector of such handles; MLX's refcounts are atomic, so a
@@ -163,6 +179,11 @@ pub use ffi::{Array, ArrayList, DType};
 // which is why neither type is `Sync`.
 unsafe impl Send for Array {}
 unsafe impl Send for ArrayList {}
+// SAFETY: a plan is immutable once recorded: its primitives (params of the
+// plugin's kernels, MLX's view and arithmetic ops) are only read, and each
+// run makes its own arrays, so runs may proceed on several threads at once.
+unsafe impl Send for InlinePlan {}
+unsafe impl Sync for InlinePlan {}
 
 impl DType {
     /// Size of one element in bytes.
@@ -448,8 +469,8 @@ pub fn default_device_is_cpu() -> bool {
 }
 
 pub use ffi::{
-    gpu_backend, gpu_device_count, last_eval_inline, set_eval_inline, thread_device_index,
-    thread_device_is_gpu,
+    eval_inline_enabled, gpu_backend, gpu_device_count, inline_plan_len, last_eval_inline,
+    set_eval_inline, thread_device_index, thread_device_is_gpu,
 };
 
 /// A device shim ops can run on.

@@ -25,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -285,6 +287,8 @@ bool last_eval_inline() { return ran_inline(); }
 
 void set_eval_inline(bool on) { enabled().store(on, std::memory_order_relaxed); }
 
+bool eval_inline_enabled() { return enabled().load(std::memory_order_relaxed); }
+
 bool eval_inline(const std::vector<mx::array>& xs) {
   if (!enabled().load(std::memory_order_relaxed)) {
     ran_inline() = false;
@@ -357,6 +361,138 @@ bool eval_inline(const std::vector<mx::array>& xs) {
     a.detach();
   }
   return true;
+}
+
+// ---- a recorded plan ------------------------------------------------------
+
+namespace {
+
+// Where an op's operand comes from.
+struct Ref {
+  enum Kind : uint8_t { Leaf, Const, Op } kind;
+  uint32_t i;
+};
+
+struct PlanOp {
+  Step step;
+  std::shared_ptr<mx::Primitive> prim;
+  mx::Shape shape;
+  mx::Dtype dtype;
+  std::vector<Ref> in;
+};
+
+}  // namespace
+
+struct InlinePlan::Impl {
+  size_t n_leaves = 0;
+  // Arrays the graph holds with their data (constants), kept.
+  std::vector<mx::array> consts;
+  std::vector<PlanOp> ops;
+  std::vector<Ref> outs;
+  // For each op, the ops whose values are last read by it (freed then).
+  std::vector<std::vector<uint32_t>> frees;
+};
+
+InlinePlan::InlinePlan(std::unique_ptr<Impl> i) : impl(std::move(i)) {}
+InlinePlan::~InlinePlan() = default;
+
+std::unique_ptr<InlinePlan> inline_plan(const ArrayList& leaves, const ArrayList& outs) {
+  auto p = std::make_unique<InlinePlan::Impl>();
+  p->n_leaves = leaves.v.size();
+  std::unordered_map<std::uintptr_t, Ref> at;
+  for (size_t i = 0; i < leaves.v.size(); ++i) at[leaves.v[i].id()] = {Ref::Leaf, uint32_t(i)};
+  auto ref_of = [&](const mx::array& a) -> Ref {
+    if (auto it = at.find(a.id()); it != at.end()) return it->second;
+    if (a.status() == mx::array::Status::unscheduled) {
+      throw std::invalid_argument("[rlx inline plan] an operand is neither a leaf nor computed");
+    }
+    Ref r{Ref::Const, uint32_t(p->consts.size())};
+    p->consts.push_back(a);
+    at[a.id()] = r;
+    return r;
+  };
+  std::vector<std::pair<mx::array, size_t>> stack;
+  for (const auto& x : outs.v) {
+    if (at.count(x.id()) != 0 || x.status() != mx::array::Status::unscheduled) continue;
+    stack.emplace_back(x, 0);
+    while (!stack.empty()) {
+      auto& [a, next] = stack.back();
+      if (next < a.inputs().size()) {
+        const auto& in = a.inputs()[next++];
+        if (at.count(in.id()) == 0 && in.status() == mx::array::Status::unscheduled) {
+          stack.emplace_back(in, 0);
+        }
+        continue;
+      }
+      Step step = step_for(a);
+      if (step == Step::None || step == Step::Mlx) {
+        throw std::invalid_argument(std::string("[rlx inline plan] an op the plugin does not run: ") +
+                                    (a.has_primitive() ? const_cast<mx::array&>(a).primitive().name()
+                                                       : "(none)"));
+      }
+      PlanOp op{step, const_cast<mx::array&>(a).primitive_ptr(), a.shape(), a.dtype(), {}};
+      for (const auto& in : a.inputs()) op.in.push_back(ref_of(in));
+      at[a.id()] = {Ref::Op, uint32_t(p->ops.size())};
+      p->ops.push_back(std::move(op));
+      stack.pop_back();
+    }
+  }
+  for (const auto& x : outs.v) p->outs.push_back(ref_of(x));
+  // Free each op's value after its last reader (outputs are kept).
+  std::vector<int64_t> last(p->ops.size(), -1);
+  for (size_t k = 0; k < p->ops.size(); ++k) {
+    for (const auto& r : p->ops[k].in) {
+      if (r.kind == Ref::Op) last[r.i] = int64_t(k);
+    }
+  }
+  for (const auto& r : p->outs) {
+    if (r.kind == Ref::Op) last[r.i] = int64_t(p->ops.size());
+  }
+  p->frees.resize(p->ops.size());
+  for (size_t i = 0; i < last.size(); ++i) {
+    if (last[i] >= 0 && last[i] < int64_t(p->ops.size())) p->frees[last[i]].push_back(uint32_t(i));
+  }
+  return std::make_unique<InlinePlan>(std::move(p));
+}
+
+std::size_t inline_plan_len(const InlinePlan& plan) { return plan.impl->ops.size(); }
+
+std::unique_ptr<ArrayList> run_inline_plan(const InlinePlan& plan, const ArrayList& leaves) {
+  const auto& p = *plan.impl;
+  if (leaves.v.size() != p.n_leaves) {
+    throw std::invalid_argument("[rlx inline plan] " + std::to_string(leaves.v.size()) +
+                                " leaves given for " + std::to_string(p.n_leaves));
+  }
+  // An earlier run's array may still be computing (an asynchronous run).
+  for (const auto& l : leaves.v) const_cast<mx::array&>(l).wait();
+  std::vector<std::optional<mx::array>> vals(p.ops.size());
+  auto get = [&](Ref r) -> const mx::array& {
+    switch (r.kind) {
+      case Ref::Leaf: return leaves.v[r.i];
+      case Ref::Const: return p.consts[r.i];
+      case Ref::Op: return *vals[r.i];
+    }
+    throw std::logic_error("[rlx inline plan] bad operand");
+  };
+  CallerRuns here;
+  std::vector<mx::array> outs;
+  for (size_t k = 0; k < p.ops.size(); ++k) {
+    const auto& op = p.ops[k];
+    std::vector<mx::array> in;
+    in.reserve(op.in.size());
+    for (const auto& r : op.in) in.push_back(get(r));
+    mx::array a(op.shape, op.dtype, op.prim, std::move(in));
+    if (outs.empty()) outs.push_back(a);
+    run_step(op.step, a, outs);
+    a.set_status(mx::array::Status::available);
+    a.detach();
+    vals[k] = std::move(a);
+    for (uint32_t f : p.frees[k]) vals[f].reset();
+  }
+  ran_inline() = true;
+  auto out = std::make_unique<ArrayList>();
+  for (const auto& r : p.outs) out->v.push_back(get(r));
+  return out;
 }
 
 }  // namespace rlx

@@ -33,6 +33,7 @@ mod device;
 mod evaluate;
 mod extent;
 mod hoist;
+mod plan;
 mod sharing;
 mod state;
 mod state_entries;
@@ -43,6 +44,7 @@ pub use device::{on_device, OnDevice};
 use evaluate::zeros_like;
 pub use evaluate::{evaluate, Env, Eval, Observer, ParamWrites};
 use hoist::{Hoisted, Hoisting};
+use plan::Plan;
 use state::States;
 use submit::Pending;
 
@@ -132,6 +134,9 @@ pub struct MlxExecutable {
     /// allocation each time.
     kept_inputs: InputSlots,
     compiled: Option<Compiled>,
+    /// On the CPU, where the compiled function would fuse nothing, its
+    /// evaluation recorded once and run in its place (see `plan`).
+    plan: Option<Arc<Plan>>,
     /// The compiled call's argument list, kept so that a run does not
     /// allocate one; empty between runs, so that it holds no input a
     /// later run wants to write over.
@@ -237,6 +242,16 @@ impl MlxExecutable {
             )?),
             _ => None,
         };
+        let plan = compiled.as_ref().and_then(|c| {
+            let hoisted = hoisting.as_ref().map_or(&[][..], |h| &h.nodes[..]);
+            let leaves: Vec<NodeId> = inputs
+                .iter()
+                .chain(&params)
+                .map(|(_, id)| *id)
+                .chain(hoisted.iter().copied())
+                .collect();
+            Plan::record(&graph, rng, &custom, &leaves, hoisting.as_deref(), c).map(Arc::new)
+        });
         log::debug!(
             "compiled graph {:?}: {} nodes, {} inputs, {} params, {} mode",
             graph.name,
@@ -254,6 +269,7 @@ impl MlxExecutable {
             bound: HashMap::new(),
             kept_inputs: InputSlots::new(),
             compiled,
+            plan,
             args: rlx_mlx_shim::array::new_array_list(),
             device,
             custom,
@@ -736,9 +752,14 @@ impl MlxExecutable {
                 .and_then(Option::as_ref)
                 .unwrap_or_else(|| base(slot))
         };
-        let (graph, compiled, write_ids) = match plan {
-            Some(p) => (&p.graph, p.compiled.as_ref(), &p.compiled_writes),
-            None => (&self.graph, self.compiled.as_ref(), &self.compiled_writes),
+        let (graph, compiled, write_ids, recorded) = match plan {
+            Some(p) => (&p.graph, p.compiled.as_ref(), &p.compiled_writes, None),
+            None => (
+                &self.graph,
+                self.compiled.as_ref(),
+                &self.compiled_writes,
+                self.plan.as_deref(),
+            ),
         };
         // The params-only values, made again if a param they read changed
         // (a narrowed graph builds its own).
@@ -780,7 +801,10 @@ impl MlxExecutable {
                         .push(a)
                         .map_err(|e| PluginError::internal(format!("argument list: {e}")))?;
                 }
-                let returned = c.call(args);
+                let returned = match recorded.and_then(|p| p.run(args)) {
+                    Some(r) => r.map_err(|e| e.message),
+                    None => c.call(args).map_err(|e| e.to_string()),
+                };
                 args.pin_mut().clear();
                 let returned = returned.map_err(|e| {
                     PluginError::internal(format!(

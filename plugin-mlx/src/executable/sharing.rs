@@ -43,6 +43,7 @@ impl MlxExecutable {
                 .collect(),
             kept_inputs: InputSlots::new(),
             compiled,
+            plan: self.plan.clone(),
             args: array::new_array_list(),
             device: self.device.clone(),
             custom: self.custom.clone(),
