@@ -14,9 +14,9 @@
 // with `caller_runs_tasks` set runs the task at once), float32 add,
 // subtract, multiply and divide (below; IEEE single arithmetic, the same
 // values as MLX's), and views (MLX's eval_cpu, which only shares a
-// buffer). A few of MLX's other ops (a concatenation of weights too large
-// to be computed once) are each evaluated by MLX in their turn; a graph
-// with more of them, or on a GPU, is left to mx::eval, untouched.
+// buffer). Up to four of MLX's other ops (a concatenation of weights too
+// large to be computed once) are each evaluated by MLX in their turn; a
+// graph with more of them, or on a GPU, is left to mx::eval, untouched.
 
 #include "rlx-mlx-shim/src/inline_eval.h"
 
@@ -335,10 +335,13 @@ bool eval_inline(const std::vector<mx::array>& xs) {
     }
   }
   // A few of MLX's ops (a concatenation of weights) are evaluated one by
-  // one, each a hand-over to MLX's thread and a wait, between the ops run
-  // here; a graph with more (a backward pass, a recurrence) goes to MLX
-  // whole, where its ops follow one another on MLX's thread.
-  if (by_mlx > std::max<size_t>(2, tape.size() / 16)) {
+  // one, each a hand-over to MLX's thread and a wait (tens of
+  // microseconds), between the ops run here; a graph with more (a backward
+  // pass, a recurrence: the LSTM's 256 steps took 40 % longer with each
+  // step's MLX ops handed over alone) goes to MLX whole, where its ops
+  // follow one another on MLX's thread.
+  constexpr size_t kFewMlxOps = 4;
+  if (by_mlx > kFewMlxOps) {
     ran_inline() = false;
     return false;
   }
