@@ -65,6 +65,20 @@ pub struct Env<'a> {
     pub observe: Option<Observer<'a>>,
 }
 
+impl<'a> Env<'a> {
+    /// A lazy build (nothing evaluated, no observer), its param writes
+    /// recorded in `writes`.
+    pub fn lazy(rng: rlx_ir::RngOptions, custom: &'a CustomScope, writes: &'a ParamWrites) -> Self {
+        Env {
+            rng,
+            custom,
+            how: Eval::Lazy,
+            writes,
+            observe: None,
+        }
+    }
+}
+
 /// See [`Env::observe`].
 pub type Observer<'a> = &'a dyn Fn(&rlx_ir::Node, &[&Array], &Array);
 

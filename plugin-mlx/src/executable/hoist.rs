@@ -19,7 +19,7 @@
 //! came from (a bf16 model whose every weight is cast to f32 would double
 //! or triple its memory). `RLX_MLX_HOIST=0`, read once, turns it off.
 
-use super::evaluate::{evaluate, evaluate_select, Env, Eval, ParamWrites, Select};
+use super::evaluate::{evaluate, evaluate_select, Env, ParamWrites, Select};
 use crate::custom::CustomScope;
 use crate::lower::A;
 use rlx_ir::{Graph, NodeId, OpKind};
@@ -252,13 +252,7 @@ impl Hoisted {
         self.values.clear();
         self.from.clear();
         let writes = ParamWrites::default();
-        let env = Env {
-            rng,
-            custom,
-            how: Eval::Lazy,
-            writes: &writes,
-            observe: None,
-        };
+        let env = Env::lazy(rng, custom, &writes);
         let select = Select {
             given: &[],
             skip: &plan.prep_skip,

@@ -418,13 +418,7 @@ fn compile_graph(
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
         let writes = ParamWrites::default();
-        let env = Env {
-            rng,
-            custom: &custom,
-            how: Eval::Lazy,
-            writes: &writes,
-            observe: None,
-        };
+        let env = Env::lazy(rng, &custom, &writes);
         let outs =
             hoist::evaluate_run(hoisting.as_deref(), &graph, &env, &leaf).map_err(|e| e.message)?;
         // State written back rides along as extra outputs.

@@ -13,7 +13,7 @@
 //! is written back into a param; otherwise compiled mode calls the
 //! compiled function.
 
-use super::evaluate::{zeros_like, Env, Eval, ParamWrites};
+use super::evaluate::{zeros_like, Env, ParamWrites};
 use super::hoist::{self, Hoisting};
 use crate::custom::CustomScope;
 use rlx_ir::{Graph, NodeId};
@@ -50,13 +50,7 @@ impl Plan {
         let slot: HashMap<NodeId, usize> =
             leaves.iter().enumerate().map(|(i, id)| (*id, i)).collect();
         let writes = ParamWrites::default();
-        let env = Env {
-            rng,
-            custom,
-            how: Eval::Lazy,
-            writes: &writes,
-            observe: None,
-        };
+        let env = Env::lazy(rng, custom, &writes);
         let outs = hoist::evaluate_run(hoisting, graph, &env, &|id| {
             Ok(zeros[slot[&id]].clone_handle())
         })
