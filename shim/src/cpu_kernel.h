@@ -33,29 +33,21 @@ struct RunsInline {
 };
 
 // `task(in)` run now on the caller's thread when it evaluates the graph
-// itself, else queued on the stream as MLX's own ops queue theirs: the
+// itself, else queued on stream `s` as MLX's own ops queue theirs: the
 // queued task holds its inputs and `out`'s primitive (whose params it may
-// read), since it runs after this call returns.
+// read), since it runs after this call returns. Run now, it touches no
+// encoder: MLX keeps a stream's encoder on the thread that made the stream,
+// and a recorded plan runs on whichever thread calls it.
 template <class F>
-void run_task(mx::cpu::CommandEncoder& enc, const std::vector<mx::array>& in, mx::array& out,
-              F&& task) {
+void run_task(mx::Stream s, const std::vector<mx::array>& in, mx::array& out, F&& task) {
   if (caller_runs_tasks()) {
     task(in);
     return;
   }
-  enc.dispatch([in, keep = out.primitive_ptr(), task = std::forward<F>(task)]() { task(in); });
-}
-
-// Allocates `out` (a fresh buffer: the kernels read their inputs while
-// writing) and registers the task's arrays with the stream's encoder, to
-// which the caller then dispatches the task.
-inline mx::cpu::CommandEncoder& start_task(mx::Stream s, const std::vector<mx::array>& in,
-                                           mx::array& out) {
-  out.set_data(mx::allocator::malloc(out.nbytes()));
   auto& enc = mx::cpu::get_command_encoder(s);
   for (const auto& a : in) enc.set_input_array(a);
   enc.set_output_array(out);
-  return enc;
+  enc.dispatch([in, keep = out.primitive_ptr(), task = std::forward<F>(task)]() { task(in); });
 }
 
 // `a`'s elements row-major: its own buffer when it lies that way, else
@@ -108,8 +100,9 @@ class CpuKernel : public mx::Primitive, public RunsInline {
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& outs) override {
     auto& out = outs[0];
-    auto& enc = start_task(stream(), in, out);
-    run_task(enc, in, out,
+    // A fresh buffer: the kernels read their inputs while writing.
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    run_task(stream(), in, out,
              [this, y = out.data<float>(), n = out.size()](const std::vector<mx::array>& in) {
                // A few inputs (every kernel but a scan's) need no allocation
                // unless one is a view to copy.

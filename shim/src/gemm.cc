@@ -415,14 +415,8 @@ class Matmul : public mx::UnaryPrimitive, public RunsInline {
   explicit Matmul(mx::Stream stream) : mx::UnaryPrimitive(stream) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    const auto& a = inputs[0];
-    const auto& b = inputs[1];
     out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    enc.set_input_array(a);
-    enc.set_input_array(b);
-    enc.set_output_array(out);
-    run_task(enc, inputs, out, [c = out.data<float>()](const std::vector<mx::array>& in) {
+    run_task(stream(), inputs, out, [c = out.data<float>()](const std::vector<mx::array>& in) {
       const auto& a = in[0];
       const auto& b = in[1];
       const int nd = static_cast<int>(a.ndim());

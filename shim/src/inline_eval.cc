@@ -236,6 +236,56 @@ void say_why(const mx::array& a) {
                a.siblings().empty() ? "one output" : "several outputs");
 }
 
+// Whether MLX reshapes `in` into `out`'s shape without a copy: MLX 0.32.4's
+// prepare_reshape (backend/common/common.cpp, not exported), ported: the
+// input's contiguous runs of axes must split into the output's axes.
+bool reshape_shares(const mx::array& in, const mx::array& out) {
+  if (in.size() == 0 || in.ndim() == 0 || in.flags().row_contiguous) return true;
+  std::vector<int64_t> shape, strides;
+  for (int i = 0; i < static_cast<int>(in.ndim()); ++i) {
+    const int64_t n = in.shape(i), st = in.strides()[i];
+    if (n == 1) continue;
+    if (!shape.empty() && strides.back() == n * st) {
+      shape.back() *= n;
+      strides.back() = st;
+    } else {
+      shape.push_back(n);
+      strides.push_back(st);
+    }
+  }
+  size_t j = 0;
+  for (int i = 0; i < static_cast<int>(out.ndim()); ++i) {
+    const int64_t n = out.shape(i);
+    if (j < shape.size() && shape[j] % n == 0) {
+      shape[j] /= n;
+      j += shape[j] == 1;
+    } else if (n != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `out` (of `in`'s elements, any shape) as a row-major copy of the view `in`.
+void copy_row_major(const mx::array& in, mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  if (in.size() == 0) return;
+  const size_t item = in.itemsize();
+  const int nd = static_cast<int>(in.ndim());
+  const auto* src = static_cast<const char*>(in.data<void>());
+  auto* dst = static_cast<char*>(out.data<void>());
+  std::vector<int64_t> idx(nd, 0);
+  for (size_t k = 0; k < in.size(); ++k) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; ++d) off += idx[d] * in.strides()[d];
+    std::memcpy(dst + k * item, src + off * int64_t(item), item);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < in.shape(d)) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // Sets `caller_runs_tasks` for a scope (restored on an exception too).
 struct CallerRuns {
   CallerRuns() { caller_runs_tasks() = true; }
@@ -253,11 +303,17 @@ void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
       a.primitive().eval_cpu(in, outs);
       return;
     case Step::Reshape:
-      outs[0] = a;
-      a.primitive().eval_cpu(in, outs);
-      // A reshape of a strided view copies, and MLX queues that copy: wait
-      // for it.
-      if (a.data<void>() != in[0].data<void>()) mx::synchronize(a.primitive().stream());
+      if (reshape_shares(in[0], a)) {
+        // MLX's reshape then only shares the buffer with new strides.
+        outs[0] = a;
+        a.primitive().eval_cpu(in, outs);
+        // (Had it copied after all, the copy was queued: wait for it.)
+        if (a.data<void>() != in[0].data<void>()) mx::synchronize(a.primitive().stream());
+        return;
+      }
+      // Else it is copied row-major here (MLX would queue the copy on the
+      // encoder of the thread that made the op's stream).
+      copy_row_major(in[0], a);
       return;
     case Step::Mlx: {
       // An op of several outputs is evaluated with its first: the others

@@ -187,12 +187,9 @@ class RlxUnary : public mx::UnaryPrimitive, public RunsInline {
     } else {
       out.set_data(mx::allocator::malloc(out.nbytes()));
     }
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    enc.set_input_array(in);
-    enc.set_output_array(out);
     // A view (broadcast, transposed) is read through its strides in the
     // task: no copy op in the graph.
-    run_task(enc, inputs, out,
+    run_task(stream(), inputs, out,
              [dst = out.data<float>(), n = out.size(), k = kind_](const std::vector<mx::array>& in) {
                std::vector<float> tmp;
                unary_parallel(k, row_major(in[0], tmp), dst, n);

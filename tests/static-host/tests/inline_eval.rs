@@ -122,3 +122,86 @@ fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
         }
     }
 }
+
+/// Clones of one compiled executable share its recorded plan (the demo
+/// transformer's evaluation, recorded once): run at once on two threads,
+/// each clone's every run gives the outputs of a run alone, bit for bit.
+/// (It does not touch the switch above: run beside that test, its runs may
+/// go either way, with the same values.)
+#[test]
+fn clones_sharing_a_recorded_plan_run_at_once_on_two_threads() {
+    use rlx_mlx::executable::MlxExecutable;
+    use rlx_plugin_api::convert::f32_to_le;
+    use rlx_plugin_api::tensor::RawView;
+    use rlx_plugin_api::{CompileOptions, DeviceKind, Executable, TensorRef};
+
+    let m = rlx_host::bench::builtins::builtin("transformer").unwrap();
+    let text = rlx_ir::rlxmodel::to_text(&m.graph).unwrap();
+    let data = random_data(&m.graph, 3).unwrap();
+    let shape_of = |name: &str| -> Vec<usize> {
+        let n = m.graph.nodes().iter().find(|n| match &n.op {
+            rlx_ir::Op::Input { name: x, .. } | rlx_ir::Op::Param { name: x, .. } => x == name,
+            _ => false,
+        });
+        let n = n.unwrap_or_else(|| panic!("no leaf {name}"));
+        assert_eq!(n.shape.dtype(), DType::F32, "{name}");
+        n.shape.dims().iter().map(|d| d.unwrap_static()).collect()
+    };
+    // (name, shape, little-endian bytes) of each input and param.
+    let encode = |list: &[(String, Vec<f32>)]| -> Vec<(String, Vec<usize>, Vec<u8>)> {
+        list.iter()
+            .map(|(n, v)| (n.clone(), shape_of(n), f32_to_le(v)))
+            .collect()
+    };
+    let (inputs, params) = (encode(&data.inputs), encode(&data.params));
+    let with_refs = |list: &[(String, Vec<usize>, Vec<u8>)],
+                     f: &mut dyn FnMut(Vec<(&str, TensorRef<'_>)>)| {
+        let views: Vec<RawView> = list
+            .iter()
+            .map(|(_, shape, bytes)| RawView::of(rlx_plugin_api::DType::F32, shape, bytes, 0))
+            .collect();
+        // SAFETY: each view describes its bytes in `list`, alive for the call.
+        let refs: Vec<(&str, TensorRef<'_>)> = list
+            .iter()
+            .zip(&views)
+            .map(|((n, _, _), v)| (n.as_str(), unsafe { TensorRef::from_raw(&v.raw) }.unwrap()))
+            .collect();
+        f(refs);
+    };
+    let opts = CompileOptions {
+        mode: Mode::Compiled,
+        device: Some((DeviceKind::Cpu, 0)),
+        ..CompileOptions::default()
+    };
+    let mut exe = MlxExecutable::compile(&text, &opts).unwrap();
+    with_refs(&params, &mut |refs| {
+        for (n, t) in refs {
+            exe.bind_param_lent(n, t).unwrap();
+        }
+    });
+    let run = |exe: &mut dyn Executable| -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        with_refs(&inputs, &mut |refs| {
+            out = exe
+                .run(&refs)
+                .unwrap()
+                .into_iter()
+                .map(|t| t.data)
+                .collect();
+        });
+        out
+    };
+    let want = run(&mut exe);
+    let clones: Vec<Box<dyn Executable>> =
+        (0..2).map(|_| exe.clone_executable().unwrap()).collect();
+    std::thread::scope(|s| {
+        for mut c in clones {
+            let (run, want) = (&run, &want);
+            s.spawn(move || {
+                for i in 0..50 {
+                    assert!(run(&mut *c) == *want, "run {i} of a clone differs");
+                }
+            });
+        }
+    });
+}
