@@ -123,6 +123,9 @@ fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     }
 }
 
+/// Named tensors, as a run takes them.
+type Named<'a> = Vec<(&'a str, rlx_plugin_api::TensorRef<'a>)>;
+
 /// Clones of one compiled executable share its recorded plan (the demo
 /// transformer's evaluation, recorded once): run at once on two threads,
 /// each clone's every run gives the outputs of a run alone, bit for bit.
@@ -154,8 +157,7 @@ fn clones_sharing_a_recorded_plan_run_at_once_on_two_threads() {
             .collect()
     };
     let (inputs, params) = (encode(&data.inputs), encode(&data.params));
-    let with_refs = |list: &[(String, Vec<usize>, Vec<u8>)],
-                     f: &mut dyn FnMut(Vec<(&str, TensorRef<'_>)>)| {
+    let with_refs = |list: &[(String, Vec<usize>, Vec<u8>)], f: &mut dyn FnMut(Named<'_>)| {
         let views: Vec<RawView> = list
             .iter()
             .map(|(_, shape, bytes)| RawView::of(rlx_plugin_api::DType::F32, shape, bytes, 0))
