@@ -643,6 +643,16 @@ fn reductions_stage(r: usize, n: usize, dir: &Path, s: &[f32]) -> StageSpec {
     )
 }
 
+/// The MLX plugin of the build tree installed in this process: its custom
+/// ops (the collectives) must be rlx-ir ops here to build the graphs.
+fn install_mlx() {
+    rlx_plugin_host::install(&rlx_plugin_host::Options {
+        plugins: vec![common::mlx_plugin_dir()],
+        ..Default::default()
+    })
+    .unwrap();
+}
+
 /// Two workers run the MLP split by columns then rows (`mlx.all_sum`),
 /// then split by columns and gathered (`mlx.all_gather`), then the other
 /// collectives, inside one MLX graph each, in every mode: each worker's
@@ -650,12 +660,7 @@ fn reductions_stage(r: usize, n: usize, dir: &Path, s: &[f32]) -> StageSpec {
 /// rel (f32 sums of 16 and 32 products).
 #[test]
 fn tensor_parallel_mlp_over_mlx_ring() {
-    // The custom ops must be rlx-ir ops here to build the graphs.
-    rlx_plugin_host::install(&rlx_plugin_host::Options {
-        plugins: vec![common::mlx_plugin_dir()],
-        ..Default::default()
-    })
-    .unwrap();
+    install_mlx();
     let n = 2;
     let p = tp_weights();
     let x = wave(TP_B * TP_D, 4.2);
@@ -731,11 +736,7 @@ fn tensor_parallel_mlp_over_mlx_ring() {
 /// no collective), so worker 1 gives up after `RLX_MLX_DIST_TIMEOUT`.
 #[test]
 fn mlx_group_setup_failures_are_errors() {
-    rlx_plugin_host::install(&rlx_plugin_host::Options {
-        plugins: vec![common::mlx_plugin_dir()],
-        ..Default::default()
-    })
-    .unwrap();
+    install_mlx();
     let p = tp_weights();
     let env = [("RLX_MLX_DIST_TIMEOUT", "3")];
 
@@ -882,11 +883,7 @@ fn const_t(g: &mut Graph, v: &[f32], dims: &[usize]) -> rlx_ir::NodeId {
 /// c) and `dw_r = x tile(c')`. Tolerance 1e-5 abs + 1e-5 rel.
 #[test]
 fn gradients_through_gather_and_scatter() {
-    rlx_plugin_host::install(&rlx_plugin_host::Options {
-        plugins: vec![common::mlx_plugin_dir()],
-        ..Default::default()
-    })
-    .unwrap();
+    install_mlx();
     let (n, b, d) = (2usize, 4usize, 3usize);
     let x = wave(b * d, 0.3);
     let ws = wave(n * b * d, 1.1);

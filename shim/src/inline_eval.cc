@@ -345,6 +345,14 @@ void set_eval_inline(bool on) { enabled().store(on, std::memory_order_relaxed); 
 
 bool eval_inline_enabled() { return enabled().load(std::memory_order_relaxed); }
 
+// A few of MLX's ops (a concatenation of weights) are evaluated one by one,
+// each a hand-over to MLX's thread and a wait (tens of microseconds),
+// between the ops run here; a graph with more (a backward pass, a
+// recurrence: the LSTM's 256 steps took 40 % longer with each step's MLX
+// ops handed over alone) goes to MLX whole, where its ops follow one
+// another on MLX's thread.
+constexpr size_t kFewMlxOps = 4;
+
 bool eval_inline(const std::vector<mx::array>& xs) {
   if (!enabled().load(std::memory_order_relaxed)) {
     ran_inline() = false;
@@ -384,22 +392,15 @@ bool eval_inline(const std::vector<mx::array>& xs) {
       }
       if (step == Step::Mlx) {
         say_why(a);
-        ++by_mlx;
+        // Past a few, the graph goes to MLX whole (below): stop walking.
+        if (++by_mlx > kFewMlxOps) {
+          ran_inline() = false;
+          return false;
+        }
       }
       tape.emplace_back(a, step);
       stack.pop_back();
     }
-  }
-  // A few of MLX's ops (a concatenation of weights) are evaluated one by
-  // one, each a hand-over to MLX's thread and a wait (tens of
-  // microseconds), between the ops run here; a graph with more (a backward
-  // pass, a recurrence: the LSTM's 256 steps took 40 % longer with each
-  // step's MLX ops handed over alone) goes to MLX whole, where its ops
-  // follow one another on MLX's thread.
-  constexpr size_t kFewMlxOps = 4;
-  if (by_mlx > kFewMlxOps) {
-    ran_inline() = false;
-    return false;
   }
   // An earlier run's array may still be computing (an asynchronous run).
   for (auto& r : ready) r.wait();

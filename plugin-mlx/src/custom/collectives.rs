@@ -196,21 +196,26 @@ fn no_attrs(name: &str, attrs: &[u8]) -> LResult<()> {
     }
 }
 
-pub fn all_sum(_: &Ctx, a: &[&Array], attrs: &[u8]) -> LResult {
-    no_attrs("mlx.all_sum", attrs)?;
+/// What an all-reduce `name` checks before it is built: no attributes, and
+/// the process's group up.
+fn reduce_ready(name: &str, attrs: &[u8]) -> LResult<()> {
+    no_attrs(name, attrs)?;
     group()?;
+    Ok(())
+}
+
+pub fn all_sum(_: &Ctx, a: &[&Array], attrs: &[u8]) -> LResult {
+    reduce_ready("mlx.all_sum", attrs)?;
     Ok(dist::all_sum(a[0])?)
 }
 
 pub fn all_max(_: &Ctx, a: &[&Array], attrs: &[u8]) -> LResult {
-    no_attrs("mlx.all_max", attrs)?;
-    group()?;
+    reduce_ready("mlx.all_max", attrs)?;
     Ok(dist::all_max(a[0])?)
 }
 
 pub fn all_min(_: &Ctx, a: &[&Array], attrs: &[u8]) -> LResult {
-    no_attrs("mlx.all_min", attrs)?;
-    group()?;
+    reduce_ready("mlx.all_min", attrs)?;
     Ok(dist::all_min(a[0])?)
 }
 
