@@ -239,7 +239,10 @@ impl Hoisted {
         rng: rlx_ir::RngOptions,
         custom: &CustomScope,
     ) -> PluginResult<&[A]> {
-        let same = self.from.len() == plan.reads.len()
+        // Made once (a value per hoisted node) from the same param arrays.
+        // Values that read no param are made on the first call and kept.
+        let same = self.values.len() == plan.nodes.len()
+            && self.from.len() == plan.reads.len()
             && plan
                 .reads
                 .iter()
