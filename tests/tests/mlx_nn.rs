@@ -354,6 +354,90 @@ fn attention_custom_key_mask_parity() {
     }
 }
 
+/// Every spelling rlx accepts of one key-padding mask (`MaskKind::Custom`):
+/// `[B, S_k]`, and the broadcast forms `[1, S_k]`, `[B|1, 1, S_k]`,
+/// `[B|1, 1, 1, S_k]` (rlx_ir::mask_strides_for_shape's rule), against a
+/// reference computed here in f64 (the CPU backend legalizes the broadcast
+/// before it runs, so it cannot judge the plugin's reading of it). A
+/// `[1, S_k]` mask was refused ("[B, S_k] needs 8"), found by rlx-runtime's
+/// own attention_mask_shapes.rs. Tolerance 1e-5 abs and rel (f32, 8 keys).
+#[test]
+fn attention_key_mask_every_spelling() {
+    use rlx_plugin_tests::parity::{check_against_every_mode, Feed};
+    let (b, h, sq, sk, d) = (2usize, 2usize, 3usize, 4usize, 8usize);
+    let f = IrDType::F32;
+    // Key j of batch item bi survives when keep(bi, j); a broadcast mask
+    // keeps the same keys in every batch item.
+    let reference = |q: &[f32], k: &[f32], v: &[f32], keep: &dyn Fn(usize, usize) -> bool| {
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut out = vec![0f32; b * h * sq * d];
+        for (bh, o) in out.chunks_mut(sq * d).enumerate() {
+            let bi = bh / h;
+            let (qb, kb) = (bh * sq * d, bh * sk * d);
+            for i in 0..sq {
+                let sc: Vec<f64> = (0..sk)
+                    .map(|j| {
+                        let dot: f64 = (0..d)
+                            .map(|x| q[qb + i * d + x] as f64 * k[kb + j * d + x] as f64)
+                            .sum();
+                        if keep(bi, j) {
+                            dot * scale
+                        } else {
+                            f64::NEG_INFINITY
+                        }
+                    })
+                    .collect();
+                let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
+                let den: f64 = e.iter().sum();
+                for x in 0..d {
+                    let acc: f64 = (0..sk).map(|j| e[j] * v[kb + j * d + x] as f64).sum();
+                    o[i * d + x] = (acc / den) as f32;
+                }
+            }
+        }
+        out
+    };
+    let per_batch = |bi: usize, j: usize| (bi + j) % 3 != 2;
+    let shared = |_: usize, j: usize| j != 1;
+    let cases: [(&[usize], bool); 6] = [
+        (&[b, sk], false),
+        (&[1, sk], true),
+        (&[1, 1, sk], true),
+        (&[b, 1, sk], false),
+        (&[1, 1, 1, sk], true),
+        (&[b, 1, 1, sk], false),
+    ];
+    for (seed, (dims, broadcast)) in cases.into_iter().enumerate() {
+        let mut g = Graph::new("key_mask");
+        let q = g.input("q", s(&[b, h, sq, d], f));
+        let k = g.input("k", s(&[b, h, sk, d], f));
+        let v = g.input("v", s(&[b, h, sk, d], f));
+        let m = g.input("m", s(dims, f));
+        let o = g.attention(q, k, v, m, h, d, s(&[b, h, sq, d], f));
+        g.set_outputs(vec![o]);
+        let keep: &dyn Fn(usize, usize) -> bool = if broadcast { &shared } else { &per_batch };
+        let rows = if broadcast { 1 } else { b };
+        let mask: Vec<f32> = (0..rows * sk)
+            .map(|x| if keep(x / sk, x % sk) { 1.0 } else { 0.0 })
+            .collect();
+        let mut feeds = random_feeds(&g, 40 + seed as u64);
+        feeds.iter_mut().find(|x| x.name == "m").unwrap().values = mask;
+        let get = |n: &str| &feeds.iter().find(|x: &&Feed| x.name == n).unwrap().values;
+        let want = reference(get("q"), get("k"), get("v"), keep);
+        check_against_every_mode(
+            &format!("key mask {dims:?}"),
+            &g,
+            &feeds,
+            &[want],
+            Tol {
+                abs: 1e-5,
+                rel: 1e-5,
+            },
+        );
+    }
+}
+
 // ── Rope ─────────────────────────────────────────────────────────────────
 
 struct RopeCase {

@@ -335,8 +335,8 @@ pub(crate) enum ScoreMask<'a> {
     Causal,
     /// Keep `pos(qi) - w <= ki <= pos(qi)`.
     Window(usize),
-    /// A `[B, S_k]` key mask (any shape of `B * S_k` elements): a value
-    /// `< 0.5` masks the key (NaN keeps it).
+    /// A key mask, `[B|1, S_k]` or a spelling of it of higher rank (see
+    /// [`key_mask_bhqk`]): a value `< 0.5` masks the key (NaN keeps it).
     Keys(&'a Array),
     /// A rank-4 mask `[B|1, H|1, S_q|1, S_k]`, broadcast over the scores
     /// `(B, H, S_q, S_k)` and read like a key mask: a value `< 0.5` masks
@@ -344,6 +344,36 @@ pub(crate) enum ScoreMask<'a> {
     PerScore(&'a Array),
     /// A `[B, H, S_q, S_k]` tensor added to the scaled (and capped) scores.
     Bias(&'a Array),
+}
+
+/// A key mask as a rank-4 view that broadcasts over the scores `[B, H,
+/// S_q, S_k]`. rlx's rule for where each axis of the mask lies is
+/// `rlx_ir::mask_strides_for_shape`'s: `[B, S_k]`, `[B, S_q, S_k]`, `[B, H,
+/// S_q, S_k]`, each axis of extent 1 broadcast (so `[1, S_k]` is one
+/// padding row for the whole batch). Any other shape of `B * S_k` elements
+/// is read as `[B, S_k]`, as before that rule. Refused otherwise, naming
+/// the shape.
+pub(crate) fn key_mask_bhqk(op: &str, m: &Array, [b, nh, lq, lk]: [i32; 4]) -> LResult {
+    let d = m.shape();
+    let view: Option<[i32; 4]> = match d[..] {
+        [d0, k] => Some([d0, 1, 1, k]),
+        [d0, q, k] => Some([d0, 1, q, k]),
+        [d0, h, q, k] => Some([d0, h, q, k]),
+        _ => None,
+    };
+    let fits = |v: &[i32; 4]| {
+        let ok = |x: i32, n: i32| x == 1 || x == n;
+        ok(v[0], b) && ok(v[1], nh) && ok(v[2], lq) && v[3] == lk
+    };
+    match view {
+        Some(v) if fits(&v) => Ok(ops::reshape(m, &v)?),
+        _ if m.size() == (b * lk) as usize => Ok(ops::reshape(m, &[b, 1, 1, lk])?),
+        _ => Err(format!(
+            "{op} key mask {d:?} does not broadcast over the scores [{b}, {nh}, {lq}, {lk}]: \
+             [B|1, S_k], [B|1, S_q|1, S_k] or [B|1, H|1, S_q|1, S_k]"
+        )
+        .into()),
+    }
 }
 
 /// The score rlx-cpu writes over a masked one (`attn_mask_neg_inf`).
@@ -417,15 +447,8 @@ pub(crate) fn attend(
             bias = Some(cast(&m, dt)?);
         }
         ScoreMask::Keys(m) => {
-            let n = (b * lk) as usize;
-            if m.size() != n {
-                return Err(format!(
-                    "Attention key mask has {} elements, [B, S_k] needs {n}",
-                    m.size()
-                )
-                .into());
-            }
-            let (k, any) = tensor_keep(&*ops::reshape(m, &[b, 1, 1, lk])?)?;
+            let m = key_mask_bhqk("Attention", m, [b, nh, lq, lk])?;
+            let (k, any) = tensor_keep(&m)?;
             (keep, row_any) = (Some(k), Some(any));
         }
         ScoreMask::PerScore(m) => {

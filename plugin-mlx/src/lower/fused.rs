@@ -317,8 +317,8 @@ fn merge_heads(o: &Array) -> LResult {
 }
 
 /// The mask of a fused block (see the module docs): a rank-4 mask
-/// broadcastable as `[B|1, H|1, S|1, S]` is read per score, any other shape
-/// of `B * S` elements is the `[B, S]` key mask.
+/// broadcastable as `[B|1, H|1, S|1, S]` is read per score, any other is a
+/// key mask (`attention::key_mask_bhqk`).
 fn block_mask<'a>(op: &str, m: &'a Array, b: i32, nh: i32, s: i32) -> LResult<ScoreMask<'a>> {
     let d = m.shape();
     if d.len() == 4 {
@@ -332,15 +332,7 @@ fn block_mask<'a>(op: &str, m: &'a Array, b: i32, nh: i32, s: i32) -> LResult<Sc
         )
         .into());
     }
-    if m.size() != (b * s) as usize {
-        return Err(format!(
-            "{op} mask {d:?} is not lowered: it has {} elements, a [B, S] key mask needs {} \
-             (or a rank-4 [B|1, H|1, S|1, S] mask)",
-            m.size(),
-            b * s
-        )
-        .into());
-    }
+    // Any other rank is a key mask; `attend` checks that it broadcasts.
     Ok(ScoreMask::Keys(m))
 }
 

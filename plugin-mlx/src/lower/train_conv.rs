@@ -652,16 +652,7 @@ fn attention_backward(cx: &Ctx, a: &[&Array]) -> LResult {
             })?)
         }
         MaskKind::Custom => {
-            let m = a[4];
-            if m.size() != (b * lk) as usize {
-                return Err(format!(
-                    "{OP} key mask has {} elements, [B, S_k] needs {}",
-                    m.size(),
-                    b * lk
-                )
-                .into());
-            }
-            let m = ops::reshape(&*to_f32(m)?, &[b, 1, 1, lk])?;
+            let m = super::attention::key_mask_bhqk(OP, &*to_f32(a[4])?, [b, nh, lq, lk])?;
             // `< 0.5` masks the key (NaN keeps it), as the forward.
             keep = Some(ops::logical_not(&*ops::less(&m, &*sc(0.5)?)?)?);
         }
