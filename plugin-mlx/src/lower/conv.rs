@@ -29,6 +29,14 @@ pub fn entries() -> Vec<Lowering> {
             conv
         ),
         row!(
+            FusedConvBiasAct,
+            FLOATS,
+            Composite,
+            "Conv (2-D) or Conv3d by the kernel's rank, + bias per channel (+ residual), then \
+             the activation: rlx-fusion's unfusing, as one lowering",
+            fused_conv_bias_act
+        ),
+        row!(
             Conv3d,
             FLOATS,
             Native,
@@ -269,13 +277,42 @@ fn conv(cx: &Ctx, a: &[&Array]) -> LResult {
             groups,
         }
     );
+    let geom = Geom {
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups: *groups,
+    };
+    conv_nchw(cx, &geom, a[0], a[1])
+}
+
+/// A convolution's fields, as Conv, Conv3d and FusedConvBiasAct carry them.
+struct Geom<'a> {
+    kernel_size: &'a [usize],
+    stride: &'a [usize],
+    padding: &'a [usize],
+    dilation: &'a [usize],
+    groups: usize,
+}
+
+/// rlx's Conv of `x` by `w` (the node's declared input and output shapes).
+fn conv_nchw(cx: &Ctx, geom: &Geom, x: &Array, w: &Array) -> LResult {
+    let Geom {
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = *geom;
+    let groups = &groups;
     let xd = cx.in_dims(0);
     let od = cx.out_dims();
     let nk = kernel_size.len();
     check_len("stride", stride, nk, false, 1)?;
     check_len("dilation", dilation, nk, false, 1)?;
     check_len("padding", padding, nk, true, 0)?;
-    let (x, w) = (to_f32(a[0])?, to_f32(a[1])?);
+    let (x, w) = (to_f32(x)?, to_f32(w)?);
     match (nk, xd.len(), od.len()) {
         // 1-D on [N, C, L]; weight [C_out, C_in/g, K].
         (1, 3, 3) => {
@@ -355,24 +392,86 @@ fn conv3d(cx: &Ctx, a: &[&Array]) -> LResult {
             groups,
         }
     );
+    let geom = Geom {
+        kernel_size: &[],
+        stride,
+        padding,
+        dilation,
+        groups: *groups,
+    };
+    conv_ncdhw(cx, &geom, a[0], a[1])
+}
+
+/// rlx's Conv3d of `x` by `w` (the kernel extent is the weight's).
+fn conv_ncdhw(cx: &Ctx, geom: &Geom, x: &Array, w: &Array) -> LResult {
     let (xd, wd, od) = (cx.in_dims(0), cx.in_dims(1), cx.out_dims());
     if xd.len() != 5 || wd.len() != 5 || od.len() != 5 {
         return Err("Conv3d on operands other than NCDHW / 5-d weights is not lowered".into());
     }
-    let g = check_groups(*groups, xd[1], od[1])?;
-    let (x, w) = (to_f32(a[0])?, to_f32(a[1])?);
-    let i32s = |v: &[usize; 3]| v.map(|e| e as i32);
+    let three = |what: &str, v: &[usize], unit: usize| -> LResult<[i32; 3]> {
+        match v.len() {
+            0 => Ok([unit as i32; 3]),
+            1 => Ok([v[0] as i32; 3]),
+            n if n >= 3 => Ok([v[0] as i32, v[1] as i32, v[2] as i32]),
+            n => Err(format!("Conv3d with a {n}-entry {what} is not lowered").into()),
+        }
+    };
+    let g = check_groups(geom.groups, xd[1], od[1])?;
+    let (x, w) = (to_f32(x)?, to_f32(w)?);
     conv_cf(
         &x,
         &w,
-        &i32s(stride),
-        &i32s(dilation),
+        &three("stride", geom.stride, 1)?,
+        &three("dilation", geom.dilation, 1)?,
         &[1, 1, 1],
-        &i32s(padding),
+        &three("padding", geom.padding, 0)?,
         g,
         false,
         &od[2..],
     )
+}
+
+/// rlx's FusedConvBiasAct, as rlx-fusion's unfusing spells it:
+/// `act(conv(x, w) + bias[c] (+ residual))`, the residual added before the
+/// activation; 2-D (Conv's rules) or 3-D (Conv3d's) by the kernel's rank.
+fn fused_conv_bias_act(cx: &Ctx, a: &[&Array]) -> LResult {
+    crate::op_fields!(
+        cx,
+        FusedConvBiasAct {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            activation,
+            has_residual,
+        }
+    );
+    arity(a, if *has_residual { 4 } else { 3 }, "FusedConvBiasAct")?;
+    let geom = Geom {
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups: *groups,
+    };
+    let y = if kernel_size.len() == 3 {
+        conv_ncdhw(cx, &geom, a[0], a[1])?
+    } else {
+        conv_nchw(cx, &geom, a[0], a[1])?
+    };
+    let od = cx.out_dims();
+    let mut bias_dims = vec![1; od.len()];
+    bias_dims[1] = od[1];
+    let bias = ops::reshape(&*to_f32(a[2])?, &bias_dims)?;
+    let mut y = ops::add(&y, &bias)?;
+    if *has_residual {
+        y = ops::add(&y, &*to_f32(a[3])?)?;
+    }
+    match activation {
+        Some(act) => super::elementwise::apply_activation(*act, &y),
+        None => Ok(y),
+    }
 }
 
 /// A transposed convolution (PyTorch semantics, weight
