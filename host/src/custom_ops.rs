@@ -28,7 +28,7 @@ fn abi_dtype(d: rlx_ir::DType) -> Option<DType> {
     DType::from_name(&format!("{d:?}").to_lowercase())
 }
 
-fn ir_dtype(d: DType) -> rlx_ir::DType {
+pub(crate) fn ir_dtype(d: DType) -> rlx_ir::DType {
     use rlx_ir::DType as I;
     match d {
         DType::F32 => I::F32,

@@ -43,6 +43,7 @@
 
 pub mod backend;
 mod collective_grads;
+mod cpu_bridge;
 pub mod custom_ops;
 pub mod dist;
 pub mod guard;

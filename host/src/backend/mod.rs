@@ -327,6 +327,7 @@ fn factory_for(device: Device) -> rlx_runtime::registry::BackendFactory {
 mod executable_graph;
 mod graph;
 mod handles;
+mod observe;
 mod outputs;
 mod pipeline;
 mod plugin_backend;
@@ -334,6 +335,7 @@ mod submitted;
 
 pub use graph::*;
 pub use handles::{state_counters, StateCounters};
+pub use observe::{set_compile_observer, CompileObserver};
 pub use pipeline::*;
 use plugin_backend::*;
 

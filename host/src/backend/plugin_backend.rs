@@ -2,6 +2,7 @@
 //! pipeline, then the plugin (or, with fallback, a split with the CPU).
 
 use super::*;
+use crate::partition::Side;
 use rlx_ir::lir::LirModule;
 use rlx_ir::{Graph, OpKind};
 use rlx_runtime::{Backend, CompileOptions, Device, ExecutableGraph};
@@ -73,8 +74,19 @@ impl PluginBackend {
         lower: &Staged<'_>,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
         let (graph, plan) = self.placed(options, lower)?;
-        if plan.is_whole() || !self.falls_back() {
+        super::observe::compiled(self.pipeline.device, &plan);
+        if plan.is_whole() {
             return Ok(self.build(graph, options.rng));
+        }
+        if !self.falls_back() {
+            // The first node the plugin does not take, and why.
+            let p = plan.placements.iter().find(|p| p.side == Some(Side::Cpu));
+            let why = p.map_or(String::new(), |p| {
+                format!("%{} {:?}: {}", p.node.0, p.kind, p.why)
+            });
+            self.pipeline.fail(format!(
+                "fallback is off, and the graph has a node the plugin does not take: {why}"
+            ));
         }
         log::info!(
             "{} plugin: the graph runs split with the CPU backend:\n{plan}",
@@ -110,6 +122,8 @@ impl PluginBackend {
 
     pub(super) fn build(&self, graph: Graph, rng: rlx_ir::RngOptions) -> Box<dyn ExecutableGraph> {
         let name = &self.pipeline.label;
+        crate::cpu_bridge::bridge_graph(&self.reg.plugin, &graph)
+            .unwrap_or_else(|e| self.pipeline.fail(e));
         let text = rlx_ir::rlxmodel::to_text(&graph).unwrap_or_else(|e| {
             self.pipeline
                 .fail(format!("cannot write the graph as .rlxmodel: {e}"))

@@ -21,15 +21,28 @@ use rlx_plugin_api::host::LoadedPlugin;
 use std::collections::HashMap;
 use std::fmt;
 
-/// What a plugin takes: for each op kind, the output dtypes.
-#[derive(Clone, Debug, Default)]
+/// What a plugin takes: for each op kind, the output dtypes; a custom op
+/// by its name (the plugin's registry, or rlx-cpu's kernel through the
+/// host-kernel bridge: `crate::cpu_bridge`).
+#[derive(Clone, Default)]
 pub struct Claims {
     pub label: String,
     kinds: HashMap<OpKind, Vec<DType>>,
+    /// Asked about each custom op's name; None claims every name.
+    plugin: Option<std::sync::Arc<LoadedPlugin>>,
+}
+
+impl fmt::Debug for Claims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claims")
+            .field("label", &self.label)
+            .field("kinds", &self.kinds)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Claims {
-    pub fn of(plugin: &LoadedPlugin) -> Claims {
+    pub fn of(plugin: &std::sync::Arc<LoadedPlugin>) -> Claims {
         let mut kinds: HashMap<OpKind, Vec<DType>> = HashMap::new();
         for o in plugin.supported_ops() {
             if let Some(k) = crate::backend::op_kind(&o.op_kind) {
@@ -40,11 +53,27 @@ impl Claims {
         Claims {
             label: plugin.descriptor().name.clone(),
             kinds,
+            plugin: Some(plugin.clone()),
         }
     }
 
-    /// `Ok` when the plugin takes the node, else why not.
-    pub fn judge(&self, kind: OpKind, dtype: DType) -> Result<(), String> {
+    /// `Ok` when the plugin takes the node `op` with output `dtype`, else
+    /// why not. A custom op is taken by its kind and then by its name.
+    pub fn judge(&self, op: &Op, dtype: DType) -> Result<(), String> {
+        self.judge_kind(op.kind(), dtype)?;
+        match (op, &self.plugin) {
+            (Op::Custom { name, .. }, Some(p)) if !crate::cpu_bridge::runs(p, name) => {
+                Err(format!(
+                    "{} has no kernel for custom op {name} (neither its own nor rlx-cpu's)",
+                    self.label
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `Ok` when the plugin claims `kind` for `dtype`, else why not.
+    pub fn judge_kind(&self, kind: OpKind, dtype: DType) -> Result<(), String> {
         match self.kinds.get(&kind) {
             None => Err(format!("{} does not claim {kind:?}", self.label)),
             Some(d) if d.contains(&dtype) => Ok(()),
@@ -139,7 +168,7 @@ impl Plan {
                 });
                 continue;
             }
-            let (side, why) = match claims.judge(kind, dtype) {
+            let (side, why) = match claims.judge(&n.op, dtype) {
                 Ok(()) => (Side::Plugin, String::new()),
                 Err(why) => (Side::Cpu, why),
             };
