@@ -8,6 +8,8 @@ mod mlx_conv;
 mod mlx_core;
 #[path = "mlx_custom.rs"]
 mod mlx_custom;
+#[path = "mlx_double_single.rs"]
+mod mlx_double_single;
 #[path = "mlx_elementwise.rs"]
 mod mlx_elementwise;
 #[path = "mlx_index.rs"]

@@ -11,6 +11,7 @@ pub mod attention;
 pub mod contract;
 pub mod control;
 pub mod conv;
+pub mod double_single;
 pub mod elementwise;
 pub mod fused;
 pub mod grouped;
@@ -270,6 +271,7 @@ pub fn table() -> &'static [Lowering] {
             train_act::entries(),
             train_norm::entries(),
             train_conv::entries(),
+            double_single::entries(),
             crate::custom::entries(),
         ] {
             t.extend(family);
