@@ -112,6 +112,7 @@ fn kit_host_table() -> &'static RlxHostApi {
         log_ctx: std::ptr::null_mut(),
         log: None,
         log_max_level: None,
+        setting: None,
     }))
 }
 

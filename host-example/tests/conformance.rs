@@ -345,7 +345,7 @@ fn c_plugin_builds() -> Vec<(u32, PathBuf)> {
     let Some((_, dir)) = newest else {
         return Vec::new();
     };
-    (0..=9)
+    (0..=rlx_plugin_api::ABI_VERSION.minor)
         .map(|minor| (minor, dir.join(format!("1.{minor}")).join(&file)))
         .filter(|(_, p)| p.exists())
         .collect()

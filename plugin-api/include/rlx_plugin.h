@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.9.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.10.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 9
+#define RLX_ABI_VERSION_MINOR 10
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -230,7 +230,8 @@ typedef struct RlxHostApi {
     RlxAbiVersion abi_version;
     /* The host program, for messages. Host-owned, static. */
     RlxStr host_name;
-    /* Opaque to the plugin; passed back to log and log_max_level. */
+    /* Opaque to the plugin; passed back to log, log_max_level and (1.10)
+     * setting. */
     void* log_ctx;
     /* Optional: deliver one record (borrowed for the call). Callable from
      * any thread. */
@@ -238,9 +239,25 @@ typedef struct RlxHostApi {
     /* Optional (absent = RLX_LOG_TRACE): the most verbose level the host
      * wants now. Callable from any thread. */
     uint32_t (*log_max_level)(void* ctx);
+
+    /* --- 1.10 --- */
+    /* (1.10) Optional: the host's value of the setting `key` (an RLX_*
+     * switch, such as RLX_MLX_RNN_F16). Copies at most `cap` bytes of the
+     * value (UTF-8, no terminator) into `buf` and returns the value's whole
+     * length in bytes, or -1 when the setting is unset. A length above
+     * `cap` means the copy was cut: ask again with a buffer that large.
+     * `key` is borrowed for the call; `buf` may be NULL when `cap` is 0.
+     * Absent (or beyond struct_size): the plugin reads its own process
+     * environment. The Rust host answers with rlx_ir::env (its in-process
+     * overrides first, then the process environment). Callable from any
+     * thread. */
+    int64_t (*setting)(void* ctx, RlxStr key, uint8_t* buf, size_t cap);
 } RlxHostApi;
-#define RLX_HOST_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxHostApi, log_max_level)
+#define RLX_HOST_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxHostApi, setting)
 #define RLX_HOST_API_HEADER_SIZE offsetof(RlxHostApi, log_ctx)
+/* What a host before 1.10 writes in struct_size (the end of
+ * log_max_level; 64 on 64-bit targets). */
+#define RLX_HOST_API_SIZE_1_0 offsetof(RlxHostApi, setting)
 
 /* ======================================================================
  * 5. The root table and the descriptor      ABI.md §9 (tables/root.rs)
@@ -1096,6 +1113,9 @@ RLX_STATIC_ASSERT(sizeof(RlxLogRecord) == RLX_LOG_RECORD_STRUCT_SIZE,
                   "RlxLogRecord has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxHostApi) == RLX_HOST_API_STRUCT_SIZE,
                   "RlxHostApi has tail padding");
+/* 1.10's setting starts where the older hosts' struct_size ended. */
+RLX_STATIC_ASSERT(RLX_HOST_API_SIZE_1_0 == RLX_STRUCT_SIZE(RlxHostApi, log_max_level),
+                  "RlxHostApi.setting starts inside 1.0 bytes");
 RLX_STATIC_ASSERT(sizeof(RlxPluginApi) == RLX_PLUGIN_API_STRUCT_SIZE,
                   "RlxPluginApi has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxCompileOptions) == RLX_COMPILE_OPTIONS_STRUCT_SIZE,

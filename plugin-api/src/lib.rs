@@ -27,6 +27,7 @@ pub mod log;
 pub mod machine;
 pub mod manifest;
 pub mod plugin;
+pub mod settings;
 pub mod sized;
 pub mod state;
 pub mod strings;
@@ -49,6 +50,7 @@ pub use plugin::{
     ExecuteOp, LoweringEntry, MemoryUsage, Mode, Offers, OutputBuf, OutputSlot, ParamBytes, Plugin,
     Role, StateBuf, Strategy, ValueInfo,
 };
+pub use settings::{setting, setting_flag};
 pub use sized::AbiStruct;
 pub use state::{Feed, RowCopy, RowFeed};
 pub use strings::{RlxKeyValue, RlxStr};

@@ -16,9 +16,11 @@ pub(crate) struct HostTable {
     pub log_ctx: *mut c_void,
     pub log: Option<unsafe extern "C" fn(*mut c_void, *const RlxLogRecord)>,
     pub log_max_level: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// (1.10) The host's settings; `None` from an older host.
+    pub setting: Option<unsafe extern "C" fn(*mut c_void, RlxStr, *mut u8, usize) -> i64>,
 }
 
-// SAFETY: the host promises its log functions are callable from any thread.
+// SAFETY: the host promises its table's functions are callable from any thread.
 unsafe impl Send for HostTable {}
 // SAFETY: as for Send.
 unsafe impl Sync for HostTable {}
@@ -43,6 +45,14 @@ pub(crate) unsafe fn read_host_table(host: *const RlxHostApi) -> PluginResult<Ho
         log_ctx: h.log_ctx,
         log: h.log,
         log_max_level: h.log_max_level,
+        // A field only partly inside the host's struct_size is absent too.
+        setting: if declared
+            >= std::mem::offset_of!(RlxHostApi, setting) + std::mem::size_of::<usize>()
+        {
+            h.setting
+        } else {
+            None
+        },
     })
 }
 

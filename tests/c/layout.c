@@ -31,7 +31,7 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxLogRecord, file) F(RlxLogRecord, line) F(RlxLogRecord, reserved0)
     S(RlxHostApi) F(RlxHostApi, struct_size) F(RlxHostApi, abi_version)
         F(RlxHostApi, host_name) F(RlxHostApi, log_ctx) F(RlxHostApi, log)
-        F(RlxHostApi, log_max_level)
+        F(RlxHostApi, log_max_level) F(RlxHostApi, setting)
     S(RlxPluginApi) F(RlxPluginApi, struct_size) F(RlxPluginApi, abi_version)
         F(RlxPluginApi, refusal_code) F(RlxPluginApi, refusal_message)
         F(RlxPluginApi, rust_layout_tag) F(RlxPluginApi, rust_layout)
@@ -114,6 +114,10 @@ const size_t rlx_c_layout_len = sizeof(rlx_c_layout_rows) / sizeof(rlx_c_layout_
 const uint32_t rlx_c_abi_version[3] = {RLX_ABI_VERSION_MAJOR, RLX_ABI_VERSION_MINOR,
                                        RLX_ABI_VERSION_PATCH};
 const size_t rlx_c_plugin_api_header_size = RLX_PLUGIN_API_HEADER_SIZE;
+
+/* The host table's sizes: its frozen header, and what a host before 1.10
+ * wrote (RLX_HOST_API_SIZE_1_0). */
+const size_t rlx_c_host_api_sizes[2] = {RLX_HOST_API_HEADER_SIZE, RLX_HOST_API_SIZE_1_0};
 
 /* (1.5) The custom-op sizes and enums a Rust peer must agree with: the
  * sizes older writers used and RLX_CUSTOM_MAX_NDIM, then RLX_CUSTOM_KIND_*

@@ -4,7 +4,7 @@
 
 use rlx_plugin_api::tables::*;
 use rlx_plugin_api::version::{RlxAbiVersion, ABI_VERSION};
-use rlx_plugin_api::{RlxStr, StatusCode};
+use rlx_plugin_api::{AbiStruct, RlxStr, StatusCode};
 use rlx_plugin_tests::{plugins_dir, test_plugin};
 use std::mem::{offset_of, size_of};
 
@@ -28,6 +28,7 @@ fn host_table(version: RlxAbiVersion, size: usize) -> Box<RlxHostApi> {
         log_ctx: std::ptr::null_mut(),
         log: None,
         log_max_level: None,
+        setting: None,
     })
 }
 
@@ -45,7 +46,7 @@ fn struct_sizes_and_header_are_as_documented() {
     // ABI 1.0 ends where 1.1's custom_ops begins; 1.1-1.3 end where 1.4's
     // executable_device begins; 1.4-1.7 end where 1.8's
     // executable_run_into begins (1.5-1.7 added no root-table field); 1.8
-    // is the whole table.
+    // ends where 1.9's state begins; 1.9 (and 1.10) is the whole table.
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
     assert_eq!(
         plugin_api_min_size(1),
@@ -62,6 +63,13 @@ fn struct_sizes_and_header_are_as_documented() {
     }
     assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
     assert_eq!(plugin_api_min_size(9), size_of::<RlxPluginApi>());
+    // 1.10 added no root-table field (its one field is the host table's).
+    assert_eq!(plugin_api_min_size(10), plugin_api_min_size(9));
+    assert_eq!(HOST_API_SIZE_1_0, offset_of!(RlxHostApi, setting));
+    assert_eq!(
+        RlxHostApi::STRUCT_SIZE,
+        offset_of!(RlxHostApi, setting) + size_of::<usize>()
+    );
     assert_eq!(
         plugin_api_min_size(ABI_VERSION.minor),
         size_of::<RlxPluginApi>()
@@ -233,5 +241,114 @@ fn a_null_host_table_is_refused() {
     assert_eq!(
         unsafe { root.refusal_message.to_string_lossy() },
         "the host table is null"
+    );
+}
+
+// ---- ABI 1.10: the host's settings ----
+
+/// Log messages a raw host table received (its `log_ctx`).
+type Sink = std::sync::Mutex<Vec<String>>;
+
+unsafe extern "C" fn sink_log(ctx: *mut std::ffi::c_void, rec: *const RlxLogRecord) {
+    let sink = &*(ctx as *const Sink);
+    sink.lock().unwrap().push((*rec).message.to_string_lossy());
+}
+
+/// Longer than the plugin glue's first buffer (256 bytes), so the plugin
+/// must ask again with a larger one.
+fn long_value() -> String {
+    format!("from the host {}", "x".repeat(300))
+}
+
+/// A 1.10 host's `setting`: answers `RLX_FIXTURE_SETTING` only, and checks
+/// that it is handed `log_ctx` back.
+unsafe extern "C" fn answer_setting(
+    ctx: *mut std::ffi::c_void,
+    key: RlxStr,
+    buf: *mut u8,
+    cap: usize,
+) -> i64 {
+    let sink = &*(ctx as *const Sink);
+    sink.lock()
+        .unwrap()
+        .push(format!("setting asked: {}", key.to_string_lossy()));
+    if key.to_str() != Ok("RLX_FIXTURE_SETTING") {
+        return -1;
+    }
+    let v = long_value();
+    std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len().min(cap));
+    v.len() as i64
+}
+
+unsafe extern "C" fn poison_setting(
+    _: *mut std::ffi::c_void,
+    _: RlxStr,
+    _: *mut u8,
+    _: usize,
+) -> i64 {
+    panic!("the plugin read a host field beyond struct_size");
+}
+
+/// init, then compile the fixture's graph (which reads the setting) on a
+/// raw root table; the messages the sink got.
+fn compile_with(host: &'static RlxHostApi, entry: RlxEntryFn, sink: &Sink) -> Vec<String> {
+    let root = unsafe { &*entry(host) };
+    assert_eq!(root.refusal_code, 0);
+    assert!(unsafe { root.init.unwrap()() }.is_null());
+    let mut exe = std::ptr::null_mut();
+    let opts = RlxCompileOptions::default();
+    let st = unsafe {
+        root.compile.unwrap()(
+            RlxStr::from_static(rlx_plugin_tests::FIXTURE_GRAPH),
+            &opts,
+            &mut exe,
+        )
+    };
+    assert!(st.is_null());
+    unsafe { root.executable_destroy.unwrap()(exe) };
+    sink.lock().unwrap().clone()
+}
+
+#[test]
+fn a_1_10_host_answers_the_plugins_settings() {
+    let (_d, entry) = raw_fixture("settinghost");
+    let sink: &'static Sink = Box::leak(Box::new(Sink::default()));
+    let mut host = host_table(ABI_VERSION, size_of::<RlxHostApi>());
+    host.log_ctx = sink as *const Sink as *mut std::ffi::c_void;
+    host.log = Some(sink_log);
+    host.setting = Some(answer_setting);
+    let log = compile_with(Box::leak(host), entry, sink);
+    assert!(
+        log.iter()
+            .any(|m| m == "setting asked: RLX_FIXTURE_SETTING"),
+        "{log:?}"
+    );
+    let want = format!("fixture setting RLX_FIXTURE_SETTING = {:?}", long_value());
+    assert!(log.contains(&want), "{log:?}");
+}
+
+#[test]
+fn a_host_before_1_10_has_no_settings_and_the_plugin_reads_its_environment() {
+    let (_d, entry) = raw_fixture("settingold");
+    let sink: &'static Sink = Box::leak(Box::new(Sink::default()));
+    // A 1.9 host: its table ends at log_max_level; `setting` beyond its
+    // struct_size must never be called.
+    let mut host = host_table(
+        RlxAbiVersion {
+            minor: 9,
+            ..ABI_VERSION
+        },
+        HOST_API_SIZE_1_0,
+    );
+    host.log_ctx = sink as *const Sink as *mut std::ffi::c_void;
+    host.log = Some(sink_log);
+    host.setting = Some(poison_setting);
+    // The fallback: the plugin's own process environment (std::env).
+    std::env::set_var("RLX_FIXTURE_SETTING", "from the environment");
+    let log = compile_with(Box::leak(host), entry, sink);
+    assert!(
+        log.iter()
+            .any(|m| m == "fixture setting RLX_FIXTURE_SETTING = \"from the environment\""),
+        "{log:?}"
     );
 }

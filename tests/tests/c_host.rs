@@ -1,7 +1,7 @@
 //! The host half of the version-skew matrix: `rlx-c-host`, a host written
 //! in plain C11 against `plugin-api/include/rlx_plugin.h` alone
 //! (tests/hosts/c-host/c_host.c, built by build.rs), claims each ABI minor
-//! 1.0 ..= 1.9 and drives a real plugin through the whole table: handshake,
+//! 1.0 ..= 1.10 and drives a real plugin through the whole table: handshake,
 //! descriptor, init, op list, lowering table (one eager op), compile in
 //! every mode, signature, bind, run (compact and strided inputs), error
 //! paths, from 1.1 the custom-op registry with a kernel written in C, from
@@ -12,6 +12,9 @@
 //! active extents and the memory figures, each misuse with its status code.
 //! A host claiming less never uses them, and a plugin whose table lacks them
 //! (the fixture's 1.9 table, whose fields are NULL) is seen to lack them.
+//! At 1.10 the host table grows `setting`, which the fixture asks (a
+//! `--setting` of the C host reaches it); a host claiming less writes the
+//! 1.0 table size, and the fixture reads its process environment instead.
 //!
 //! Each minor's host writes its structs at that minor's size with every
 //! padding byte 0xAB, so a plugin that reads a field an older host never
@@ -27,6 +30,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const MODES: [&str; 3] = ["lazy", "eager", "compiled"];
+
+/// The minor of a claim `1.N`.
+fn minor(claim: &str) -> u32 {
+    claim
+        .strip_prefix("1.")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("claim {claim:?} is not 1.N"))
+}
 
 fn c_host() -> PathBuf {
     let p = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
@@ -115,6 +126,14 @@ fn assert_ok(run: &Run, claim: &str) {
         "{}",
         run.transcript()
     );
+    // Its host table: 1.10 added `setting`.
+    let host_size = if minor(claim) >= 10 { 72 } else { 64 };
+    assert!(
+        run.stdout
+            .contains(&format!("(host table struct_size {host_size})")),
+        "{}",
+        run.transcript()
+    );
     let custom = if claim == "1.0" {
         "custom ops: not used"
     } else {
@@ -132,13 +151,13 @@ fn assert_ok(run: &Run, claim: &str) {
     }
     // 1.8's run_into, used only when both sides know it (every plugin
     // these cells load is 1.8 or later).
-    let run_into = if matches!(claim, "1.8" | "1.9") {
+    let run_into = if minor(claim) >= 8 {
         "run_into: output written into the host's buffer"
     } else {
         "run_into: not offered"
     };
     assert!(run.stdout.contains(run_into), "{}", run.transcript());
-    if matches!(claim, "1.8" | "1.9") {
+    if minor(claim) >= 8 {
         for line in [
             "run_into: a NULL-data slot received an OWNED output",
             "error path: run_into with a lent f32[4, 1] for an f32[2, 2] output -> \
@@ -148,7 +167,7 @@ fn assert_ok(run: &Run, claim: &str) {
         }
     }
     // 1.9's entries: never looked at by an older host.
-    if claim != "1.9" {
+    if minor(claim) < 9 {
         assert!(
             run.stdout.contains(&format!(
                 "1.9 entries: not used (an ABI {claim} host has none)"
@@ -229,7 +248,7 @@ fn mlx_cell(claim: &str, mode: &str) {
     assert_ok(&run, claim);
     // The plugin's RESOURCE_EXHAUSTED (1.6) as each host reads it: a host
     // before 1.6 does not know the code and reads INTERNAL.
-    let code = if matches!(claim, "1.6" | "1.7" | "1.8" | "1.9") {
+    let code = if minor(claim) >= 6 {
         "RESOURCE_EXHAUSTED (8)"
     } else {
         "INTERNAL (4)"
@@ -251,7 +270,7 @@ fn mlx_cell(claim: &str, mode: &str) {
         "{}",
         run.transcript()
     );
-    if claim == "1.9" {
+    if minor(claim) >= 9 {
         // Every 1.9 entry the MLX plugin offers was used and checked.
         for line in USED_1_9 {
             assert!(run.stdout.contains(line), "{line}\n{}", run.transcript());
@@ -320,6 +339,9 @@ mlx_cells! {
     mlx_host_1_9_lazy: "1.9", "lazy";
     mlx_host_1_9_eager: "1.9", "eager";
     mlx_host_1_9_compiled: "1.9", "compiled";
+    mlx_host_1_10_lazy: "1.10", "lazy";
+    mlx_host_1_10_eager: "1.10", "eager";
+    mlx_host_1_10_compiled: "1.10", "compiled";
 }
 
 /// A host of another major is refused in the frozen header with
@@ -382,9 +404,22 @@ fn fixture_cell(claim: &str) {
             "relu".as_ref(),
             "--graph".as_ref(),
             graph.as_os_str(),
+            "--setting".as_ref(),
+            "RLX_FIXTURE_SETTING=from the C host".as_ref(),
             lib.as_os_str(),
         ]);
         assert_ok(&run, claim);
+        // (1.10) The fixture asks for its setting at each compile: through
+        // the host table of a 1.10 host; an older host's table ends before
+        // `setting`, and the fixture's process environment lacks it.
+        let asked = "[plugin INFO rlx_fixture_core] fixture setting RLX_FIXTURE_SETTING = \
+                     \"from the C host\"";
+        assert_eq!(
+            run.stderr.contains(asked),
+            minor(claim) >= 10,
+            "{}",
+            run.transcript()
+        );
         assert!(
             run.stdout.contains("descriptor: fixture 0.1.0"),
             "{}",
@@ -413,7 +448,7 @@ fn fixture_cell(claim: &str) {
         }
         // A 1.5 (or later) host reads the 1.5 fields of the fixture's
         // records, an older host does not know them.
-        let knows_1_5 = matches!(claim, "1.5" | "1.6" | "1.7" | "1.8" | "1.9");
+        let knows_1_5 = minor(claim) >= 5;
         let with_rule = "custom op fixture.scale2 (plugin, 1 in, 1 out) kind kernel, \
                          shape same as input 0\n";
         assert_eq!(
@@ -431,10 +466,10 @@ fn fixture_cell(claim: &str) {
                 run.transcript()
             );
         }
-        // The fixture is a 1.9 plugin offering none of 1.9's entries: its
+        // The fixture (a 1.10 plugin) offers none of 1.9's entries: its
         // table reaches every 1.9 field, and each is NULL. A 1.9 host sees
         // that and calls none of them.
-        if claim == "1.9" {
+        if minor(claim) >= 9 {
             for entry in [
                 "state",
                 "sharing",
@@ -499,6 +534,11 @@ fn fixture_host_1_8() {
 #[test]
 fn fixture_host_1_9() {
     fixture_cell("1.9");
+}
+
+#[test]
+fn fixture_host_1_10() {
+    fixture_cell("1.10");
 }
 
 /// A host of an older major than the plugin is refused too; the message

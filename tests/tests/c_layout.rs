@@ -19,6 +19,8 @@ extern "C" {
     static rlx_c_status_codes: [u32; 8];
     // (1.9) RLX_FEED_*, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED.
     static rlx_c_state_enums: [u32; 6];
+    // (1.10) RLX_HOST_API_HEADER_SIZE, RLX_HOST_API_SIZE_1_0.
+    static rlx_c_host_api_sizes: [usize; 2];
 }
 
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
@@ -69,7 +71,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
         RlxTensor { struct_size, ownership, dl, manager_ctx, deleter },
         RlxNamedTensor { struct_size, name, tensor },
         RlxLogRecord { struct_size, level, target, message, module_path, file, line, reserved0 },
-        RlxHostApi { struct_size, abi_version, host_name, log_ctx, log, log_max_level },
+        RlxHostApi { struct_size, abi_version, host_name, log_ctx, log, log_max_level, setting },
         RlxPluginApi {
             struct_size, abi_version, refusal_code, refusal_message, rust_layout_tag,
             rust_layout, descriptor, status_new, status_code, status_message, status_free,
@@ -190,6 +192,13 @@ fn header_constants_match_the_rust_build() {
         ],
         "RLX_FEED_*, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED"
     );
+    // SAFETY: constant data of layout.c.
+    let host = unsafe { rlx_c_host_api_sizes };
+    assert_eq!(
+        host,
+        [HOST_API_HEADER_SIZE, HOST_API_SIZE_1_0],
+        "RLX_HOST_API_HEADER_SIZE, RLX_HOST_API_SIZE_1_0"
+    );
 }
 
 #[test]
@@ -273,6 +282,20 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
         offset_of!(RlxPluginApi, memory_usage) + 8
     );
     assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
+    // The host table: 1.10's `setting` starts where a 1.0-1.9 host's
+    // struct_size ended (64 bytes on 64-bit targets), with no padding.
+    assert_eq!(
+        HOST_API_SIZE_1_0,
+        offset_of!(RlxHostApi, log_max_level) + size_of::<usize>()
+    );
+    assert_eq!(
+        RlxHostApi::STRUCT_SIZE,
+        offset_of!(RlxHostApi, setting) + size_of::<usize>()
+    );
+    assert_eq!(RlxHostApi::STRUCT_SIZE, size_of::<RlxHostApi>());
+    if size_of::<usize>() == 8 {
+        assert_eq!((HOST_API_SIZE_1_0, RlxHostApi::STRUCT_SIZE), (64, 72));
+    }
     // 1.0/1.1 hosts' options: {struct_size, mode} and 4 bytes of padding.
     assert_eq!(
         COMPILE_OPTIONS_SIZE_1_0,

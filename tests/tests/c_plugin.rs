@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.9).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.10).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -473,9 +473,10 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.9, this (1.9)
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.10, this (1.10)
     // host. 1.9's entries are absent on the plugin's side below 1.9 (its
-    // table ends before them) and, but for state, in the 1.9 build too.
+    // table ends before them) and, but for state, in the 1.9 and 1.10
+    // builds too (1.10 added no root-table field).
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -998,6 +999,7 @@ fn host_table(major: u32, struct_size: usize, sink: &'static Sink) -> &'static R
         log_ctx: sink as *const Sink as *mut c_void,
         log: Some(sink_log),
         log_max_level: None,
+        setting: None,
     }))
 }
 
@@ -2455,7 +2457,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.9 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.10 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
@@ -2474,22 +2476,33 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
                 mode,
                 "--activation",
                 "exp",
+                "--setting",
+                "RLX_C_DEMO_GREETING=hello from the C host",
             ])
             .arg(c_build(minor))
             .output()
             .expect("spawn rlx-c-host");
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert!(
             o.status.success() && out.lines().last() == Some("ok"),
-            "host 1.{claim} x plugin 1.{minor} [{mode}]: {}\n{out}{}",
+            "host 1.{claim} x plugin 1.{minor} [{mode}]: {}\n{out}{err}",
             o.status,
-            String::from_utf8_lossy(&o.stderr)
         );
-        out
+        (out, err)
     };
     for claim in 0..=NEWEST_MINOR {
         for minor in 0..=NEWEST_MINOR {
-            let out = run(claim, minor, "lazy");
+            let (out, err) = run(claim, minor, "lazy");
+            // 1.10: a 1.10 build asks the host for its setting at init; a
+            // host claiming less has no `setting` (the build then reads its
+            // process environment, which lacks it), an older build never
+            // asks.
+            assert_eq!(
+                err.contains("c-demo setting RLX_C_DEMO_GREETING = hello from the C host"),
+                claim >= 10 && minor >= 10,
+                "host 1.{claim} x plugin 1.{minor}:\n{out}{err}"
+            );
             let registry = out.contains("custom op c_demo.scale2 (plugin, 1 in, 1 out)");
             assert_eq!(
                 registry,
@@ -2587,5 +2600,27 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
         run(6, 6, mode);
         run(8, 8, mode);
         run(9, 9, mode);
+        run(10, 10, mode);
     }
+}
+
+// ---- ABI 1.10: settings asked of this host ----
+
+#[test]
+fn the_1_10_build_asks_this_host_for_its_settings() {
+    // Debug, as c_demo_loads_through_discovery_and_works asks: the level
+    // is process-wide.
+    let logs = capture_logs(log::LevelFilter::Debug);
+    // This host answers `setting` with rlx_ir::env, so an in-process
+    // override reaches the C plugin; scoped to this thread (init runs on
+    // it), so no other test's load sees it.
+    let value = "hello from rlx_ir on this thread";
+    let line = format!("c-demo setting RLX_C_DEMO_GREETING = {value}");
+    let said = || logs().iter().filter(|r| r.message == line).count();
+    let _scope = rlx_ir::env::scoped("RLX_C_DEMO_GREETING", value);
+    let (_d, _p) = load_build(NEWEST_MINOR);
+    assert_eq!(said(), 1, "the 1.10 build asked and logged it at init");
+    // A 1.9 build never asks.
+    let (_d9, _p9) = load_build(9);
+    assert_eq!(said(), 1);
 }

@@ -257,3 +257,23 @@ fn fixture_loads_through_discovery_and_works() {
         "trace leaked: {records:#?}"
     );
 }
+
+/// (ABI 1.10) The plugin asks this host for its settings: an in-process
+/// `rlx_ir::env` override of the host (here scoped to this thread, which
+/// compiles) reaches the fixture, whose own rlx-ir never sees it.
+#[test]
+fn the_fixture_reads_its_setting_from_this_host() {
+    // Debug, as the other tests here ask: the level is process-wide.
+    let logs = capture_logs(log::LevelFilter::Debug);
+    let p = rlx_plugin_tests::fixture_plugin();
+    let value = "set in the host's rlx_ir, on this thread";
+    let line = format!("fixture setting RLX_FIXTURE_SETTING = {value:?}");
+    let said = || logs().iter().any(|r| r.message == line);
+    {
+        let _scope = rlx_ir::env::scoped("RLX_FIXTURE_SETTING", value);
+        p.compile(rlx_plugin_tests::FIXTURE_GRAPH, Mode::Lazy)
+            .unwrap();
+    }
+    assert!(said(), "{:?}", logs());
+    assert!(std::env::var_os("RLX_FIXTURE_SETTING").is_none());
+}

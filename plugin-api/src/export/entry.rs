@@ -142,6 +142,7 @@ unsafe fn handshake(
     check_compatible(host.abi_version, opts.abi_version)
         .map_err(|e| PluginError::new(StatusCode::VersionMismatch, e.to_string()))?;
     crate::log::install_plugin_logger(&host);
+    crate::settings::install(&host);
 
     let plugin = make();
     plugin.availability()?;

@@ -221,6 +221,7 @@ unsafe fn load_from_entry(
         log_ctx: log_ctx as *const _ as *mut std::ffi::c_void,
         log: Some(log_sink::host_log),
         log_max_level: Some(log_sink::host_log_max_level),
+        setting: Some(super::settings::host_setting),
     }));
 
     // SAFETY: `host` is a complete host table that lives for the rest of the process.

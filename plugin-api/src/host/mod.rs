@@ -11,6 +11,7 @@ pub mod manifest;
 pub mod model_plugins;
 pub mod plugin;
 pub mod set;
+mod settings;
 mod sharing;
 mod state;
 mod submit;

@@ -44,13 +44,28 @@ pub struct RlxHostApi {
     pub abi_version: RlxAbiVersion,
     /// The host program, for messages. Host-owned, static.
     pub host_name: RlxStr,
-    /// Opaque to the plugin; passed back to `log` and `log_max_level`.
+    /// Opaque to the plugin; passed back to `log`, `log_max_level` and
+    /// (1.10) `setting`.
     pub log_ctx: *mut c_void,
     /// Deliver one record. Optional: without it the plugin logs nothing.
     pub log: Option<unsafe extern "C" fn(ctx: *mut c_void, record: *const RlxLogRecord)>,
     /// The most verbose level the host wants now (`log_level::*`). Asked
     /// at handshake and may be asked again; optional (absent = `TRACE`).
     pub log_max_level: Option<unsafe extern "C" fn(ctx: *mut c_void) -> u32>,
+
+    // --- 1.10 ---
+    /// (1.10) The host's value of the setting `key` (an `RLX_*` switch):
+    /// copies at most `cap` bytes of the value (UTF-8, no terminator) into
+    /// `buf` and returns the value's whole length in bytes, or -1 when the
+    /// setting is unset. A length above `cap` means the copy was cut: ask
+    /// again with a larger buffer. `key` is borrowed for the call; `buf` may
+    /// be null when `cap` is 0. Optional (absent: the plugin reads its own
+    /// process environment). The Rust host answers with `rlx_ir::env`
+    /// (in-process overrides first, then the process environment).
+    /// Callable from any thread.
+    pub setting: Option<
+        unsafe extern "C" fn(ctx: *mut c_void, key: RlxStr, buf: *mut u8, cap: usize) -> i64,
+    >,
 }
 
 // SAFETY: the host table is immutable and its functions callable from any thread (docs/ABI.md, threading).
@@ -64,8 +79,19 @@ pub const HOST_API_HEADER_SIZE: usize = std::mem::offset_of!(RlxHostApi, log_ctx
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(HOST_API_HEADER_SIZE == 40);
 
+/// What a host before 1.10 writes in `struct_size`: the end of
+/// `log_max_level`, where 1.10's `setting` begins.
+pub const HOST_API_SIZE_1_0: usize = std::mem::offset_of!(RlxHostApi, setting);
+const _: () = assert!(
+    HOST_API_SIZE_1_0
+        == std::mem::offset_of!(RlxHostApi, log_max_level)
+            + std::mem::size_of::<Option<unsafe extern "C" fn(*mut c_void) -> u32>>()
+);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(HOST_API_SIZE_1_0 == 64);
+
 crate::abi_struct!(RlxLogRecord, reserved0: u32);
 crate::abi_struct!(
     RlxHostApi,
-    log_max_level: Option<unsafe extern "C" fn(*mut c_void) -> u32>
+    setting: Option<unsafe extern "C" fn(*mut c_void, RlxStr, *mut u8, usize) -> i64>
 );

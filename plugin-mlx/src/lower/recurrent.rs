@@ -11,9 +11,43 @@
 //! 1 (Rnn); `h0`/`c0` are `[L·D, B, H]`. With `carry`, the initial states
 //! are read from `h0`/`c0` (else zeros) and the final ones written back
 //! into them when they are params, as rlx-cpu writes them into its arena.
+//!
+//! **fp16 compute** (`RLX_MLX_RNN_F16`, mirroring rlx-runtime's in-tree MLX
+//! backend switch of the same name): when the host's setting is on, an f32
+//! recurrence is computed in float16: `x`, the weights, the biases and the
+//! `h`/`c` states are cast to f16 for the input projection, the per-step
+//! `h @ W_hhᵀ` products (MLX accumulates half-precision matmuls in f32)
+//! and the gate math; the output (and, with `carry`, the final states) are
+//! cast back, so inputs and outputs stay f32 at the boundary and results
+//! differ from f32 by fp16 rounding. The switch is read at lowering time
+//! through the host (`rlx_plugin_api::setting_flag`, ABI 1.10), so the
+//! host's in-process `rlx_ir::env::set` reaches it; an older host's switch
+//! is read from the process environment.
 
 use super::{arity, Ctx, LResult, Lowering, A};
-use rlx_mlx_shim::{ops, Array, ArrayList};
+use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
+
+/// The host setting that opts f32 recurrences into fp16 compute.
+pub const F16_SWITCH: &str = "RLX_MLX_RNN_F16";
+
+/// The dtype the recurrence computes in for inputs of `io`: f16 when `io`
+/// is f32 and the host's [`F16_SWITCH`] is on, else `io` itself.
+fn compute_dtype(io: MxDType) -> MxDType {
+    if io == MxDType::F32 && rlx_plugin_api::setting_flag(F16_SWITCH) {
+        MxDType::F16
+    } else {
+        io
+    }
+}
+
+/// `x` in `dt` (a cast only when its dtype differs).
+fn cast(x: &Array, dt: MxDType) -> LResult {
+    if x.dtype() == dt {
+        Ok(x.clone_handle())
+    } else {
+        Ok(ops::astype(x, dt)?)
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cell {
@@ -111,7 +145,21 @@ fn recurrent(
         return Err("num_layers and hidden_size must be at least 1".into());
     }
     let g = cell.gates();
-    let flat = |x: &Array| ops::reshape(x, &[-1]);
+    // Read once per lowering: every step, layer and direction of this
+    // node computes in the same dtype.
+    let io_dt = a[0].dtype();
+    let dt = compute_dtype(io_dt);
+    let half = dt != io_dt;
+    // In fp16 compute every operand is cast; otherwise none is (MLX's
+    // promotion rules apply, as without the switch).
+    let compute = |x: &Array| -> LResult {
+        if half {
+            cast(x, dt)
+        } else {
+            Ok(x.clone_handle())
+        }
+    };
+    let flat = |x: &Array| -> LResult { compute(&*ops::reshape(x, &[-1])?) };
     let w_ih = flat(a[1])?;
     let w_hh = flat(a[2])?;
     let (b_ih, b_hh) = if cell == Cell::Gru {
@@ -127,8 +175,8 @@ fn recurrent(
     };
     let (h, bsz) = (d.hidden as i32, d.batch as i32);
     let gh = (g * d.hidden) as i32;
-    let zeros = || rlx_mlx_shim::array::full(&[bsz, h], 0.0, a[0].dtype());
-    let mut layer_in: A = a[0].clone_handle();
+    let zeros = || rlx_mlx_shim::array::full(&[bsz, h], 0.0, dt);
+    let mut layer_in: A = compute(a[0])?;
     let mut in_l = d.input;
     let mut wih_off = 0usize;
     let mut h_final: Vec<A> = Vec::new();
@@ -226,15 +274,27 @@ fn recurrent(
         in_l = d.dirs * d.hidden;
     }
     if carry {
-        let stacked = |v: &[A]| ops::stack(&ArrayList::from_arrays(v.iter().map(|x| &**x)), 0);
+        // The final states (in fp16 compute, back in their params' dtype).
+        let stacked = |v: &[A], like: &Array| -> LResult {
+            let s = ops::stack(&ArrayList::from_arrays(v.iter().map(|x| &**x)), 0)?;
+            if half {
+                cast(&s, like.dtype())
+            } else {
+                Ok(s)
+            }
+        };
         cx.writes
-            .record(cx.graph, cx.input(n_w), stacked(&h_final)?);
+            .record(cx.graph, cx.input(n_w), stacked(&h_final, a[n_w])?);
         if cell == Cell::Lstm {
             cx.writes
-                .record(cx.graph, cx.input(n_w + 1), stacked(&c_final)?);
+                .record(cx.graph, cx.input(n_w + 1), stacked(&c_final, a[n_w + 1])?);
         }
     }
-    Ok(layer_in)
+    if half {
+        cast(&layer_in, io_dt)
+    } else {
+        Ok(layer_in)
+    }
 }
 
 fn lstm(cx: &Ctx, a: &[&Array]) -> LResult {
@@ -302,7 +362,7 @@ fn rnn(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 pub fn entries() -> Vec<Lowering> {
-    const NOTE: &str = "one input-projection GEMM per layer and direction, then the recurrence unrolled in the MLX graph; carry reads h0/c0 and writes the final states back into them when they are params";
+    const NOTE: &str = "one input-projection GEMM per layer and direction, then the recurrence unrolled in the MLX graph; carry reads h0/c0 and writes the final states back into them when they are params; the host setting RLX_MLX_RNN_F16 computes an f32 recurrence in fp16 (f32 in and out)";
     vec![
         crate::row!(Lstm, crate::dtype::FLOATS, Composite, NOTE, lstm),
         crate::row!(Gru, crate::dtype::FLOATS, Composite, NOTE, gru),

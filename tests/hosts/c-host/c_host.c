@@ -8,7 +8,7 @@
  *
  *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
  *
- *   --claim 1.N        the ABI the host claims (1.0 ..= 1.9; another major
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.10; another major
  *                      is sent as is, to be refused)
  *   --mode M           lazy (default), eager or compiled
  *   --activation A     exp (default) or relu: the graph's activation
@@ -16,6 +16,10 @@
  *                      graph; it must compute the same function,
  *                      y = act(x[2,3] . w[3,2] + b[2,2])
  *   --print-graph      print the built-in graph text and exit
+ *   --setting KEY=VAL  (1.10) the host's setting KEY, answered through the
+ *                      host table's `setting`; other keys are answered from
+ *                      this process's environment. A host claiming less
+ *                      has no `setting` (its table ends before it)
  *   --huge             also compile a graph with a 16 TB tensor, which the
  *                      plugin must refuse: RESOURCE_EXHAUSTED at a 1.6
  *                      claim, INTERNAL (the unknown code) before
@@ -23,7 +27,8 @@
  * Claiming 1.8 it lends output buffers (executable_run_into); claiming 1.9
  * it uses every 1.9 entry the plugin's table reaches and holds (state,
  * clones and shared params, submitted runs, the 1.9 root functions; see
- * that section), and says which are absent.
+ * that section), and says which are absent; claiming 1.10 its host table
+ * also offers `setting`.
  *
  * Exit codes: 0 ok; 1 a check failed; 2 usage or load error; 3 the plugin
  * refused the handshake; 4 the host refused the plugin (another major, a
@@ -147,8 +152,11 @@ static struct {
     /* --huge: the plugin refuses a graph with a 16 TB tensor, which a 1.6
      * host reads as RESOURCE_EXHAUSTED and an older one as INTERNAL. */
     int huge;
+    /* 1.10: --setting KEY=VALUE, at most 8 of them. */
+    const char* settings[8];
+    int n_settings;
 } g_opt = {1, RLX_ABI_VERSION_MINOR, RLX_MODE_LAZY, "lazy", 0, NULL, NULL,
-           RLX_DEVICE_DEFAULT, 0, 0};
+           RLX_DEVICE_DEFAULT, 0, 0, {NULL}, 0};
 
 /* The plugin's root table, set once the handshake and table checks pass. */
 static const RlxPluginApi* g_api;
@@ -198,11 +206,35 @@ static uint32_t host_log_max_level(void* ctx) {
     return RLX_LOG_INFO;
 }
 
+/* (1.10) The host's setting `key`: a --setting pair, else this process's
+ * environment. Copies at most cap bytes; the value's length, or -1. */
+static int64_t host_setting(void* ctx, RlxStr key, uint8_t* buf, size_t cap) {
+    (void)ctx;
+    if (!key.ptr || key.len == 0 || key.len > 255) return -1;
+    char k[256];
+    memcpy(k, key.ptr, key.len);
+    k[key.len] = 0;
+    const char* v = NULL;
+    for (int i = 0; i < g_opt.n_settings && !v; i++) {
+        const char* eq = strchr(g_opt.settings[i], '=');
+        if ((size_t)(eq - g_opt.settings[i]) == key.len &&
+            memcmp(g_opt.settings[i], k, key.len) == 0)
+            v = eq + 1;
+    }
+    if (!v) v = getenv(k);
+    if (!v) return -1;
+    size_t n = strlen(v);
+    if (buf && cap) memcpy(buf, v, n < cap ? n : cap);
+    return (int64_t)n;
+}
+
 static void fill_host_table(void) {
-    /* RlxHostApi is unchanged since 1.0; its 4 bytes of padding after
-     * abi_version stay 0xAB. */
+    /* The claimed minor's table: 1.0-1.9 hosts ended at log_max_level
+     * (RLX_HOST_API_SIZE_1_0), and the bytes beyond stay 0xAB; 1.10 adds
+     * `setting`. Its 4 bytes of padding after abi_version stay 0xAB. */
     memset(&g_host, GARBAGE, sizeof g_host);
-    g_host.struct_size = RLX_HOST_API_STRUCT_SIZE;
+    int knows_1_10 = g_opt.major != 1 || g_opt.minor >= 10;
+    g_host.struct_size = knows_1_10 ? RLX_HOST_API_STRUCT_SIZE : RLX_HOST_API_SIZE_1_0;
     g_host.abi_version.major = g_opt.major;
     g_host.abi_version.minor = g_opt.minor;
     g_host.abi_version.patch = 0;
@@ -210,6 +242,7 @@ static void fill_host_table(void) {
     g_host.log_ctx = &g_log;
     g_host.log = host_log;
     g_host.log_max_level = host_log_max_level;
+    if (knows_1_10) g_host.setting = host_setting;
 }
 
 /* ======================================================================
@@ -2147,6 +2180,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: rlx-c-host --claim MAJOR.MINOR [--mode lazy|eager|compiled] "
             "[--activation exp|relu] [--device cpu|gpu[:N]] [--graph FILE] [--huge] [--print-graph] "
+            "[--setting KEY=VALUE] "
             "PLUGIN_LIBRARY\n");
     exit(EXIT_USAGE);
 }
@@ -2188,6 +2222,10 @@ static void parse_args(int argc, char** argv, int* print_graph) {
         } else if (strcmp(a, "--graph") == 0 && v) {
             g_opt.graph_file = v;
             i++;
+        } else if (strcmp(a, "--setting") == 0 && v) {
+            if (!strchr(v, '=') || g_opt.n_settings == 8) usage();
+            g_opt.settings[g_opt.n_settings++] = v;
+            i++;
         } else if (strcmp(a, "--huge") == 0) {
             g_opt.huge = 1;
         } else if (strcmp(a, "--print-graph") == 0) {
@@ -2212,8 +2250,8 @@ int main(int argc, char** argv) {
     }
 
     fill_host_table();
-    step("host: ABI %u.%u, mode %s, plugin %s", g_opt.major, g_opt.minor, g_opt.mode_name,
-         g_opt.library);
+    step("host: ABI %u.%u (host table struct_size %zu), mode %s, plugin %s", g_opt.major,
+         g_opt.minor, g_host.struct_size, g_opt.mode_name, g_opt.library);
     const RlxPluginApi* api = call_entry(g_opt.library);
     check_header(api); /* exits on a refusal: nothing past the header is read */
     check_table(api);

@@ -21,10 +21,12 @@
  * executable state (bind, unbind, read, list, REPLACE feeds, reads of the
  * last run's outputs; no row feeds) and honours skipped output slots; its
  * 1.9 table has no clones, shared params, submitted runs or 1.9 root
- * functions (those fields are NULL).
+ * functions (those fields are NULL). From 1.10 it asks the host for its
+ * setting RLX_C_DEMO_GREETING at init (the host table's `setting`, else
+ * its process environment) and logs it when set.
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..=9): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=10): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
@@ -224,6 +226,27 @@ static void plog(uint32_t level, uint32_t line, const char* fmt, ...) {
 #define LOG_INFO(...) plog(RLX_LOG_INFO, __LINE__, __VA_ARGS__)
 #define LOG_DEBUG(...) plog(RLX_LOG_DEBUG, __LINE__, __VA_ARGS__)
 #define LOG_TRACE(...) plog(RLX_LOG_TRACE, __LINE__, __VA_ARGS__)
+
+#if RLX_C_PLUGIN_MINOR >= 10
+/* (1.10) The host's settings, copied at the handshake when its table
+ * reaches `setting`; NULL: the process environment answers instead. */
+static int64_t (*g_setting)(void* ctx, RlxStr key, uint8_t* buf, size_t cap);
+
+/* The value of the setting `key`, NUL-terminated in buf (cut to cap - 1
+ * bytes); false when it is unset. */
+static bool read_setting(const char* key, char* buf, size_t cap) {
+    if (g_setting) {
+        int64_t n = g_setting(g_log_ctx, str_of(key), (uint8_t*)buf, cap - 1);
+        if (n < 0) return false;
+        buf[(uint64_t)n < cap - 1 ? (size_t)n : cap - 1] = 0;
+        return true;
+    }
+    const char* v = getenv(key);
+    if (!v) return false;
+    snprintf(buf, cap, "%s", v);
+    return true;
+}
+#endif
 
 /* ======================================================================
  * 4. Tensors
@@ -3272,6 +3295,11 @@ static RlxStatus* c_init(void) {
                      "and %d custom op(s)",
                      PLUGIN_VERSION, RLX_C_PLUGIN_MINOR, (size_t)N_OPS,
                      RLX_C_PLUGIN_MINOR >= 1 ? 1 : 0);
+#if RLX_C_PLUGIN_MINOR >= 10
+            char greeting[128];
+            if (read_setting("RLX_C_DEMO_GREETING", greeting, sizeof greeting))
+                LOG_INFO("c-demo setting RLX_C_DEMO_GREETING = %s", greeting);
+#endif
         }
     }
     pthread_mutex_unlock(&g_init_lock);
@@ -3455,6 +3483,12 @@ static const RlxPluginApi* handshake(const RlxHostApi* host) {
     }
     if (host->struct_size >= RLX_STRUCT_SIZE(RlxHostApi, log_max_level))
         g_log_max_level = host->log_max_level;
+#if RLX_C_PLUGIN_MINOR >= 10
+    if (host->struct_size >= RLX_STRUCT_SIZE(RlxHostApi, setting)) {
+        g_log_ctx = host->log_ctx;
+        g_setting = host->setting;
+    }
+#endif
     LOG_DEBUG("handshake: host ABI %u.%u.%u, plugin ABI " PLUGIN_ABI_STR,
               hv.major, hv.minor, hv.patch);
     return &g_api;
