@@ -20,6 +20,8 @@ mod mlx_models;
 mod mlx_nn;
 #[path = "mlx_nn2.rs"]
 mod mlx_nn2;
+#[path = "mlx_no_inputs.rs"]
+mod mlx_no_inputs;
 #[path = "mlx_order.rs"]
 mod mlx_order;
 #[path = "mlx_outputs.rs"]
@@ -36,6 +38,8 @@ mod mlx_reduce;
 mod mlx_region;
 #[path = "mlx_regressions.rs"]
 mod mlx_regressions;
+#[path = "mlx_round_to_format.rs"]
+mod mlx_round_to_format;
 #[path = "mlx_session.rs"]
 mod mlx_session;
 #[path = "mlx_shape.rs"]

@@ -19,6 +19,7 @@ pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod norm;
+pub mod number_format;
 pub mod order;
 pub mod quant;
 pub mod random;
@@ -272,6 +273,7 @@ pub fn table() -> &'static [Lowering] {
             train_norm::entries(),
             train_conv::entries(),
             double_single::entries(),
+            number_format::entries(),
             crate::custom::entries(),
         ] {
             t.extend(family);
