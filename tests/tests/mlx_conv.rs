@@ -592,6 +592,144 @@ fn conv3d_parity() {
 
 // ── transposed convolutions ─────────────────────────────────────────────
 
+/// `FusedConvBiasAct` (what rlx's fusion makes of conv + bias +
+/// activation; rlx-opt claims it for the Mlx target): 2-D with and without
+/// a residual and an activation, groups, stride and padding, and 3-D,
+/// against its definition computed here in f64, every mode and dtype, the
+/// conv tolerances.
+#[test]
+fn fused_conv_bias_act_parity() {
+    use rlx_ir::op::Activation;
+    let mut seed = 700;
+    // (x dims, w dims, kernel, stride, padding, groups, activation, residual, out dims)
+    type Case<'a> = (
+        &'a [usize],
+        &'a [usize],
+        &'a [usize],
+        usize,
+        usize,
+        usize,
+        Option<Activation>,
+        bool,
+        &'a [usize],
+    );
+    let cases: [Case; 4] = [
+        (
+            &[2, 4, 6, 6],
+            &[6, 4, 3, 3],
+            &[3, 3],
+            1,
+            1,
+            1,
+            Some(Activation::Relu),
+            false,
+            &[2, 6, 6, 6],
+        ),
+        (
+            &[1, 4, 7, 5],
+            &[4, 2, 3, 3],
+            &[3, 3],
+            2,
+            1,
+            2,
+            Some(Activation::Silu),
+            true,
+            &[1, 4, 4, 3],
+        ),
+        (
+            &[1, 3, 5, 5],
+            &[2, 3, 1, 1],
+            &[1, 1],
+            1,
+            0,
+            1,
+            None,
+            false,
+            &[1, 2, 5, 5],
+        ),
+        (
+            &[1, 2, 4, 4, 4],
+            &[3, 2, 3, 3, 3],
+            &[3, 3, 3],
+            1,
+            1,
+            1,
+            Some(Activation::Gelu),
+            true,
+            &[1, 3, 4, 4, 4],
+        ),
+    ];
+    for dt in DTYPES {
+        for (xd, wd, k, st, pad, groups, act, residual, od) in cases {
+            let mut g = Graph::new("fused_conv_bias_act");
+            let x = g.input("x", s(xd, dt));
+            let w = g.param("w", s(wd, dt));
+            let b = g.param("b", s(&[od[1]], dt));
+            let mut ins = vec![x, w, b];
+            if residual {
+                ins.push(g.input("r", s(od, dt)));
+            }
+            let n = k.len();
+            let y = g.add_node(
+                Op::FusedConvBiasAct {
+                    kernel_size: k.to_vec(),
+                    stride: vec![st; n],
+                    padding: vec![pad; n],
+                    dilation: vec![1; n],
+                    groups,
+                    activation: act,
+                    has_residual: residual,
+                },
+                ins,
+                s(od, dt),
+            );
+            g.set_outputs(vec![y]);
+            seed += 1;
+            let feeds = random_feeds(&g, seed);
+            // The definition in f64: conv, + bias per channel (+ residual),
+            // then the activation.
+            let conv = conv_ref(
+                feed(&feeds, "x"),
+                xd,
+                feed(&feeds, "w"),
+                wd,
+                &vec![st; n],
+                &vec![pad; n],
+                &vec![1; n],
+                groups,
+                &od[2..],
+            );
+            let per_c: usize = od[2..].iter().product();
+            let bias = feed(&feeds, "b");
+            let want: Vec<f32> = conv
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| {
+                    let mut v = c as f64 + bias[(i / per_c) % od[1]] as f64;
+                    if residual {
+                        v += feed(&feeds, "r")[i] as f64;
+                    }
+                    (match act {
+                        Some(Activation::Relu) => v.max(0.0),
+                        Some(Activation::Silu) => v / (1.0 + (-v).exp()),
+                        Some(Activation::Gelu) => 0.5 * v * (1.0 + libm::erf(v / 2f64.sqrt())),
+                        None => v,
+                        Some(a) => unreachable!("{a:?}"),
+                    }) as f32
+                })
+                .collect();
+            let want = rlx_plugin_tests::parity::round_to(&want, dt);
+            check_against(
+                &format!("{xd:?} {k:?} {act:?} {dt:?}"),
+                &g,
+                &feeds,
+                &[want],
+                conv_tol(dt),
+            );
+        }
+    }
+}
+
 #[test]
 fn conv_transpose2d_parity() {
     // (x, w [C_in, C_out/g, kh, kw], stride, padding, dilation, output padding, groups)
