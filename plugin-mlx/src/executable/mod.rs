@@ -38,6 +38,7 @@ mod sharing;
 mod state;
 mod state_entries;
 mod submit;
+mod warmup;
 
 use device::spin_us;
 pub use device::{on_device, OnDevice};
@@ -47,6 +48,7 @@ use hoist::{Hoisted, Hoisting};
 use plan::Plan;
 use state::States;
 use submit::Pending;
+use warmup::Warmup;
 
 /// Whether runs write their inputs into the last run's arrays (see
 /// `MlxExecutable::kept_inputs`); `RLX_MLX_REUSE_INPUTS=0`, read once,
@@ -160,6 +162,10 @@ pub struct MlxExecutable {
     /// (see `hoist`), and their values for the params bound now.
     hoisting: Option<Arc<Hoisting>>,
     hoisted: Hoisted,
+    /// Compiled mode on the CPU: the compiled function's kernels being
+    /// built on a background thread; runs are lazy until they are ready
+    /// (see `warmup`).
+    warmup: Option<Warmup>,
 }
 
 // MLX arrays are refcounted graph nodes; the ABI guarantees one call at a
@@ -252,6 +258,14 @@ impl MlxExecutable {
                 .collect();
             Plan::record(&graph, rng, &custom, &leaves, hoisting.as_deref(), c).map(Arc::new)
         });
+        // Where the compiled function fuses (no recorded plan), its
+        // kernels are built beside the first runs, not in one.
+        let warmup = match (&compiled, &plan) {
+            (Some(_), None) => {
+                Warmup::start(&graph, rng, &inputs, &params, hoisting.as_ref(), &device)
+            }
+            _ => None,
+        };
         log::debug!(
             "compiled graph {:?}: {} nodes, {} inputs, {} params, {} mode",
             graph.name,
@@ -280,6 +294,7 @@ impl MlxExecutable {
             narrowed: Vec::new(),
             hoisting,
             hoisted: Hoisted::default(),
+            warmup,
         })
     }
 
@@ -746,6 +761,8 @@ impl MlxExecutable {
                 .and_then(Option::as_ref)
                 .unwrap_or_else(|| base(slot))
         };
+        // Lazily, while the compiled function's kernels are being built.
+        let building = self.warmup.as_mut().is_some_and(|w| !w.ready(&self.graph));
         let (graph, compiled, write_ids, recorded) = match plan {
             Some(p) => (&p.graph, p.compiled.as_ref(), &p.compiled_writes, None),
             None => (
@@ -781,6 +798,7 @@ impl MlxExecutable {
         let writes = ParamWrites::default();
         // The list a compiled call returns is the list to evaluate (its
         // outputs, then its param writes): kept rather than built again.
+        let compiled = compiled.filter(|_| !building);
         let mut built = match (compiled, self.mode) {
             (Some(c), _) => {
                 let args = &mut self.args;
@@ -877,8 +895,10 @@ impl MlxExecutable {
     fn trace_label(&self) -> String {
         // What ran: compiled mode without a compiled function (a host loop,
         // an unusable kernel cache, a graph of one op) builds it lazily.
+        let building = self.warmup.as_ref().is_some_and(|w| !w.is_ready());
         let mode = match (&self.compiled, self.mode) {
             (None, Mode::Compiled) => "lazy",
+            (Some(_), Mode::Compiled) if building => "lazy (compiling)",
             (_, m) => m.name(),
         };
         let inline = if array::last_eval_inline() {

@@ -55,6 +55,8 @@ impl MlxExecutable {
             narrowed: Vec::new(),
             hoisting: self.hoisting.clone(),
             hoisted: self.hoisted.cloned(),
+            // The kernels are the process's: built (or being built) once.
+            warmup: self.warmup.as_ref().map(|w| w.share()),
         })
     }
 

@@ -79,11 +79,15 @@ fn cpu_cache(dir: &Path) -> Note {
         },
         Ok(private) => Note {
             kind: "cache",
-            text: text(if private {
-                "ok (yours, mode 0700)"
-            } else {
-                "ok (yours; compiled mode tightens it to mode 0700)"
-            }),
+            text: text(&format!(
+                "{}; {} (remove the directory to clear it)",
+                if private {
+                    "ok (yours, mode 0700)"
+                } else {
+                    "ok (yours; compiled mode tightens it to mode 0700)"
+                },
+                contents(dir)
+            )),
             hint: None,
         },
     }
@@ -98,7 +102,11 @@ fn gpu_cache(dir: &Path) -> Note {
         text: format!(
             "GPU kernels {}: {}",
             dir.display(),
-            if exists { "present" } else { "not made yet" }
+            if exists {
+                format!("present; {} (remove the directory to clear it)", contents(dir))
+            } else {
+                "not made yet".into()
+            }
         ),
         hint: (!exists).then(|| {
             "the first compiled run of each graph compiles its kernels with NVRTC (seconds); \
@@ -106,4 +114,26 @@ fn gpu_cache(dir: &Path) -> Note {
                 .to_string()
         }),
     }
+}
+
+/// `N files, S MiB` under `dir` (what a kernel cache holds).
+fn contents(dir: &Path) -> String {
+    fn walk(dir: &Path, files: &mut u64, bytes: &mut u64) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => walk(&e.path(), files, bytes),
+                Ok(m) => {
+                    *files += 1;
+                    *bytes += m.len();
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    let (mut files, mut bytes) = (0, 0);
+    walk(dir, &mut files, &mut bytes);
+    format!("{files} file(s), {:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
