@@ -30,24 +30,41 @@ fn bridgeable(plugin: &LoadedPlugin, name: &str) -> bool {
         && rlx_cpu::op_registry::lookup_cpu_kernel(name).is_some()
 }
 
-/// Register with `plugin`, as host kernels, the custom ops of `graph` it
-/// has no kernel for and rlx-cpu has. A name registered meanwhile by
-/// another thread is fine.
+/// The custom ops of `graph` and of the bodies of its loops and branches:
+/// `(name, inputs)`, each name once.
+pub fn custom_ops(graph: &Graph) -> Vec<(String, u32)> {
+    fn walk(g: &Graph, out: &mut Vec<(String, u32)>) {
+        for n in g.nodes() {
+            if let Op::Custom {
+                name, num_inputs, ..
+            } = &n.op
+            {
+                if !out.iter().any(|(m, _)| m == name) {
+                    out.push((name.clone(), *num_inputs));
+                }
+            }
+            for body in n.op.subgraphs() {
+                walk(body, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(graph, &mut out);
+    out
+}
+
+/// Register with `plugin`, as host kernels, the custom ops of `graph`
+/// (bodies included) it has no kernel for and rlx-cpu has. A name
+/// registered meanwhile by another thread is fine.
 pub fn bridge_graph(plugin: &LoadedPlugin, graph: &Graph) -> Result<(), String> {
-    for n in graph.nodes() {
-        let Op::Custom {
-            name, num_inputs, ..
-        } = &n.op
-        else {
-            continue;
-        };
-        if plugin.lookup_custom_op(name).is_ok() || !bridgeable(plugin, name) {
+    for (name, num_inputs) in custom_ops(graph) {
+        if plugin.lookup_custom_op(&name).is_ok() || !bridgeable(plugin, &name) {
             continue;
         }
         let op = CustomOp::new(
             name.clone(),
             "rlx-cpu's kernel, run through the host-kernel bridge",
-            *num_inputs,
+            num_inputs,
             Origin::Host,
             CustomImpl::Kernel(cpu_kernel(name.clone())),
         );

@@ -5,6 +5,7 @@
 pub mod decoder_package;
 pub mod mlp_reference;
 pub mod parity;
+pub mod recurrent;
 pub mod relu_affine;
 
 use std::path::{Path, PathBuf};

@@ -7,67 +7,16 @@
 //! approximations of both); its first LSTM step is checked by hand below.
 //! Tolerance: 2e-5 abs + 2e-5 rel (f32 through a few dozen steps).
 
-use rlx_ir::{DType, Graph, Op, Shape};
+use rlx_ir::{DType, Graph, Shape};
 use rlx_plugin_api::{HostTensor, Mode};
 use rlx_plugin_tests::parity::{assert_close, mlx, random_values, Tol};
+use rlx_plugin_tests::recurrent::{Cell, Spec};
 
 const TOL: Tol = Tol {
     abs: 2e-5,
     rel: 2e-5,
 };
 const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Cell {
-    Lstm,
-    Gru,
-    Rnn { relu: bool },
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Spec {
-    cell: Cell,
-    batch: usize,
-    seq: usize,
-    input: usize,
-    hidden: usize,
-    layers: usize,
-    bi: bool,
-    carry: bool,
-}
-
-impl Spec {
-    fn gates(&self) -> usize {
-        match self.cell {
-            Cell::Lstm => 4,
-            Cell::Gru => 3,
-            Cell::Rnn { .. } => 1,
-        }
-    }
-    fn dirs(&self) -> usize {
-        if self.bi {
-            2
-        } else {
-            1
-        }
-    }
-    fn w_ih_len(&self) -> usize {
-        let gh = self.gates() * self.hidden;
-        (0..self.layers)
-            .map(|l| {
-                let in_l = if l == 0 {
-                    self.input
-                } else {
-                    self.dirs() * self.hidden
-                };
-                self.dirs() * gh * in_l
-            })
-            .sum()
-    }
-    fn ld(&self) -> usize {
-        self.layers * self.dirs()
-    }
-}
 
 fn sig(z: f64) -> f64 {
     1.0 / (1.0 + (-z).exp())
@@ -208,30 +157,7 @@ fn graph(s: &Spec) -> Graph {
             ins.push(g.param("c0", f(&[s.ld(), s.batch, s.hidden])));
         }
     }
-    let (hidden_size, num_layers, bidirectional, carry) = (s.hidden, s.layers, s.bi, s.carry);
-    let op = match s.cell {
-        Cell::Lstm => Op::Lstm {
-            hidden_size,
-            num_layers,
-            bidirectional,
-            carry,
-        },
-        Cell::Gru => Op::Gru {
-            hidden_size,
-            num_layers,
-            bidirectional,
-            carry,
-        },
-        Cell::Rnn { relu } => Op::Rnn {
-            hidden_size,
-            num_layers,
-            bidirectional,
-            carry,
-            relu,
-        },
-    };
-    let y = g.add_node(op, ins, f(&[s.batch, s.seq, s.dirs() * s.hidden]));
-    g.set_outputs(vec![y]);
+    s.add_op(&mut g, ins);
     g
 }
 

@@ -15,10 +15,10 @@
 //! Its own test binary (not in `gpu_all`): the override is process-wide,
 //! so the tests here take turns (a lock) and each leaves it unset.
 
-use rlx_ir::op::Op;
 use rlx_ir::{DType, Graph, Shape};
 use rlx_plugin_api::{HostTensor, Mode};
 use rlx_plugin_tests::parity::{mlx, run_cpu, Feed, MODES};
+use rlx_plugin_tests::recurrent::{Cell, Spec};
 use std::sync::Mutex;
 
 const SWITCH: &str = "RLX_MLX_RNN_F16";
@@ -53,77 +53,17 @@ fn with_switch<R>(value: Option<&str>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Cell {
-    Lstm,
-    Gru,
-    Rnn { relu: bool },
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Spec {
-    cell: Cell,
-    batch: usize,
-    seq: usize,
-    input: usize,
-    hidden: usize,
-    layers: usize,
-    bi: bool,
-    carry: bool,
-}
-
-impl Spec {
-    /// rlx-runtime's `rnn_mlx_f16.rs` configuration: (2, 5, 6, 8, 1, bi).
-    fn runtime_test(cell: Cell) -> Spec {
-        Spec {
-            cell,
-            batch: 2,
-            seq: 5,
-            input: 6,
-            hidden: 8,
-            layers: 1,
-            bi: true,
-            carry: false,
-        }
-    }
-    fn gates(&self) -> usize {
-        match self.cell {
-            Cell::Lstm => 4,
-            Cell::Gru => 3,
-            Cell::Rnn { .. } => 1,
-        }
-    }
-    fn dirs(&self) -> usize {
-        if self.bi {
-            2
-        } else {
-            1
-        }
-    }
-    fn ld(&self) -> usize {
-        self.layers * self.dirs()
-    }
-    fn w_ih_len(&self) -> usize {
-        let gh = self.gates() * self.hidden;
-        (0..self.layers)
-            .map(|l| {
-                let in_l = if l == 0 {
-                    self.input
-                } else {
-                    self.dirs() * self.hidden
-                };
-                self.dirs() * gh * in_l
-            })
-            .sum()
-    }
-    fn w_hh_len(&self) -> usize {
-        self.ld() * self.gates() * self.hidden * self.hidden
-    }
-    fn bias_len(&self) -> usize {
-        self.ld() * self.gates() * self.hidden
-    }
-    fn state_dims(&self) -> [usize; 3] {
-        [self.ld(), self.batch, self.hidden]
+/// rlx-runtime's `rnn_mlx_f16.rs` configuration: (2, 5, 6, 8, 1, bi).
+fn runtime_test(cell: Cell) -> Spec {
+    Spec {
+        cell,
+        batch: 2,
+        seq: 5,
+        input: 6,
+        hidden: 8,
+        layers: 1,
+        bi: true,
+        carry: false,
     }
 }
 
@@ -161,30 +101,7 @@ fn graph(s: &Spec) -> Graph {
             ins.push(g.param("c0", f(&s.state_dims())));
         }
     }
-    let (hidden_size, num_layers, bidirectional, carry) = (s.hidden, s.layers, s.bi, s.carry);
-    let op = match s.cell {
-        Cell::Lstm => Op::Lstm {
-            hidden_size,
-            num_layers,
-            bidirectional,
-            carry,
-        },
-        Cell::Gru => Op::Gru {
-            hidden_size,
-            num_layers,
-            bidirectional,
-            carry,
-        },
-        Cell::Rnn { relu } => Op::Rnn {
-            hidden_size,
-            num_layers,
-            bidirectional,
-            carry,
-            relu,
-        },
-    };
-    let y = g.add_node(op, ins, f(&[s.batch, s.seq, s.dirs() * s.hidden]));
-    g.set_outputs(vec![y]);
+    s.add_op(&mut g, ins);
     g
 }
 
@@ -301,7 +218,7 @@ fn check(s: &Spec, value: &str) {
 #[test]
 fn lstm_gru_rnn_of_rlx_runtimes_test_compute_in_fp16_when_the_host_sets_the_switch() {
     for cell in [Cell::Lstm, Cell::Gru, Cell::Rnn { relu: false }] {
-        check(&Spec::runtime_test(cell), "1");
+        check(&runtime_test(cell), "1");
     }
 }
 
@@ -311,7 +228,7 @@ fn stacked_layers_relu_and_carry_honour_the_switch_too() {
         layers: 2,
         bi,
         carry,
-        ..Spec::runtime_test(cell)
+        ..runtime_test(cell)
     };
     check(&stacked(Cell::Lstm, true, true), "true");
     check(&stacked(Cell::Gru, false, true), "on");
@@ -321,7 +238,7 @@ fn stacked_layers_relu_and_carry_honour_the_switch_too() {
 
 #[test]
 fn the_switch_set_to_off_or_unset_keeps_f32() {
-    let s = Spec::runtime_test(Cell::Lstm);
+    let s = runtime_test(Cell::Lstm);
     let reference = cpu(&s);
     let unset = with_switch(None, || mlx_runs(&s, Mode::Lazy, 1)).remove(0);
     for value in ["0", "false", "off", ""] {

@@ -61,14 +61,24 @@ impl Claims {
     /// why not. A custom op is taken by its kind and then by its name.
     pub fn judge(&self, op: &Op, dtype: DType) -> Result<(), String> {
         self.judge_kind(op.kind(), dtype)?;
-        match (op, &self.plugin) {
-            (Op::Custom { name, .. }, Some(p)) if !crate::cpu_bridge::runs(p, name) => {
-                Err(format!(
-                    "{} has no kernel for custom op {name} (neither its own nor rlx-cpu's)",
-                    self.label
-                ))
-            }
-            _ => Ok(()),
+        let Some(p) = &self.plugin else {
+            return Ok(());
+        };
+        let names = match op {
+            Op::Custom { name, .. } => vec![name.clone()],
+            // A loop or branch takes its body whole: every custom op in it.
+            _ => op
+                .subgraphs()
+                .into_iter()
+                .flat_map(|b| crate::cpu_bridge::custom_ops(b).into_iter().map(|(n, _)| n))
+                .collect(),
+        };
+        match names.iter().find(|n| !crate::cpu_bridge::runs(p, n)) {
+            Some(name) => Err(format!(
+                "{} has no kernel for custom op {name} (neither its own nor rlx-cpu's)",
+                self.label
+            )),
+            None => Ok(()),
         }
     }
 

@@ -17,10 +17,12 @@
 //! once, makes compiled mode's first run build its kernels itself, as
 //! before.
 //!
-//! A process that exits while a build runs waits for it (up to a minute,
-//! an `atexit` handler registered at the first build, so it runs before
-//! MLX's static destructors): the build is inside MLX, which those
-//! destructors tear down.
+//! One thread builds, one graph after another. A build must not outlive
+//! the process's MLX: an executable dropped while its build waits cancels
+//! it, and one dropped while it runs waits for it (as its first compiled
+//! run would have); a process that exits with a build running waits for
+//! it too (an `atexit` handler registered after each build, so that it
+//! runs before the destructors of what MLX set up for the builds).
 
 use super::device::on_device;
 use super::evaluate::zeros_like;
@@ -30,25 +32,50 @@ use crate::custom::CustomScope;
 use rlx_ir::{Graph, NodeId};
 use rlx_mlx_shim::{array, ArrayList};
 use rlx_plugin_api::{DeviceInfo, DeviceKind, PluginError, PluginResult};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("RLX_MLX_BACKGROUND_COMPILE").map_or(true, |v| v != "0"))
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Queued,
+    Building,
+    /// Built, or failed (the executable's own compiled call says why).
+    Done,
+    /// Dropped before it started.
+    Cancelled,
+}
+
+/// A build's state, shared by the executable and the job.
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn get(&self) -> State {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn set(&self, s: State) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        self.changed.notify_all();
+    }
+}
+
 /// A background build of a compiled executable's kernels.
 pub(super) struct Warmup {
-    ready: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     /// Whether a run has used the compiled function yet (for the log).
     switched: bool,
 }
 
 impl Warmup {
-    /// Start building the kernels of `graph`'s compiled function on a
-    /// background thread; None where that does not apply (a GPU, or
-    /// switched off), and the first run builds them.
+    /// Queue the build of `graph`'s compiled function's kernels; None
+    /// where that does not apply (a GPU, or switched off), and the first
+    /// run builds them.
     pub(super) fn start(
         graph: &Arc<Graph>,
         rng: rlx_ir::RngOptions,
@@ -79,47 +106,28 @@ impl Warmup {
             .map(|(_, id)| *id)
             .chain(hoisting.map_or(&[][..], |h| &h.nodes[..]).iter().copied())
             .collect();
-        let ready = Arc::new(AtomicBool::new(false));
-        let done = ready.clone();
-        let (graph, device) = (graph.clone(), device.clone());
-        running::started();
-        let spawned = std::thread::Builder::new()
-            .name("rlx-mlx-compile".into())
-            .spawn(move || {
-                let start = std::time::Instant::now();
-                match build_kernels(&graph, &f, &leaves, &device) {
-                    Ok(()) => log::debug!(
-                        "graph {:?}: compiled mode's kernels built in the background in {} ms",
-                        graph.name,
-                        start.elapsed().as_millis()
-                    ),
-                    // The executable's own first compiled call meets the
-                    // same error, and reports it.
-                    Err(e) => log::debug!(
-                        "graph {:?}: building compiled mode's kernels in the background failed: {e}",
-                        graph.name
-                    ),
-                }
-                drop(f);
-                done.store(true, Ordering::Release);
-                running::finished();
-            });
-        match spawned {
-            Ok(_) => Some(Warmup {
-                ready,
-                switched: false,
-            }),
-            Err(_) => {
-                running::finished();
-                None
-            }
-        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::Queued),
+            changed: Condvar::new(),
+        });
+        let job = Job {
+            graph: graph.clone(),
+            f,
+            leaves,
+            device: device.clone(),
+            shared: shared.clone(),
+        };
+        worker().send(job).ok()?;
+        Some(Warmup {
+            shared,
+            switched: false,
+        })
     }
 
     /// Whether runs may call the compiled function now (its kernels are
     /// built, or their build failed and the call will say why).
     pub(super) fn ready(&mut self, graph: &Graph) -> bool {
-        let ready = self.ready.load(Ordering::Acquire);
+        let ready = self.is_ready();
         if ready && !self.switched {
             self.switched = true;
             log::debug!(
@@ -130,19 +138,101 @@ impl Warmup {
         ready
     }
 
+    /// [`Warmup::ready`] without the switch's log line.
+    pub(super) fn is_ready(&self) -> bool {
+        matches!(self.shared.get(), State::Done | State::Cancelled)
+    }
+
     /// The same build, for a clone of the executable (its own compiled
     /// function finds the kernels once they are built).
     pub(super) fn share(&self) -> Warmup {
         Warmup {
-            ready: self.ready.clone(),
+            shared: self.shared.clone(),
             switched: false,
         }
     }
+}
 
-    /// [`Warmup::ready`] without the switch's log line.
-    pub(super) fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+impl Drop for Warmup {
+    /// Cancel a build that has not started; wait for one that has.
+    fn drop(&mut self) {
+        let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        if *s == State::Queued {
+            *s = State::Cancelled;
+        }
+        while *s == State::Building {
+            s = self
+                .shared
+                .changed
+                .wait(s)
+                .unwrap_or_else(|e| e.into_inner());
+        }
     }
+}
+
+/// One background build.
+struct Job {
+    graph: Arc<Graph>,
+    f: Compiled,
+    leaves: Vec<NodeId>,
+    device: DeviceInfo,
+    shared: Arc<Shared>,
+}
+
+impl Job {
+    fn run(self) {
+        {
+            let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            if *s != State::Queued {
+                return;
+            }
+            *s = State::Building;
+        }
+        let start = std::time::Instant::now();
+        match build_kernels(&self.graph, &self.f, &self.leaves, &self.device) {
+            Ok(()) => log::debug!(
+                "graph {:?}: compiled mode's kernels built in the background in {} ms",
+                self.graph.name,
+                start.elapsed().as_millis()
+            ),
+            // The executable's own first compiled call meets the same
+            // error, and reports it.
+            Err(e) => log::debug!(
+                "graph {:?}: building compiled mode's kernels in the background failed: {e}",
+                self.graph.name
+            ),
+        }
+        drop(self.f);
+        at_exit::register();
+        self.shared.set(State::Done);
+    }
+}
+
+/// The one thread that builds kernels, one graph after another: MLX's CPU
+/// code generation is not safe to run on many threads at once (dozens of
+/// builds side by side crashed it), and a thread that never ends leaves
+/// no thread-local MLX state to tear down while the process runs.
+fn worker() -> &'static std::sync::mpsc::Sender<Job> {
+    static TX: std::sync::OnceLock<std::sync::mpsc::Sender<Job>> = std::sync::OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("rlx-mlx-compile".into())
+            .spawn(move || {
+                for job in rx {
+                    *at_exit::CURRENT.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(job.shared.clone());
+                    job.run();
+                    *at_exit::CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!(
+                "no thread to build compiled mode's kernels on ({e}): first runs build them"
+            );
+        }
+        tx
+    })
 }
 
 /// Call `f` on zeros of every leaf's shape and evaluate it: MLX builds
@@ -165,32 +255,31 @@ fn build_kernels(
     array::eval_list(&out).map_err(|e| PluginError::internal(e.to_string()))
 }
 
-/// The builds running now, and the exit handler that waits for them.
-mod running {
-    use std::sync::{Condvar, Mutex, Once};
+/// A process exiting while a build runs waits for it (up to a minute).
+mod at_exit {
+    use super::{Shared, State};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    static COUNT: Mutex<usize> = Mutex::new(0);
-    static DONE: Condvar = Condvar::new();
+    /// The build running now.
+    pub(super) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
 
-    pub(super) fn started() {
-        static AT_EXIT: Once = Once::new();
-        AT_EXIT.call_once(|| {
-            // SAFETY: registers a plain `extern "C" fn()`; the plugin
-            // library is never unloaded (docs/ABI.md), so it stays valid.
-            unsafe { libc::atexit(wait_at_exit) };
-        });
-        *COUNT.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    /// Register the handler (again): `atexit` handlers run last-registered
+    /// first, so one registered after a build runs before the destructors
+    /// of what MLX made for it.
+    pub(super) fn register() {
+        // SAFETY: registers a plain `extern "C" fn()`; the plugin library
+        // is never unloaded (docs/ABI.md), so it stays valid.
+        unsafe { libc::atexit(wait) };
     }
 
-    pub(super) fn finished() {
-        let mut n = COUNT.lock().unwrap_or_else(|e| e.into_inner());
-        *n = n.saturating_sub(1);
-        DONE.notify_all();
-    }
-
-    extern "C" fn wait_at_exit() {
-        let n = COUNT.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = DONE.wait_timeout_while(n, Duration::from_secs(60), |n| *n > 0);
+    extern "C" fn wait() {
+        let current = CURRENT.lock().ok().and_then(|c| c.clone());
+        if let Some(shared) = current {
+            let s = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = shared
+                .changed
+                .wait_timeout_while(s, Duration::from_secs(60), |s| *s == State::Building);
+        }
     }
 }
