@@ -36,7 +36,8 @@ fn model(dir: &Path) -> String {
     p.to_str().unwrap().to_string()
 }
 
-/// `rlx-host run MODEL --mode compiled --compare cpu` with `TMPDIR=tmp`.
+/// `rlx-host run MODEL --mode compiled --compare cpu` with `TMPDIR=tmp`,
+/// the kernels built by the run (`RLX_MLX_BACKGROUND_COMPILE=0`).
 fn run_compiled(tmp: &Path) -> Output {
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -57,6 +58,9 @@ fn run_compiled(tmp: &Path) -> Output {
         .env("RLX_HOME", home.path())
         .env("HOME", home.path())
         .env("TMPDIR", tmp)
+        // Its one run builds the kernels itself: in the background, a
+        // process of one run ends before the build would start.
+        .env("RLX_MLX_BACKGROUND_COMPILE", "0")
         .env_remove("TMP")
         .env_remove("TEMP")
         .env_remove("TEMPDIR")
