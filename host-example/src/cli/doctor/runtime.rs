@@ -103,7 +103,10 @@ fn gpu_cache(dir: &Path) -> Note {
             "GPU kernels {}: {}",
             dir.display(),
             if exists {
-                format!("present; {} (remove the directory to clear it)", contents(dir))
+                format!(
+                    "present; {} (remove the directory to clear it)",
+                    contents(dir)
+                )
             } else {
                 "not made yet".into()
             }
@@ -135,5 +138,8 @@ fn contents(dir: &Path) -> String {
     }
     let (mut files, mut bytes) = (0, 0);
     walk(dir, &mut files, &mut bytes);
-    format!("{files} file(s), {:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    format!(
+        "{files} file(s), {:.1} MiB",
+        bytes as f64 / (1024.0 * 1024.0)
+    )
 }
