@@ -82,7 +82,7 @@ pub fn bridge_graph(plugin: &LoadedPlugin, graph: &Graph) -> Result<(), String> 
 fn cpu_kernel(name: String) -> CustomKernel {
     Arc::new(move |inputs, outputs, attrs| {
         let shape =
-            |dtype, dims: &[usize]| rlx_ir::Shape::new(dims, crate::custom_ops::ir_dtype(dtype));
+            |dtype, dims: &[usize]| rlx_ir::Shape::new(dims, crate::abi_names::ir_dtype(dtype));
         let shapes: Vec<rlx_ir::Shape> = inputs.iter().map(|t| shape(t.dtype, t.shape)).collect();
         let ins: Vec<(&[u8], &rlx_ir::Shape)> = inputs
             .iter()

@@ -9,6 +9,7 @@
 //!   kernel registry, so the CPU backend runs the same graph as the
 //!   reference.
 
+use crate::abi_names::{abi_dtype, ir_dtype};
 use rlx_cpu::op_registry::{CpuKernel, CpuTensorMut, CpuTensorRef};
 use rlx_ir::{Dim, OpExtension, Shape};
 use rlx_plugin_api::host::LoadedPlugin;
@@ -22,28 +23,6 @@ use std::sync::Arc;
 struct PluginOp {
     plugin: Arc<LoadedPlugin>,
     info: CustomOpInfo,
-}
-
-fn abi_dtype(d: rlx_ir::DType) -> Option<DType> {
-    DType::from_name(&format!("{d:?}").to_lowercase())
-}
-
-pub(crate) fn ir_dtype(d: DType) -> rlx_ir::DType {
-    use rlx_ir::DType as I;
-    match d {
-        DType::F32 => I::F32,
-        DType::F16 => I::F16,
-        DType::BF16 => I::BF16,
-        DType::F64 => I::F64,
-        DType::I8 => I::I8,
-        DType::I16 => I::I16,
-        DType::I32 => I::I32,
-        DType::I64 => I::I64,
-        DType::U8 => I::U8,
-        DType::U32 => I::U32,
-        DType::Bool => I::Bool,
-        DType::C64 => I::C64,
-    }
 }
 
 /// An rlx-ir shape as the ABI's type (dynamic sizes as -1).

@@ -41,6 +41,7 @@
 //!   compiled kernels between processes) and
 //!   [`malloc_policy::keep_run_buffers`].
 
+mod abi_names;
 pub mod backend;
 mod collective_grads;
 mod cpu_bridge;

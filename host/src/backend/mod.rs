@@ -105,10 +105,7 @@ pub fn parse_op_kinds(plugin: &LoadedPlugin) -> Vec<OpKind> {
     out
 }
 
-/// The rlx-ir op kind an ABI op-kind name spells, if this rlx-ir knows it.
-pub fn op_kind(name: &str) -> Option<OpKind> {
-    serde_json::from_str::<OpKind>(&format!("\"{name}\"")).ok()
-}
+pub use crate::abi_names::op_kind;
 
 /// The claim set for `plugin`, leaked once per plugin (by path) so it can
 /// be the `&'static [OpKind]` rlx-runtime's `Backend::supported_ops` wants.

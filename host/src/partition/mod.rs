@@ -45,9 +45,9 @@ impl Claims {
     pub fn of(plugin: &std::sync::Arc<LoadedPlugin>) -> Claims {
         let mut kinds: HashMap<OpKind, Vec<DType>> = HashMap::new();
         for o in plugin.supported_ops() {
-            if let Some(k) = crate::backend::op_kind(&o.op_kind) {
+            if let Some(k) = crate::abi_names::op_kind(&o.op_kind) {
                 let e = kinds.entry(k).or_default();
-                e.extend(o.dtypes.iter().map(|d| crate::backend::ir_dtype(*d)));
+                e.extend(o.dtypes.iter().map(|d| crate::abi_names::ir_dtype(*d)));
             }
         }
         Claims {
