@@ -37,7 +37,11 @@ use std::sync::{Arc, Condvar, Mutex};
 
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RLX_MLX_BACKGROUND_COMPILE").map_or(true, |v| v != "0"))
+    // The host's view of the setting (ABI 1.10): a program's in-process
+    // `rlx_ir::env::set` reaches it as the environment does.
+    *ON.get_or_init(|| {
+        rlx_plugin_api::setting("RLX_MLX_BACKGROUND_COMPILE").is_none_or(|v| v.trim() != "0")
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -75,7 +79,8 @@ pub(super) struct Warmup {
     /// run has the machine to itself (on two cores the compiler beside it
     /// made it 3x slower), and a process of one run builds nothing.
     pending: Option<Job>,
-    runs: u32,
+    /// Whether a run has asked (the build waits for the second).
+    ran_once: bool,
 }
 
 impl Warmup {
@@ -127,20 +132,23 @@ impl Warmup {
             shared,
             switched: false,
             pending: Some(job),
-            runs: 0,
+            ran_once: false,
         })
     }
 
     /// Whether runs may call the compiled function now (its kernels are
     /// built, or their build failed and the call will say why).
     pub(super) fn ready(&mut self, graph: &Graph) -> bool {
-        self.runs = self.runs.saturating_add(1);
-        if self.runs >= 2 {
-            if let Some(job) = self.pending.take() {
-                if worker().send(job).is_err() {
-                    // No builder: the compiled call builds them itself.
-                    self.shared.set(State::Cancelled);
-                }
+        // Settled: every later run is compiled, with no lock taken.
+        if self.switched {
+            return true;
+        }
+        if !self.ran_once {
+            self.ran_once = true;
+        } else if let Some(job) = self.pending.take() {
+            if worker().send(job).is_err() {
+                // No builder: the compiled call builds them itself.
+                self.shared.set(State::Cancelled);
             }
         }
         let ready = self.is_ready();
@@ -166,7 +174,7 @@ impl Warmup {
             shared: self.shared.clone(),
             switched: false,
             pending: None,
-            runs: 0,
+            ran_once: false,
         }
     }
 }
