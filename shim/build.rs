@@ -80,6 +80,7 @@ fn main() {
         "src/kernels.rs",
         "src/host_kernel.rs",
         "src/distributed.rs",
+        "src/fusion.rs",
     ];
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     for (bridge, op_prefix) in [
@@ -108,6 +109,7 @@ fn main() {
             "src/scan_kernel.cc",
             "src/host_kernel.cc",
             "src/distributed.cc",
+            "src/fusion.cc",
         ])
         .std("c++20")
         .include("include")

@@ -17,6 +17,7 @@ pub mod kernel_cache;
 pub mod lower;
 pub mod manifest;
 pub mod memory;
+pub mod op_counts;
 pub mod plugin;
 pub mod trace;
 

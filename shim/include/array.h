@@ -104,7 +104,7 @@ std::size_t array_nbytes(const Array& a);
 std::size_t array_ndim(const Array& a);
 std::size_t array_itemsize(const Array& a);
 std::size_t array_id(const Array& a);
-rust::Vec<rust::String> graph_ops(const Array& out, const ArrayList& stop);
+rust::Vec<rust::String> graph_ops(const ArrayList& outs, const ArrayList& stop);
 std::size_t array_data_ptr(const Array& a);
 std::size_t array_row_major_ptr(const Array& a);
 

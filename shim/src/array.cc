@@ -476,13 +476,13 @@ std::size_t array_id(const Array& a) {
   return static_cast<std::size_t>(a.a.id());
 }
 
-rust::Vec<rust::String> graph_ops(const Array& out, const ArrayList& stop) {
+rust::Vec<rust::String> graph_ops(const ArrayList& outs, const ArrayList& stop) {
   std::unordered_set<std::uintptr_t> seen;
   for (const auto& s : stop.v) {
     seen.insert(s.id());
   }
   rust::Vec<rust::String> names;
-  std::vector<mx::array> todo{out.a};
+  std::vector<mx::array> todo(outs.v.begin(), outs.v.end());
   while (!todo.empty()) {
     mx::array x = std::move(todo.back());
     todo.pop_back();

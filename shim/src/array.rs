@@ -110,10 +110,12 @@ pub mod ffi {
         /// MLX's unique id of the array node.
         fn array_id(a: &Array) -> usize;
         /// The primitives (MLX's op names) of the unevaluated graph that
-        /// computes `out`, one per graph node, stopping at the arrays of
-        /// `stop` and at leaves: what building `out` from `stop` added.
-        /// For diagnostics (the per-node breakdown), not for runs.
-        fn graph_ops(out: &Array, stop: &ArrayList) -> Result<Vec<String>>;
+        /// computes `outs`, one per graph node (shared nodes once),
+        /// stopping at the arrays of `stop` and at leaves (evaluated
+        /// arrays): what building `outs` from `stop` added, or, with no
+        /// `stop`, what evaluating `outs` runs. For diagnostics (the
+        /// per-node breakdown, op counts), not for runs.
+        fn graph_ops(outs: &ArrayList, stop: &ArrayList) -> Result<Vec<String>>;
         /// Evaluates, then returns the address of the first element.
         fn array_data_ptr(a: &Array) -> Result<usize>;
         /// Evaluates, then returns the address of the first element when

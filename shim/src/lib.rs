@@ -16,6 +16,7 @@
 //! * [`random`], [`linalg`], [`fft`];
 //! * [`info`]   - MLX version, the loaded BLAS/LAPACK, memory counters;
 //! * [`kernels`] - the plugin's own CPU kernels as MLX primitives;
+//! * [`fusion`] - a region of elementwise steps as one MLX `Compiled` primitive;
 //! * [`host_kernel`] - a Rust function (a host's kernel) as an MLX primitive;
 //! * [`distributed`] - MLX's process group and collectives.
 //!
@@ -39,6 +40,7 @@ pub mod compile;
 pub mod distributed;
 pub mod fast;
 pub mod fft;
+pub mod fusion;
 pub mod host_kernel;
 pub mod info;
 pub mod kernels;

@@ -38,6 +38,8 @@ use std::time::Instant;
 mod decode;
 #[path = "resident/forward.rs"]
 mod forward;
+#[path = "resident/mlp.rs"]
+mod mlp;
 #[path = "resident/train.rs"]
 mod train;
 

@@ -5,6 +5,7 @@
 
 use super::device::spin_us;
 use super::explain;
+use super::fusion::{Fusion, Item};
 use crate::custom::CustomScope;
 use crate::dtype::ir_to_mx;
 use crate::graph_check::{describe, lowering_for, shape_str};
@@ -63,6 +64,9 @@ pub struct Env<'a> {
     /// Called with each node built (and, eager, evaluated), its input
     /// arrays and its value: the per-node breakdown's hook. None in runs.
     pub observe: Option<Observer<'a>>,
+    /// Compiled mode's elementwise regions of the graph evaluated
+    /// (`fusion.rs`); a nested body or another graph ignores them.
+    pub(crate) fusion: Option<&'a Fusion>,
 }
 
 impl<'a> Env<'a> {
@@ -75,6 +79,7 @@ impl<'a> Env<'a> {
             how: Eval::Lazy,
             writes,
             observe: None,
+            fusion: None,
         }
     }
 }
@@ -131,7 +136,53 @@ pub fn evaluate_select(
     }
     let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
     let on_gpu = rlx_mlx_shim::array::thread_device_is_gpu();
-    for n in graph.nodes() {
+    // One value fewer to keep for each read of it.
+    let release = |vals: &mut Vec<Option<A>>, uses: &mut Vec<usize>, inputs: &[NodeId]| {
+        for i in inputs {
+            let k = i.0 as usize;
+            uses[k] -= 1;
+            if uses[k] == 0 {
+                vals[k] = None;
+            }
+        }
+    };
+    // Regions apply to a lazy build of the graph they were planned for.
+    let fusion = env
+        .fusion
+        .filter(|f| f.is_for(graph) && how == Eval::Lazy && env.observe.is_none());
+    let all: Vec<Item>;
+    let order: &[Item] = match fusion {
+        Some(f) => &f.order,
+        None => {
+            all = graph.nodes().iter().map(|n| Item::Node(n.id)).collect();
+            &all
+        }
+    };
+    for item in order {
+        let n = match *item {
+            Item::Node(id) => graph.node(id),
+            Item::Region(r) => {
+                let region = &fusion.expect("regions come with their plan").regions[r as usize];
+                let args: Vec<&Array> = region
+                    .inputs
+                    .iter()
+                    .map(|i| vals[i.0 as usize].as_deref().expect("inputs precede users"))
+                    .collect();
+                let outs = region.build(&args).map_err(|e| {
+                    PluginError::internal(format!(
+                        "{}: {e}",
+                        describe(graph, graph.node(region.members[0]))
+                    ))
+                })?;
+                for m in &region.members {
+                    release(&mut vals, &mut uses, &graph.node(*m).inputs);
+                }
+                for ((id, _), v) in region.outputs.iter().zip(outs) {
+                    vals[id.0 as usize] = Some(v);
+                }
+                continue;
+            }
+        };
         if flag(select.skip, n.id) {
             continue;
         }
@@ -193,13 +244,7 @@ pub fn evaluate_select(
                 .collect();
             observe(n, &args, &v);
         }
-        for i in &n.inputs {
-            let k = i.0 as usize;
-            uses[k] -= 1;
-            if uses[k] == 0 {
-                vals[k] = None;
-            }
-        }
+        release(&mut vals, &mut uses, &n.inputs);
         vals[n.id.0 as usize] = Some(v);
     }
     select

@@ -84,6 +84,13 @@ pub(super) struct Hoisting {
 }
 
 impl Hoisting {
+    /// Whether a run builds node `id` (neither read from the hoisted values
+    /// nor skipped).
+    pub(super) fn built_in_run(&self, id: NodeId) -> bool {
+        let i = id.0 as usize;
+        !self.given.get(i).copied().unwrap_or(false) && !self.skip.get(i).copied().unwrap_or(false)
+    }
+
     /// The hoisting of `graph`, or None where nothing is worth it.
     pub(super) fn plan(graph: &Graph) -> Option<Hoisting> {
         if !enabled() {

@@ -32,6 +32,7 @@ struct Built {
 mod device;
 mod evaluate;
 mod extent;
+mod fusion;
 mod hoist;
 mod plan;
 mod sharing;
@@ -208,6 +209,7 @@ impl MlxExecutable {
             how: Eval::Check,
             writes: &ParamWrites::default(),
             observe: None,
+            fusion: None,
         };
         let zeros = std::cell::RefCell::new(Vec::new());
         let checked = evaluate(&graph, &check, &|id| {
@@ -427,13 +429,20 @@ fn compile_graph(
         .enumerate()
         .map(|(i, id)| (id, i))
         .collect();
+    // The elementwise regions MLX's fuser would split, fused whole.
+    let regions = fusion::Fusion::plan(&graph, &|id| {
+        hoisting.as_ref().is_none_or(|h| h.built_in_run(id))
+    });
     rlx_mlx_shim::compile(move |args: &ArrayList| {
         let leaf = |id: NodeId| -> PluginResult<A> {
             args.get(slot[&id])
                 .map_err(|e| PluginError::internal(e.to_string()))
         };
         let writes = ParamWrites::default();
-        let env = Env::lazy(rng, &custom, &writes);
+        let env = Env {
+            fusion: regions.as_ref(),
+            ..Env::lazy(rng, &custom, &writes)
+        };
         let outs =
             hoist::evaluate_run(hoisting.as_deref(), &graph, &env, &leaf).map_err(|e| e.message)?;
         // State written back rides along as extra outputs.
@@ -465,7 +474,7 @@ fn single_op(graph: &Graph, outs: &[A], zeros: &[A]) -> bool {
     let leaves = ArrayList::from_arrays(zeros.iter().map(|z| &**z));
     outs.len() == 1
         && graph.nodes().iter().all(|n| n.op.subgraphs().is_empty())
-        && array::graph_ops(&outs[0], &leaves)
+        && array::graph_ops(&ArrayList::from_arrays([&*outs[0]]), &leaves)
             .is_ok_and(|ops| ops.iter().filter(|o| !VIEWS.contains(&o.as_str())).count() <= 1)
 }
 
@@ -845,6 +854,7 @@ impl MlxExecutable {
                     },
                     writes: &writes,
                     observe: None,
+                    fusion: None,
                 };
                 let outs = hoist::evaluate_run(hoisting, graph, &env, &leaf)?;
                 // Param writes belong to the executable's own graph.
@@ -873,6 +883,7 @@ impl MlxExecutable {
                     .chain(built.writes.iter().map(|(_, v)| &**v)),
             );
         }
+        crate::op_counts::record(&graph.name, self.mode, &built.list);
         trace.mark("build");
         Ok((built, given))
     }

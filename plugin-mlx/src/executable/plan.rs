@@ -93,8 +93,6 @@ fn fuses(compiled: &Compiled, args: &ArrayList) -> bool {
     let Ok(outs) = compiled.call(args) else {
         return true;
     };
-    outs.to_vec().iter().any(|o| {
-        array::graph_ops(o, args)
-            .map_or(true, |ops| ops.iter().any(|op| op.starts_with("Compiled")))
-    })
+    array::graph_ops(&outs, args)
+        .map_or(true, |ops| ops.iter().any(|op| op.starts_with("Compiled")))
 }

@@ -113,6 +113,7 @@ impl<'a> Ctx<'a> {
             how: self.how,
             writes: self.writes,
             observe: None,
+            fusion: None,
         }
     }
     /// The declared output dims.

@@ -41,7 +41,7 @@ pub fn run(variant: Variant, warmup: usize, steps: usize) -> Measured {
     let mut exe = plugin.compile(&mlp(), mode).expect("compile");
     let t = |d: &[usize], seed: u32, scale: f32| {
         let n: usize = d.iter().product();
-        HostTensor::from_f32(d.to_vec(), &super::train::values(n, seed, scale)).unwrap()
+        HostTensor::from_f32(d.to_vec(), &super::mlp::values(n, seed, scale)).unwrap()
     };
     for (name, d, seed, scale) in [
         ("w1", [D_IN, D_HID], 1, 0.03),

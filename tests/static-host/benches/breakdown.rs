@@ -158,7 +158,8 @@ fn main() {
     // The MLX ops each node's lowering builds.
     let count = |n: &rlx_ir::Node, args: &[&Array], v: &Array| {
         let stop = ArrayList::from_arrays(args.iter().copied());
-        rows.borrow_mut()[n.id.0 as usize].mlx_ops = array::graph_ops(v, &stop).unwrap();
+        rows.borrow_mut()[n.id.0 as usize].mlx_ops =
+            array::graph_ops(&ArrayList::from_arrays([v]), &stop).unwrap();
     };
     drop(build(Eval::Lazy, Some(&count)));
 
