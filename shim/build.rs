@@ -118,6 +118,14 @@ fn main() {
         .flag("-isystem")
         .flag(mlx.include.to_str().expect("MLX include path is not UTF-8"))
         .opt_level(2)
+        // The kernels' arithmetic as written, on every target: a compiler
+        // may otherwise fuse `a * b + c` into one rounding where the
+        // target has FMA (GCC by default, on arm64 always; on x86 inside
+        // an AVX2 function), so the portable loops would give other bits
+        // on arm64 than on x86, and other bits again when inlined into a
+        // vector kernel's tail. Fused multiply-adds are written as such
+        // (std::fma, _mm256_fmadd_ps) where they are meant.
+        .flag_if_supported("-ffp-contract=off")
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
         .flag_if_supported("-fvisibility-inlines-hidden");

@@ -74,5 +74,6 @@ std::unique_ptr<Array> scan_elementwise_cpu(const ArrayList& operands, size_t n_
 // Whether this CPU has the vector kernel (AVX2 + FMA); otherwise the
 // kernels run their scalar loop (same formula).
 bool kernels_vectorized();
+void set_portable_kernels(bool on);
 
 }  // namespace rlx

@@ -306,6 +306,8 @@ std::unique_ptr<Array> swiglu_cpu(const Array& x, bool gate_first) {
 
 bool kernels_vectorized() { return has_avx2_fma(); }
 
+void set_portable_kernels(bool on) { portable_only().store(on, std::memory_order_relaxed); }
+
 std::unique_ptr<Array> gelu_erf_cpu(const Array& x) { return unary_cpu(x, Unary::GeluErf); }
 std::unique_ptr<Array> exp_rlx_cpu(const Array& x) { return unary_cpu(x, Unary::Exp); }
 std::unique_ptr<Array> sigmoid_rlx_cpu(const Array& x) { return unary_cpu(x, Unary::Sigmoid); }

@@ -94,8 +94,13 @@ pub mod ffi {
             len: usize,
             rows: &[i64],
         ) -> Result<UniquePtr<Array>>;
-        /// Whether the vector (AVX2 + FMA) kernels run on this CPU.
+        /// Whether the vector (AVX2 + FMA) kernels run on this CPU (and
+        /// are not switched off by [`set_portable_kernels`]).
         fn kernels_vectorized() -> bool;
+        /// Every kernel of the plugin's takes its portable loop (the code
+        /// arm64 runs) when `on`, on any CPU; process-wide. Starts as
+        /// `RLX_MLX_PORTABLE_KERNELS=1` says.
+        fn set_portable_kernels(on: bool);
     }
 }
 
@@ -104,7 +109,7 @@ pub mod ffi {
 // as `ShimError`s naming the op.
 include!(concat!(env!("OUT_DIR"), "/kernels_wrappers.rs"));
 
-pub use ffi::{kernels_vectorized, matmul_cpu_threads};
+pub use ffi::{kernels_vectorized, matmul_cpu_threads, set_portable_kernels};
 
 /// How [`rope_cpu`] rotates: `x` is `[..., S, H * head_dim]`; the first
 /// `n_rot` dims of each head turn by tables of `stride`-wide rows (row =
