@@ -66,7 +66,7 @@ pub struct Env<'a> {
     pub observe: Option<Observer<'a>>,
     /// Compiled mode's elementwise regions of the graph evaluated
     /// (`fusion.rs`); a nested body or another graph ignores them.
-    pub(crate) fusion: Option<&'a Fusion>,
+    pub fusion: Option<&'a Fusion>,
 }
 
 impl<'a> Env<'a> {

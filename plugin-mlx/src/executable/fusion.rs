@@ -79,7 +79,7 @@ pub(crate) enum Item {
 
 /// The regions of one graph and the order to evaluate it in.
 #[derive(Debug)]
-pub(crate) struct Fusion {
+pub struct Fusion {
     pub(crate) regions: Vec<Region>,
     pub(crate) order: Vec<Item>,
     /// The graph it was planned for (its address): nested bodies and

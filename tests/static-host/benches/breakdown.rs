@@ -147,6 +147,8 @@ fn main() {
             how,
             writes: &writes,
             observe,
+            // Node by node: no fused regions.
+            fusion: None,
         };
         evaluate(&g, &env, &|id| Ok(leaves[&id.0].clone_handle())).unwrap()
     };
@@ -218,6 +220,9 @@ fn main() {
             how: Eval::Lazy,
             writes: &writes,
             observe: None,
+            // MLX's own fusion only: compiled mode's elementwise regions
+            // (executable/fusion.rs) are not planned here.
+            fusion: None,
         };
         let leaf = |id: NodeId| {
             let k = ids2.iter().position(|&i| i == id.0).expect("a leaf");

@@ -150,6 +150,8 @@ fn main() {
             how: Eval::Lazy,
             writes: &writes,
             observe: None,
+            // One op: no region to fuse.
+            fusion: None,
         };
         let mut outs = evaluate(&g, &env, &|_| Ok(a.clone_handle())).map_err(|e| e.message)?;
         Ok(outs.remove(0))
