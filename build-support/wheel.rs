@@ -42,15 +42,21 @@ pub struct Wheel {
 const MARKER: &str = ".rlx-mlx-verified";
 
 /// The cache directory for `wheel`: `$<cache_env>` when set, else
-/// `$HOME/.cache/rlx/<name>-<version>`, else `<OUT_DIR>/<no_home>`.
+/// `$HOME/.cache/rlx/<name>-<version>` (with `-aarch64` for a Linux arm64
+/// wheel, whose name is the x86-64 one's), else `<OUT_DIR>/<no_home>`.
 pub fn cache_dir(wheel: &Wheel, cache_env: &str, no_home: &str) -> PathBuf {
+    let arch = if wheel.platform.starts_with("manylinux") && wheel.platform.ends_with("_aarch64") {
+        "-aarch64"
+    } else {
+        ""
+    };
     match env::var_os(cache_env).filter(|v| !v.is_empty()) {
         Some(c) => PathBuf::from(c),
         None => match env::var_os("HOME").filter(|v| !v.is_empty()) {
             Some(home) => PathBuf::from(home)
                 .join(".cache")
                 .join("rlx")
-                .join(format!("{}-{}", wheel.name, wheel.version)),
+                .join(format!("{}-{}{arch}", wheel.name, wheel.version)),
             None => PathBuf::from(env::var("OUT_DIR").unwrap()).join(no_home),
         },
     }

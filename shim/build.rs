@@ -1,13 +1,14 @@
 //! Build script for `rlx-mlx-shim`.
 //!
 //! 1. Locates MLX: either a local install named by `MLX_DIR`
-//!    (`$MLX_DIR/include`, `$MLX_DIR/lib/libmlx.so`), or, on Linux x86-64,
-//!    the pinned official `mlx-cpu` 0.32.4 wheel from PyPI, fetched with
-//!    `python3 -m pip download`, checked against its sha256 and unpacked into
-//!    a cache directory (`$RLX_MLX_CACHE`, else
-//!    `$HOME/.cache/rlx/mlx-cpu-0.32.4`). A marker file makes later builds
-//!    skip the fetch. `RLX_MLX_WHEEL` may name an already-downloaded copy of
-//!    the wheel file (it is verified the same way) for offline builds. The
+//!    (`$MLX_DIR/include`, `$MLX_DIR/lib/libmlx.so`), or, on Linux x86-64
+//!    and aarch64, the pinned official `mlx-cpu` 0.32.4 wheel for the target
+//!    from PyPI, fetched with `python3 -m pip download`, checked against its
+//!    sha256 and unpacked into a cache directory (`$RLX_MLX_CACHE`, else
+//!    `$HOME/.cache/rlx/mlx-cpu-0.32.4`; for aarch64 `$RLX_MLX_AARCH64_CACHE`,
+//!    else `...-aarch64`). A marker file makes later builds skip the fetch.
+//!    `RLX_MLX_WHEEL` (`RLX_MLX_AARCH64_WHEEL`) may name an already-downloaded
+//!    copy of the wheel file (it is verified the same way) for offline builds. The
 //!    fetching code is `../build-support/wheel.rs`, shared with
 //!    `plugin-mlx/build.rs`, which fetches the GPU wheels the same way.
 //! 2. Compiles the cxx bridges and the hand-written C++ (C++20, `-O2`).
@@ -33,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 const MLX_VERSION: &str = "0.32.4";
 
-/// The pinned official CPU-only MLX wheel.
+/// The pinned official CPU-only MLX wheel, Linux x86-64.
 const MLX_CPU_WHEEL: wheel::Wheel = wheel::Wheel {
     name: "mlx-cpu",
     version: MLX_VERSION,
@@ -43,6 +44,19 @@ const MLX_CPU_WHEEL: wheel::Wheel = wheel::Wheel {
     required: &["mlx/include/mlx/mlx.h", "mlx/lib/libmlx.so"],
     file_env: "RLX_MLX_WHEEL",
     hint: "Or set MLX_DIR to a local MLX install.",
+};
+
+/// The same for Linux aarch64 (Graviton, Grace, DGX Spark): the build for
+/// `--target aarch64-unknown-linux-gnu` (`scripts/build-linux-aarch64.sh`).
+const MLX_CPU_WHEEL_AARCH64: wheel::Wheel = wheel::Wheel {
+    name: "mlx-cpu",
+    version: MLX_VERSION,
+    file: "mlx_cpu-0.32.4-py3-none-manylinux_2_35_aarch64.whl",
+    sha256: "1289e85e64af1fd16380bf331438bfe4afe875d27afc3e0bcf35f427c488fadd",
+    platform: "manylinux_2_35_aarch64",
+    required: &["mlx/include/mlx/mlx.h", "mlx/lib/libmlx.so"],
+    file_env: "RLX_MLX_AARCH64_WHEEL",
+    hint: "Or set MLX_DIR to a local MLX install for aarch64.",
 };
 
 /// Where MLX lives for this build.
@@ -59,6 +73,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MLX_DIR");
     println!("cargo:rerun-if-env-changed=RLX_MLX_CACHE");
     println!("cargo:rerun-if-env-changed=RLX_MLX_WHEEL");
+    println!("cargo:rerun-if-env-changed=RLX_MLX_AARCH64_CACHE");
+    println!("cargo:rerun-if-env-changed=RLX_MLX_AARCH64_WHEEL");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../build-support/wheel.rs");
     for dir in ["build", "include", "src"] {
@@ -128,6 +144,9 @@ fn main() {
         .flag_if_supported("-ffp-contract=off")
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
+        // GCC's note on aarch64 that std::pair<float, float> passing changed
+        // in GCC 10.1 (MLX's headers): informational, not ours to change.
+        .flag_if_supported("-Wno-psabi")
         .flag_if_supported("-fvisibility-inlines-hidden");
     build.compile("rlx_mlx_shim_cxx");
 
@@ -207,16 +226,17 @@ fn locate_mlx() -> Mlx {
 
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    if os != "linux" || arch != "x86_64" {
-        panic!(
+    let (pin, cache_env) = match (os.as_str(), arch.as_str()) {
+        ("linux", "x86_64") => (&MLX_CPU_WHEEL, "RLX_MLX_CACHE"),
+        ("linux", "aarch64") => (&MLX_CPU_WHEEL_AARCH64, "RLX_MLX_AARCH64_CACHE"),
+        _ => panic!(
             "rlx-mlx-shim: no MLX for target {arch}-{os}. The pinned mlx-cpu {MLX_VERSION} \
-             wheel is only used on Linux x86-64; on this target set MLX_DIR to an MLX \
-             {MLX_VERSION} install prefix (with include/mlx/*.h and lib/libmlx.so)."
-        );
-    }
-
-    let cache = wheel::cache_dir(&MLX_CPU_WHEEL, "RLX_MLX_CACHE", "mlx-cache");
-    let wheel_root = wheel::fetch(&MLX_CPU_WHEEL, &cache);
+             wheels are used on Linux x86-64 and aarch64; on this target set MLX_DIR to an \
+             MLX {MLX_VERSION} install prefix (with include/mlx/*.h and lib/libmlx.so)."
+        ),
+    };
+    let cache = wheel::cache_dir(pin, cache_env, "mlx-cache");
+    let wheel_root = wheel::fetch(pin, &cache);
     Mlx {
         include: wheel_root.join("mlx").join("include"),
         lib_dir: wheel_root.join("mlx").join("lib"),

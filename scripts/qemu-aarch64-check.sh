@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Run the Linux aarch64 build (scripts/build-linux-aarch64.sh) on this x86-64
+# machine under qemu-aarch64 in user mode: the conformance kit on the
+# aarch64 CPU plugin directory (`rlx-host plugins check`: every lowering
+# entry against the CPU backend, compile/bind/run in every mode), the small
+# demo model in every mode against rlx-runtime's CPU backend (`rlx-host demo
+# --model small`, which fails on a mismatch) and elementwise chains in
+# compiled mode (MLX's CPU code generation for arm64, the plugin's fused
+# regions). The plugin's own kernels run their portable loops there, the
+# code every arm64 CPU runs.
+#
+# usage: qemu-aarch64-check.sh PROFILE_DIR
+#
+#   PROFILE_DIR  target/aarch64-unknown-linux-gnu/release (or debug)
+#
+# Needs qemu-aarch64 (apt package qemu-user-static) and the arm64 C and C++
+# runtimes under /usr/aarch64-linux-gnu (g++-aarch64-linux-gnu brings
+# them). Emulation is 10x to 50x slower than the real CPU: no timing here
+# means anything.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+out=${1:?usage: qemu-aarch64-check.sh PROFILE_DIR}
+qemu=$(command -v qemu-aarch64-static || command -v qemu-aarch64 || true)
+[[ -n $qemu ]] || { echo "qemu-aarch64-check.sh: no qemu-aarch64 (apt-get install qemu-user-static)" >&2; exit 1; }
+sysroot=/usr/aarch64-linux-gnu
+[[ -f $sysroot/lib/ld-linux-aarch64.so.1 ]] ||
+    { echo "qemu-aarch64-check.sh: no arm64 runtime under $sysroot (apt-get install g++-aarch64-linux-gnu)" >&2; exit 1; }
+
+host=$out/rlx-host
+dir=$out/plugins/mlx
+# A private RLX_HOME: no plugin directory of this machine's user is
+# searched, and compiled mode's kernels are cached apart from the x86 ones.
+home=$(mktemp -d)
+trap 'rm -rf "$home"' EXIT
+# MLX's CPU code generation runs `g++` from PATH; under emulation that is
+# this machine's x86 compiler, whose kernels an arm64 process cannot load.
+# An arm64 machine has its own g++: here the cross compiler stands in.
+mkdir -p "$home/bin"
+printf '#!/bin/sh\nexec aarch64-linux-gnu-g++ "$@"\n' > "$home/bin/g++"
+chmod +x "$home/bin/g++"
+# Kernels built in the run: the background build would be cancelled by
+# these one-shot processes.
+run() { PATH=$home/bin:$PATH RLX_HOME=$home RLX_MLX_BACKGROUND_COMPILE=0 "$qemu" -L "$sysroot" "$@"; }
+
+echo "== $(file -b "$host" | cut -d, -f1-2)"
+echo "== rlx-host plugins check $dir (under $(basename "$qemu"))"
+run "$host" plugins check "$dir"
+echo "== rlx-host demo --model small (under $(basename "$qemu"))"
+run "$host" --plugin "$dir" demo --model small --runs 1
+# Elementwise chains compiled mode fuses: MLX's own kernels and the
+# plugin's regions (one kernel with several outputs), built for arm64 and
+# loaded, against the CPU backend at the demo's tolerance.
+model=tests/qemu/fused_chain.rlxmodel
+for mode in lazy compiled; do
+    echo "== rlx-host run $model --mode $mode --compare cpu (under $(basename "$qemu"))"
+    run "$host" --plugin "$dir" run "$model" --backend mlx --mode "$mode" --compare cpu --json |
+        python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+bad = [o for o in d["outputs"] if not o["max_abs_err"] <= 1e-4 + 1e-3 * 1.0]
+for o in d["outputs"]:
+    print("  %s %s: max abs err %.3g" % (o["name"], o["shape"], o["max_abs_err"]))
+sys.exit("outputs beyond 1e-4 + 1e-3: %s" % [o["name"] for o in bad] if bad else 0)'
+done
+echo "== arm64: the conformance kit, the demo and the fused chains agree with the CPU backend"
