@@ -17,6 +17,8 @@
 #             `rlx-host plugins check` (the conformance kit) on the plugin
 #             directory and `rlx-host demo --model small`
 #
+# CARGO_TARGET_DIR is honoured (the paths above are then under it).
+#
 # Needs: rustup; apt packages g++-aarch64-linux-gnu (and, for --check,
 # qemu-user-static); pip access to PyPI the first time (the wheel is
 # cached under ~/.cache/rlx/mlx-cpu-0.32.4-aarch64).
@@ -45,7 +47,7 @@ flag=()
 [[ $profile == release ]] && flag=(--release)
 cargo build "${flag[@]}" --target "$TARGET" -p rlx-plugin-mlx -p rlx-host
 
-OUT=target/$TARGET/$profile
+OUT=${CARGO_TARGET_DIR:-target}/$TARGET/$profile
 cp "$OUT/librlx_mlx.so" "$OUT/plugins/mlx/"
 echo "Linux aarch64 plugin directory: $OUT/plugins/mlx"
 echo "Linux aarch64 rlx-host: $OUT/rlx-host"
