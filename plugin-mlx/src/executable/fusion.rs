@@ -24,6 +24,9 @@
 //! steps at least. The evaluation order is the graph's, each region at the
 //! place its last input allows.
 //!
+//! A region's kernel takes at most 24 arrays (MLX's own cap); a larger
+//! region is left to MLX's fuser.
+//!
 //! Only in compiled mode: lazy and eager mode build no kernels.
 //! `RLX_MLX_FUSE_REGIONS=0` turns it off (read once, through the host's
 //! settings).
@@ -35,6 +38,12 @@ use rlx_mlx_shim::fusion::{fuse_elementwise, Step};
 use rlx_mlx_shim::ArrayList;
 use std::collections::{BinaryHeap, HashMap};
 
+/// The most arrays (inputs that are not inlined constants, and outputs) one
+/// region's kernel takes: MLX's own fuser stops at 24
+/// (`max_compile_arrays`), under Metal's 31 buffer arguments a kernel. A
+/// larger region is left to MLX's fuser.
+const MAX_ARRAYS: usize = 24;
+
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
@@ -44,24 +53,24 @@ fn enabled() -> bool {
 
 /// One region: its steps over its inputs, and the values it hands out.
 #[derive(Debug)]
-pub(crate) struct Region {
+pub struct Region {
     /// The member nodes, in graph order.
-    pub(crate) members: Vec<NodeId>,
+    pub members: Vec<NodeId>,
     /// The values it reads from outside, in first-use order.
-    pub(crate) inputs: Vec<NodeId>,
+    pub inputs: Vec<NodeId>,
     /// Per input: a graph constant (MLX may write it into the kernel).
-    constant: Vec<bool>,
+    pub constant: Vec<bool>,
     steps: Vec<Step>,
     /// The members used outside the region (or graph outputs), and their
     /// step index.
-    pub(crate) outputs: Vec<(NodeId, u32)>,
+    pub outputs: Vec<(NodeId, u32)>,
     shape: Vec<i32>,
 }
 
 impl Region {
     /// Build the region's kernel on `args` (the values of
     /// [`Region::inputs`]): one array per [`Region::outputs`].
-    pub(crate) fn build(&self, args: &[&rlx_mlx_shim::Array]) -> Result<Vec<A>, String> {
+    pub fn build(&self, args: &[&rlx_mlx_shim::Array]) -> Result<Vec<A>, String> {
         let list = ArrayList::from_arrays(args.iter().copied());
         let outs: Vec<u32> = self.outputs.iter().map(|(_, s)| *s).collect();
         let built = fuse_elementwise(&list, &self.constant, &self.steps, &outs, &self.shape)
@@ -72,7 +81,7 @@ impl Region {
 
 /// What one evaluation visits next: a node, or a whole region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Item {
+pub enum Item {
     Node(NodeId),
     Region(u32),
 }
@@ -80,8 +89,8 @@ pub(crate) enum Item {
 /// The regions of one graph and the order to evaluate it in.
 #[derive(Debug)]
 pub struct Fusion {
-    pub(crate) regions: Vec<Region>,
-    pub(crate) order: Vec<Item>,
+    pub regions: Vec<Region>,
+    pub order: Vec<Item>,
     /// The graph it was planned for (its address): nested bodies and
     /// narrowed graphs are evaluated without it.
     graph: usize,
@@ -89,14 +98,14 @@ pub struct Fusion {
 
 impl Fusion {
     /// Whether this plan is for `graph`.
-    pub(crate) fn is_for(&self, graph: &Graph) -> bool {
+    pub fn is_for(&self, graph: &Graph) -> bool {
         self.graph == graph as *const Graph as usize
     }
 
     /// The regions of `graph` (None where there are none, or where turned
     /// off). `built[i]`: node `i` is built by a run (not read from hoisted
     /// values, not skipped); only such nodes join a region.
-    pub(crate) fn plan(graph: &Graph, built: &dyn Fn(NodeId) -> bool) -> Option<Fusion> {
+    pub fn plan(graph: &Graph, built: &dyn Fn(NodeId) -> bool) -> Option<Fusion> {
         if !enabled() {
             return None;
         }
@@ -327,7 +336,8 @@ fn region(
         })
         .map(|(k, m)| (*m, k as u32))
         .collect();
-    if outputs.is_empty() {
+    let buffers = constant.iter().filter(|c| !**c).count() + outputs.len();
+    if outputs.is_empty() || buffers > MAX_ARRAYS {
         return None;
     }
     Some(Region {

@@ -32,7 +32,7 @@ struct Built {
 mod device;
 mod evaluate;
 mod extent;
-mod fusion;
+pub mod fusion;
 mod hoist;
 mod plan;
 mod sharing;
