@@ -212,6 +212,10 @@ fn main() {
     // Compiled: the lowering traced once by mx::compile.
     let leaf_ids: Vec<u32> = leaves.keys().copied().collect();
     let (g2, custom2, ids2) = (g.clone(), custom.clone(), leaf_ids.clone());
+    // Compiled mode's elementwise regions, planned as an executable plans
+    // them (on the same graph object: a plan applies to the graph it was
+    // made for).
+    let regions = rlx_mlx::executable::fusion::Fusion::plan(&g2, &|_| true);
     let compiled = rlx_mlx_shim::compile(move |args: &ArrayList| {
         let writes = ParamWrites::default();
         let env = Env {
@@ -220,9 +224,7 @@ fn main() {
             how: Eval::Lazy,
             writes: &writes,
             observe: None,
-            // MLX's own fusion only: compiled mode's elementwise regions
-            // (executable/fusion.rs) are not planned here.
-            fusion: None,
+            fusion: regions.as_ref(),
         };
         let leaf = |id: NodeId| {
             let k = ids2.iter().position(|&i| i == id.0).expect("a leaf");
