@@ -273,8 +273,12 @@ fn acyclic_when_contracted(graph: &Graph, members: &[NodeId]) -> bool {
     // order: a node is reached when one of its inputs is a member or a
     // reached node.
     let mut reached = vec![false; n];
+    // Only nodes between the first and the last member can lie on such a
+    // path (node ids are a topological order), so a region costs its span,
+    // not the graph.
     let first = members[0].0 as usize;
-    for node in graph.nodes().iter().skip(first) {
+    let last = members[members.len() - 1].0 as usize;
+    for node in &graph.nodes()[first..=last] {
         let i = node.id.0 as usize;
         let from_region = node
             .inputs
