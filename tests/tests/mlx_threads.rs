@@ -287,3 +287,41 @@ fn a_call_that_overlaps_another_on_one_executable_is_refused() {
     }
     mlx().unregister_custom_op(name).unwrap();
 }
+
+/// Compiled mode builds its kernels on a background thread by calling the
+/// graph on zeros; a graph with a host kernel is left out of that, so the
+/// kernel runs once per run asked for and never on data no caller gave it
+/// (before, the build called it once more, on another thread: a blocking
+/// kernel like the one above then took the caller's release).
+#[test]
+fn a_host_kernel_runs_once_per_run_and_never_in_the_background() {
+    let name = "test.threads_counting";
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let kernel: CustomKernel = Arc::new(move |ins, outs, _| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        outs[0].data.copy_from_slice(ins[0].data);
+        Ok(())
+    });
+    mlx()
+        .register_op(
+            CustomOp::new(name, "", 1, Origin::Host, CustomImpl::Kernel(kernel))
+                .with_shape(ShapeRule::SameAsInput(0)),
+        )
+        .unwrap();
+    let mut exe = mlx()
+        .compile(&custom_graph(name), rlx_plugin_api::Mode::Compiled)
+        .unwrap();
+    let x = HostTensor::from_f32(vec![3], &[1.0, 2.0, 3.0]).unwrap();
+    for runs in [3, 6] {
+        while calls.load(Ordering::SeqCst) < runs {
+            let out = exe.run(&[("x", &x)]).unwrap();
+            assert_eq!(out[0].to_f32_vec().unwrap(), vec![1.0, 2.0, 3.0]);
+        }
+        // Time for a background build to call the kernel, had one started.
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(calls.load(Ordering::SeqCst), runs, "kernel calls for {runs} runs");
+    }
+    drop(exe);
+    mlx().unregister_custom_op(name).unwrap();
+}

@@ -135,6 +135,15 @@ impl CustomScope {
         Ok(())
     }
 
+    /// Whether an op of the scope runs a kernel of the host's or of
+    /// another library: code whose effects (and cost) the plugin cannot
+    /// see, so it runs only when a run asks for it.
+    pub fn calls_kernels(&self) -> bool {
+        self.ops
+            .values()
+            .any(|r| matches!(r.op.imp, CustomImpl::Kernel(_) | CustomImpl::Owned(_)))
+    }
+
     pub fn get(&self, name: &str) -> LResult<&Resolved> {
         self.ops
             .get(name)

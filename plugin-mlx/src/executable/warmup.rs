@@ -12,7 +12,9 @@
 //! whose trace (per thread in MLX) finds every kernel already built (MLX
 //! keeps them per process, and on disk across processes).
 //!
-//! Not on a GPU: MLX's CUDA backend takes one thread at a time (the
+//! Not for a graph that calls custom-op kernels (the host's code, which
+//! must not run on zeros no caller gave it), and not on a GPU: MLX's CUDA
+//! backend takes one thread at a time (the
 //! plugin's GPU turn), so a background build would hold the GPU from the
 //! runs it is meant not to block. `RLX_MLX_BACKGROUND_COMPILE=0`, read
 //! once, makes compiled mode's first run build its kernels itself, as
@@ -98,9 +100,15 @@ impl Warmup {
         if !enabled() || device.kind == DeviceKind::Gpu {
             return None;
         }
-        // Its own function and custom-op scope: a host kernel failing on
-        // zeros here must not be reported by a run of the executable.
         let custom = Arc::new(CustomScope::resolve(graph).ok()?);
+        // The build calls the graph on zeros: a custom op's kernel (the
+        // host's code) would run on data no caller gave it, on another
+        // thread, beside the caller's own runs (a kernel that counts its
+        // calls or waits on the caller saw an extra one). Such a graph's
+        // first compiled run builds the kernels itself.
+        if custom.calls_kernels() {
+            return None;
+        }
         let f = compile_graph(
             graph.clone(),
             rng,
