@@ -320,7 +320,11 @@ fn a_host_kernel_runs_once_per_run_and_never_in_the_background() {
         }
         // Time for a background build to call the kernel, had one started.
         std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(calls.load(Ordering::SeqCst), runs, "kernel calls for {runs} runs");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            runs,
+            "kernel calls for {runs} runs"
+        );
     }
     drop(exe);
     mlx().unregister_custom_op(name).unwrap();
