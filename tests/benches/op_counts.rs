@@ -90,13 +90,7 @@ fn plugin(mode: Mode) -> Result<Column, String> {
     let text = std::fs::read_to_string(&file).unwrap_or_default();
     let _ = std::fs::remove_file(&file);
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("failed")
-            .into());
+        return Err(why_it_failed(&out));
     }
     // The trainer's step graph is the one run every step; its last run.
     let lines: Vec<&str> = text.lines().collect();
@@ -107,6 +101,16 @@ fn plugin(mode: Mode) -> Result<Column, String> {
     Column::parse(format!("rlx-mlx {}", mode.name()), line)
 }
 
+/// A failed child's reason: the last line it wrote on stderr.
+fn why_it_failed(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("failed")
+        .to_string()
+}
+
 /// Python MLX's columns (lazy, compiled), or why there are none.
 fn python_mlx(python: &str) -> Result<Vec<Column>, String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/op_counts.py");
@@ -115,13 +119,7 @@ fn python_mlx(python: &str) -> Result<Vec<Column>, String> {
         .output()
         .map_err(|e| format!("{python}: {e}"))?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("failed")
-            .into());
+        return Err(why_it_failed(&out));
     }
     String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -55,6 +55,14 @@ fn last_counts(name: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// A named input's values.
+fn feed(name: impl Into<String>, values: Vec<f32>) -> Feed {
+    Feed {
+        name: name.into(),
+        values,
+    }
+}
+
 fn fused_kernels(counts: &BTreeMap<String, u64>) -> u64 {
     counts
         .iter()
@@ -172,52 +180,28 @@ fn an_adam_step_is_one_kernel_per_parameter_and_matches_f64() {
     let scalars = [1e-3f32, 1.0 - 0.9f32.powi(3), 1.0 - 0.999f32.powi(3)];
     for gates in [[1.0f32, 1.0], [0.0, 1.0], [0.37, 0.0]] {
         let mut feeds = vec![
-            Feed {
-                name: "__lr".into(),
-                values: vec![scalars[0]],
-            },
-            Feed {
-                name: "__bc1".into(),
-                values: vec![scalars[1]],
-            },
-            Feed {
-                name: "__bc2".into(),
-                values: vec![scalars[2]],
-            },
+            feed("__lr", vec![scalars[0]]),
+            feed("__bc1", vec![scalars[1]]),
+            feed("__bc2", vec![scalars[2]]),
         ];
         for (k, ((name, dims), gate)) in params.iter().zip(gates).enumerate() {
             let n: usize = dims.iter().product();
             let seed = 10 * k as u32;
-            feeds.push(Feed {
-                name: name.to_string(),
-                values: values(n, seed, -1.0, 1.0),
-            });
-            feeds.push(Feed {
-                name: format!("{name}__g"),
-                values: values(n, seed + 1, -0.5, 0.5),
-            });
-            feeds.push(Feed {
-                name: format!("{name}__m"),
-                values: values(n, seed + 2, -0.1, 0.1),
-            });
-            feeds.push(Feed {
-                name: format!("{name}__v"),
-                values: values(n, seed + 3, 1e-4, 1e-2),
-            });
-            feeds.push(Feed {
-                name: format!("{name}__scale"),
-                values: vec![gate],
-            });
+            feeds.push(feed(*name, values(n, seed, -1.0, 1.0)));
+            feeds.push(feed(format!("{name}__g"), values(n, seed + 1, -0.5, 0.5)));
+            feeds.push(feed(format!("{name}__m"), values(n, seed + 2, -0.1, 0.1)));
+            feeds.push(feed(format!("{name}__v"), values(n, seed + 3, 1e-4, 1e-2)));
+            feeds.push(feed(format!("{name}__scale"), vec![gate]));
         }
         let got = run_mlx(&g, &feeds, Mode::Compiled).unwrap();
-        let feed = |name: &str| &feeds.iter().find(|f| f.name == name).unwrap().values;
+        let fed = |name: &str| &feeds.iter().find(|f| f.name == name).unwrap().values;
         let s = scalars.map(|x| x as f64);
         for (k, ((name, _), gate)) in params.iter().zip(gates).enumerate() {
             let (p, gr, m, v) = (
-                feed(name),
-                feed(&format!("{name}__g")),
-                feed(&format!("{name}__m")),
-                feed(&format!("{name}__v")),
+                fed(name),
+                fed(&format!("{name}__g")),
+                fed(&format!("{name}__m")),
+                fed(&format!("{name}__v")),
             );
             let want: Vec<[f64; 3]> = (0..p.len())
                 .map(|i| {
@@ -281,18 +265,9 @@ fn a_region_that_would_close_a_cycle_is_left_to_mlx() {
     g.set_outputs(vec![z, a]);
     let n: usize = dims.iter().product();
     let feeds = vec![
-        Feed {
-            name: "x".into(),
-            values: values(n, 1, -1.0, 1.0),
-        },
-        Feed {
-            name: "w".into(),
-            values: values(n, 2, -1.0, 1.0),
-        },
-        Feed {
-            name: "u".into(),
-            values: values(n, 3, 0.0, 2.0),
-        },
+        feed("x", values(n, 1, -1.0, 1.0)),
+        feed("w", values(n, 2, -1.0, 1.0)),
+        feed("u", values(n, 3, 0.0, 2.0)),
     ];
     let got = run_mlx(&g, &feeds, Mode::Compiled).unwrap();
     let (xv, wv, uv) = (&feeds[0].values, &feeds[1].values, &feeds[2].values);
@@ -333,14 +308,8 @@ fn a_value_read_inside_and_returned_is_an_output_of_the_kernel() {
     g.set_outputs(vec![a, c]);
     let n: usize = dims.iter().product();
     let feeds = vec![
-        Feed {
-            name: "x".into(),
-            values: values(n, 5, -2.0, 2.0),
-        },
-        Feed {
-            name: "w".into(),
-            values: values(n, 6, -2.0, 2.0),
-        },
+        feed("x", values(n, 5, -2.0, 2.0)),
+        feed("w", values(n, 6, -2.0, 2.0)),
     ];
     let got = run_mlx(&g, &feeds, Mode::Compiled).unwrap();
     let (xv, wv) = (&feeds[0].values, &feeds[1].values);

@@ -150,16 +150,21 @@ pub fn evaluate_select(
     let fusion = env
         .fusion
         .filter(|f| f.is_for(graph) && how == Eval::Lazy && env.observe.is_none());
-    let all: Vec<Item>;
-    let order: &[Item] = match fusion {
-        Some(f) => &f.order,
+    // The plan's order, else the graph's: no list is made for a run
+    // without regions (every lazy and eager run).
+    let (mut planned, mut plain);
+    let order: &mut dyn Iterator<Item = Item> = match fusion {
+        Some(f) => {
+            planned = f.order.iter().copied();
+            &mut planned
+        }
         None => {
-            all = graph.nodes().iter().map(|n| Item::Node(n.id)).collect();
-            &all
+            plain = graph.nodes().iter().map(|n| Item::Node(n.id));
+            &mut plain
         }
     };
     for item in order {
-        let n = match *item {
+        let n = match item {
             Item::Node(id) => graph.node(id),
             Item::Region(r) => {
                 let region = &fusion.expect("regions come with their plan").regions[r as usize];
