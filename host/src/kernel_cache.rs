@@ -45,8 +45,9 @@ pub fn use_stable_cache() {
 /// Where a loaded MLX plugin's compiled kernels are kept, from its build
 /// info (`mlx.version`, `mlx.backend`): MLX's CPU kernel cache under the
 /// process's temporary directory, and on CUDA its PTX cache
-/// (`MLX_PTX_CACHE_DIR`, else beside the CPU one). Empty for a plugin that
-/// is not MLX.
+/// (`MLX_PTX_CACHE_DIR`, which the CUDA plugin sets on load to `ptx-nofma`
+/// beside the CPU one when the user has not; else MLX's `ptx` there).
+/// Empty for a plugin that is not MLX.
 pub fn mlx_cache_dirs(build_info: &[(String, String)]) -> Vec<PathBuf> {
     let get = |key: &str| {
         build_info

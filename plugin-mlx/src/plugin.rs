@@ -12,8 +12,12 @@ pub struct MlxPlugin;
 
 impl MlxPlugin {
     pub fn new() -> Self {
-        // Before MLX computes anything: it reads MLX_ENABLE_TF32 once.
+        // Before MLX computes anything: it reads MLX_ENABLE_TF32 once, and
+        // MLX_PTX_CACHE_DIR on its first generated kernel.
         crate::devices::choose_tf32();
+        if crate::devices::build() == crate::devices::Build::Cuda {
+            crate::contraction::choose();
+        }
         MlxPlugin
     }
 }
@@ -44,6 +48,10 @@ impl Plugin for MlxPlugin {
         ];
         if build == crate::devices::Build::Cuda {
             build_info.push(("mlx.tf32".into(), crate::devices::choose_tf32().into()));
+            build_info.push((
+                "mlx.fma_contraction".into(),
+                crate::contraction::choose().into(),
+            ));
             build_info.push((
                 "mlx.gpu_fallback".into(),
                 "f64 values and linalg (DenseSolve, BatchedDenseSolve) run on the CPU stream"

@@ -18,7 +18,9 @@
 use rlx_ir::op::{Activation, BinaryOp, CmpOp};
 use rlx_ir::{DType as D, Graph, Op, Shape};
 use rlx_plugin_api::Mode;
-use rlx_plugin_tests::parity::{check_against, mlx, random_values, round_to, run_cpu, Feed, Tol};
+use rlx_plugin_tests::parity::{
+    check_against, check_against_every_mode, mlx, random_values, round_to, run_cpu, Feed, Tol,
+};
 
 fn s(dims: &[usize], d: D) -> Shape {
     Shape::new(dims, d)
@@ -1020,4 +1022,37 @@ fn gelu_kernel_matches_an_f64_erf_reference() {
             rel: 1e-6,
         },
     );
+}
+
+/// A product and a sum are two roundings wherever the graph says so: rlx
+/// writes an FMA node when it means one, so no mode may fuse `a * b + c`
+/// on its own (MLX's generated CUDA kernels did, through NVRTC's default
+/// `--fmad=true`: `plugin-mlx/src/contraction.rs`). Reference: the same
+/// f32 arithmetic in Rust, which never contracts; exact. The inputs are
+/// chosen so that a fused result differs on many elements (checked), so
+/// the test fails where a mode contracts.
+#[test]
+fn a_product_then_a_sum_round_twice_in_every_mode() {
+    let n = 4099;
+    let [a, b, c, d] = [11u64, 12, 13, 14].map(|seed| uni(n, D::F32, -1.0, 1.0, seed));
+    let sh = s(&[n], D::F32);
+    let mut g = Graph::new("mul_add");
+    let [xa, xb, xc, xd] = ["a", "b", "c", "d"].map(|name| g.input(name, sh.clone()));
+    let ab = g.binary(BinaryOp::Mul, xa, xb, sh.clone());
+    let y1 = g.binary(BinaryOp::Add, ab, xc, sh.clone());
+    let cd = g.binary(BinaryOp::Mul, xc, xd, sh.clone());
+    let y2 = g.binary(BinaryOp::Sub, ab, cd, sh.clone());
+    g.set_outputs(vec![y1, y2]);
+    let i = 0..n;
+    let want1: Vec<f32> = i.clone().map(|i| a[i] * b[i] + c[i]).collect();
+    let want2: Vec<f32> = i.clone().map(|i| a[i] * b[i] - c[i] * d[i]).collect();
+    let fused = i
+        .filter(|&i| a[i].mul_add(b[i], c[i]).to_bits() != want1[i].to_bits())
+        .count();
+    assert!(
+        fused > n / 10,
+        "only {fused} of {n} inputs tell a fused a*b+c apart"
+    );
+    let feeds = [("a", a), ("b", b), ("c", c), ("d", d)].map(|(name, v)| feed(name, v));
+    check_against_every_mode("a*b+c, a*b-c*d", &g, &feeds, &[want1, want2], EXACT);
 }
