@@ -1050,8 +1050,9 @@ RLX_PLUGIN_EXPORT const RlxPluginApi* rlx_plugin_entry(const RlxHostApi* host);
  * another ABI major before dlopen. Little-endian on every platform: the
  * fixed header below, then `total_size - header_size` bytes of
  * NUL-terminated "key=value" entries (name and version exactly once;
- * device and op any number of times; unknown keys are skipped; empty
- * strings are padding). Bytes after total_size in the section must be
+ * device and op any number of times; any other key is the plugin's own,
+ * e.g. "mlx.version=0.32.4", and a reader that does not know it skips it;
+ * empty strings are padding). Bytes after total_size in the section must be
  * zero. Optional: a library without one loads as before. */
 #define RLX_MANIFEST_SECTION_ELF ".rlx_manifest"
 #define RLX_MANIFEST_SEGMENT_MACHO "__DATA"

@@ -11,7 +11,11 @@ use rlx_plugin_api::manifest::Manifest;
 /// only where that libmlx and the machine have them.
 pub const MANIFEST: Manifest = Manifest::new("mlx", env!("CARGO_PKG_VERSION"))
     .devices(&["cpu", "gpu"])
-    .ops(OPS);
+    .ops(OPS)
+    // The MLX release the plugin was built against (every directory's
+    // libmlx is that release's): `cargo xtask package` writes it into a
+    // release archive's manifest.json without loading the library.
+    .other(&[("mlx.version", rlx_mlx_shim::MLX_VERSION)]);
 
 // `OPS`: the lowering table's op kinds, read from its source by the build
 // script (build/ops.rs), since the table itself is built at load.

@@ -31,6 +31,8 @@ fn the_mlx_manifest_gives_name_abi_devices_and_ops_without_loading() {
     assert_eq!(m.version, env!("CARGO_PKG_VERSION"));
     assert_eq!(m.abi_version, ABI_VERSION);
     assert_eq!(m.devices, ["cpu", "gpu"]);
+    // What `cargo xtask package` writes into an archive's manifest.json.
+    assert_eq!(m.other, [("mlx.version".to_string(), "0.32.4".to_string())]);
     for op in ["Input", "MatMul", "Attention", "Custom"] {
         assert!(
             m.ops.iter().any(|o| o == op),

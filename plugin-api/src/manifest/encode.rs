@@ -33,6 +33,11 @@ pub struct Manifest {
     pub devices: &'static [&'static str],
     /// The op kinds it lowers (rlx-ir names); empty when not listed.
     pub ops: &'static [&'static str],
+    /// The plugin's own `key=value` entries (keys the format does not
+    /// define, which a reader keeps as they are): facts about the build a
+    /// packer or a host reads without loading it, such as the MLX plugin's
+    /// `mlx.version`.
+    pub other: &'static [(&'static str, &'static str)],
 }
 
 impl Manifest {
@@ -43,6 +48,7 @@ impl Manifest {
             version,
             devices: &[],
             ops: &[],
+            other: &[],
         }
     }
 
@@ -52,6 +58,12 @@ impl Manifest {
 
     pub const fn ops(self, ops: &'static [&'static str]) -> Manifest {
         Manifest { ops, ..self }
+    }
+
+    /// Entries of the plugin's own; a key must be non-empty, hold no `=`
+    /// and not be one the format defines.
+    pub const fn other(self, other: &'static [(&'static str, &'static str)]) -> Manifest {
+        Manifest { other, ..self }
     }
 
     pub const fn abi_version(self, abi_version: RlxAbiVersion) -> Manifest {
@@ -68,6 +80,11 @@ impl Manifest {
             + entry_len(keys::VERSION, self.version);
         n += list_len(keys::DEVICE, self.devices);
         n += list_len(keys::OP, self.ops);
+        let mut i = 0;
+        while i < self.other.len() {
+            n += entry_len(self.other[i].0, self.other[i].1);
+            i += 1;
+        }
         assert!(
             n <= MAX_SIZE,
             "the manifest is larger than a reader accepts"
@@ -97,9 +114,50 @@ impl Manifest {
         at = put_entry(&mut out, at, keys::VERSION, self.version);
         at = put_list(&mut out, at, keys::DEVICE, self.devices);
         at = put_list(&mut out, at, keys::OP, self.ops);
+        let mut i = 0;
+        while i < self.other.len() {
+            let (key, value) = self.other[i];
+            assert!(
+                own_key(key),
+                "a manifest's own key is empty, holds '=' or is the format's"
+            );
+            at = put_entry(&mut out, at, key, value);
+            i += 1;
+        }
         assert!(at == N);
         out
     }
+}
+
+/// Whether `key` may name a plugin's own entry.
+const fn own_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'=' || b[i] == 0 {
+            return false;
+        }
+        i += 1;
+    }
+    !b.is_empty()
+        && !const_eq(b, keys::NAME.as_bytes())
+        && !const_eq(b, keys::VERSION.as_bytes())
+        && !const_eq(b, keys::DEVICE.as_bytes())
+        && !const_eq(b, keys::OP.as_bytes())
+}
+
+const fn const_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// `key=value\0`

@@ -24,6 +24,22 @@ fn round_trip() {
 }
 
 #[test]
+fn a_plugins_own_entries_round_trip_after_the_defined_ones() {
+    const O: Manifest = M.other(&[("mlx.version", "0.32.4"), ("x", "")]);
+    const N: usize = O.encoded_len();
+    const B: [u8; N] = O.encode::<N>();
+    let m = parse(&B).unwrap();
+    assert_eq!(m.ops, ["Input", "MatMul", "Custom"]);
+    assert_eq!(
+        m.other,
+        [
+            ("mlx.version".to_string(), "0.32.4".to_string()),
+            ("x".to_string(), String::new())
+        ]
+    );
+}
+
+#[test]
 fn the_header_is_little_endian_at_fixed_offsets() {
     assert_eq!(&BYTES[..8], b"RLXMANIF");
     assert_eq!(&BYTES[8..12], &[1, 0, 32, 0]);
