@@ -17,6 +17,7 @@ mod durable;
 mod error;
 mod extract;
 mod header;
+pub mod install;
 mod manifest;
 mod members;
 mod pack;
@@ -24,17 +25,19 @@ mod paths;
 mod platform;
 mod sign;
 mod sums;
+mod system_links;
 mod unpack;
 mod verify_tree;
 mod walk;
 mod xz;
 
 pub use error::PackageError;
-pub use manifest::{FileEntry, PackageManifest};
+pub use manifest::{FileEntry, PackageManifest, SystemLink};
 pub use pack::{pack, PackInput};
 pub use platform::{base_platform, host_platform, platform_fits};
 pub use sign::{generate_keypair, sign_file, verify};
 pub use sums::{parse_sums, sha256_file, write_sums, SUMS_NAME};
+pub use system_links::make_system_links;
 pub use unpack::{unpack_verified, unpack_verified_bytes, Limits};
 pub use verify_tree::verify_tree;
 

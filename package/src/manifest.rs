@@ -32,6 +32,22 @@ pub struct FileEntry {
     pub link: Option<String>,
 }
 
+/// A symlink to a file of the machine's own, outside the plugin directory,
+/// that the installer makes after unpacking (the MLX CPU directory's
+/// `blas/optimized/` links to the system OpenBLAS; where the target is
+/// missing the link dangles and the loader moves on to the bundled
+/// reference BLAS). Never an archive entry: links leaving the directory
+/// are refused there, and these are made only by
+/// [`make_system_links`](crate::make_system_links), inside the plugin
+/// directory, never written through.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SystemLink {
+    /// Where the link goes, relative to the archive root (under `<name>/`).
+    pub path: String,
+    /// The absolute path it points to.
+    pub target: String,
+}
+
 /// The archive's description of itself (`manifest.json`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PackageManifest {
@@ -51,6 +67,9 @@ pub struct PackageManifest {
     pub mlx_backend: String,
     /// Every file and symlink, sorted by path.
     pub files: Vec<FileEntry>,
+    /// Links to the machine's own files, made at install, sorted by path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_links: Vec<SystemLink>,
 }
 
 impl PackageManifest {
@@ -131,6 +150,25 @@ impl PackageManifest {
                     }
                     resolve_link(path, target, |p| links.contains(p)).map_err(fail)?;
                 }
+            }
+        }
+        for (i, link) in self.system_links.iter().enumerate() {
+            let path = &link.path;
+            check_member(path, &self.name, false).map_err(fail)?;
+            if seen.contains(path.as_str()) {
+                return Err(fail(format!("{path}: both a file and a system link")));
+            }
+            if i > 0 && self.system_links[i - 1].path.as_bytes() >= path.as_bytes() {
+                return Err(fail(format!("{path}: system links are not sorted by path")));
+            }
+            let t = &link.target;
+            let plain = t.starts_with('/')
+                && !t.contains('\0')
+                && t.split('/').all(|c| c != ".." && c != ".");
+            if !plain {
+                return Err(fail(format!(
+                    "{path}: a system link's target must be an absolute path without . or .. ({t:?})"
+                )));
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ use crate::digest::{sha256_reader, HashingReader};
 use crate::durable::AtomicFile;
 use crate::error::PackageError;
 use crate::header::header;
-use crate::manifest::{FileEntry, PackageManifest, MODE_EXEC, MODE_LINK, MODE_PLAIN};
+use crate::manifest::{FileEntry, PackageManifest, SystemLink, MODE_EXEC, MODE_LINK, MODE_PLAIN};
 use crate::paths::{check_name, resolve_link};
 use crate::walk::{self, Kind};
 use crate::{archive_name, ARCHIVE_STEM, FORMAT, MANIFEST_NAME};
@@ -86,11 +86,19 @@ fn describe(input: &PackInput, items: &[walk::Item]) -> Result<PackageManifest, 
         .map(|i| member(&i.rel))
         .collect();
     let mut files = Vec::new();
+    let mut system_links = Vec::new();
     for item in items {
         let path = member(&item.rel);
         let source = input.dir.join(&item.rel);
         let entry = match &item.kind {
             Kind::Dir => continue,
+            Kind::Symlink { target } if is_system_link(target) => {
+                system_links.push(SystemLink {
+                    path,
+                    target: target.clone(),
+                });
+                continue;
+            }
             Kind::File { exec } => {
                 let file = File::open(&source).map_err(|e| PackageError::io(&source, e))?;
                 let (sha256, size) =
@@ -131,7 +139,15 @@ fn describe(input: &PackInput, items: &[walk::Item]) -> Result<PackageManifest, 
         mlx_version: input.mlx_version.clone(),
         mlx_backend: input.mlx_backend.clone(),
         files,
+        system_links,
     })
+}
+
+/// An absolute symlink: a pointer to a file of the machine's own (the
+/// system OpenBLAS), recorded in the manifest for the installer to make,
+/// not packed.
+fn is_system_link(target: &str) -> bool {
+    target.starts_with('/')
 }
 
 /// Writes the tar.xz stream to `out` (named `out_path` in errors): manifest,
@@ -159,6 +175,9 @@ fn write_archive<W: Write>(
     let mut files = manifest.files.iter();
     for item in items {
         let path = format!("{}/{}", input.name, item.rel);
+        if matches!(&item.kind, Kind::Symlink { target } if is_system_link(target)) {
+            continue;
+        }
         if let Kind::Dir = item.kind {
             let mut head = header(EntryType::Directory, 0, MODE_EXEC);
             tar.append_data(&mut head, &path, io::empty())

@@ -28,6 +28,17 @@ pub fn verify_tree(root: &Path, manifest: &PackageManifest) -> Result<(), Packag
         if let Kind::Dir = item.kind {
             continue;
         }
+        if let Some(link) = manifest.system_links.iter().find(|l| l.path == path) {
+            match &item.kind {
+                Kind::Symlink { target } if *target == link.target => continue,
+                _ => {
+                    return fail(format!(
+                        "not the system link to {} it should be",
+                        link.target
+                    ))
+                }
+            }
+        }
         let Some(entry) = listed.remove(path.as_str()) else {
             return fail("not in the manifest".into());
         };

@@ -110,7 +110,8 @@ fn pack_fails(dir: &Path, out: &Path, expect: &str) {
 
 #[test]
 fn pack_refuses_symlinks_that_leave_the_directory() {
-    for target in ["../../etc/passwd", "/etc/passwd", "../../mlx/lib"] {
+    // An absolute one is a system link (below), not a link in the archive.
+    for target in ["../../etc/passwd", "../../mlx/lib"] {
         let tmp = tempdir();
         let dir = sample_plugin(tmp.path());
         std::os::unix::fs::symlink(target, dir.join("lib/escape")).unwrap();
@@ -159,4 +160,52 @@ fn an_inner_symlink_to_a_directory_is_kept() {
         fs::read(dest.join("mlx/kernels/add.metal")).unwrap(),
         b"kernel void add() {}\n"
     );
+}
+
+/// An absolute symlink (the MLX CPU directory's `blas/optimized/` links to
+/// the system OpenBLAS) is not packed: the manifest lists it as a system
+/// link, and the installer makes it with `make_system_links`, dangling
+/// where the machine lacks the target.
+#[test]
+fn absolute_links_travel_as_system_links_made_at_install() {
+    let tmp = tempdir();
+    let dir = sample_plugin(tmp.path());
+    fs::create_dir_all(dir.join("blas/optimized")).unwrap();
+    let target = "/usr/lib/no-such-dir/libopenblas.so.0";
+    std::os::unix::fs::symlink(target, dir.join("blas/optimized/libblas.so.3")).unwrap();
+    let (archive, manifest) = pack(&input(&dir), &tmp.path().join("out")).unwrap();
+    assert_eq!(manifest.system_links.len(), 1);
+    assert_eq!(
+        manifest.system_links[0].path,
+        "mlx/blas/optimized/libblas.so.3"
+    );
+    assert!(manifest.files.iter().all(|f| !f.path.contains("optimized")));
+    let dest = tmp.path().join("installed");
+    unpack_verified(&archive, &dest, &Limits::default()).unwrap();
+    let link = dest.join("mlx/blas/optimized/libblas.so.3");
+    assert!(fs::symlink_metadata(&link).is_err(), "unpacking made it");
+    rlx_plugin_package::make_system_links(&dest, &manifest).unwrap();
+    assert_eq!(fs::read_link(&link).unwrap(), Path::new(target));
+    verify_tree(&dest, &manifest).unwrap();
+    // Never over what is there.
+    let again = rlx_plugin_package::make_system_links(&dest, &manifest).unwrap_err();
+    assert!(again.to_string().contains("already exists"), "{again}");
+}
+
+#[test]
+fn a_system_link_must_name_an_absolute_plain_target_inside_the_directory() {
+    let mut m = common::manifest(&[("mlx/a", b"x")], &[]);
+    for (path, target, why) in [
+        ("mlx/l", "relative/x", "absolute path"),
+        ("mlx/l", "/usr/../etc/passwd", "absolute path"),
+        ("other/l", "/usr/lib/x", "mlx/"),
+        ("mlx/a", "/usr/lib/x", "both a file and a system link"),
+    ] {
+        m.system_links = vec![rlx_plugin_package::SystemLink {
+            path: path.into(),
+            target: target.into(),
+        }];
+        let e = m.validate().unwrap_err().to_string();
+        assert!(e.contains(why), "{path} -> {target}: {e}");
+    }
 }

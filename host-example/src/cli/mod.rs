@@ -3,6 +3,7 @@
 pub mod dist;
 pub mod doctor;
 mod inspect_static;
+pub mod install;
 pub mod plugins;
 
 use clap::{Parser, Subcommand};
@@ -151,6 +152,45 @@ pub enum PluginsAction {
         #[arg(long)]
         json: bool,
     },
+    /// Install a release archive (`rlx-mlx-<version>-<platform>.tar.xz`,
+    /// a path or an https:// or file:// URL) into $RLX_HOME/plugins,
+    /// verified before anything is written: the signature over the
+    /// release's SHA256SUMS (found beside the archive) when a key is
+    /// trusted, the archive's hash, every file's hash, the platform and
+    /// the library's ABI. The new plugin is loaded once; if it does not
+    /// load, the previous version is put back.
+    Install {
+        /// The archive: a path, file://... or https://...
+        archive: String,
+        /// A publisher's minisign public key (.pub) to trust for this
+        /// install, beside those in $RLX_HOME/trusted-keys/. Repeatable.
+        #[arg(long = "key", value_name = "PUBKEY")]
+        keys: Vec<PathBuf>,
+        /// Where the release's SHA256SUMS is (its signature is that name
+        /// plus .minisig); default: beside the archive.
+        #[arg(long, value_name = "FILE|URL")]
+        sums: Option<String>,
+        /// Install without a signature when no key is trusted (the
+        /// archive's own manifest is still checked; what is skipped is
+        /// printed).
+        #[arg(long)]
+        allow_unsigned: bool,
+        /// Allow a downgrade, and reinstall the installed version.
+        #[arg(long)]
+        force: bool,
+        /// The CUDA directory: where its CUDA runtime is (a Python nvidia
+        /// package or a CUDA toolkit), for its mlx-cuda-runtime.sh.
+        #[arg(long, value_name = "DIR")]
+        cuda_runtime: Option<PathBuf>,
+    },
+    /// The plugins installed in $RLX_HOME/plugins: version, platform,
+    /// source, and how each was verified.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an installed plugin (and the previous version kept for it).
+    Remove { name: String },
     /// Show where the dynamic loader finds each library a plugin needs.
     ///
     /// For each plugin candidate discovery finds (or the one plugin PATH
@@ -195,6 +235,33 @@ pub fn dispatch(cli: Cli) -> CliResult {
             action: Some(PluginsAction::Doctor { path, json: j }),
             json,
         } => doctor::doctor(path.as_deref(), cli.plugins, json || j),
+        Command::Plugins {
+            action:
+                Some(PluginsAction::Install {
+                    archive,
+                    keys,
+                    sums,
+                    allow_unsigned,
+                    force,
+                    cuda_runtime,
+                }),
+            ..
+        } => install::install_cmd(install::InstallArgs {
+            source: archive,
+            keys,
+            sums,
+            allow_unsigned,
+            force,
+            cuda_runtime,
+        }),
+        Command::Plugins {
+            action: Some(PluginsAction::List { json: j }),
+            json,
+        } => install::list_cmd(json || j),
+        Command::Plugins {
+            action: Some(PluginsAction::Remove { name }),
+            ..
+        } => install::remove_cmd(&name),
         Command::Run {
             model,
             backend,

@@ -107,6 +107,7 @@ pub fn manifest(files: &[(&str, &[u8])], links: &[(&str, &str)]) -> PackageManif
         mlx_version: "0.32.4".into(),
         mlx_backend: "cpu".into(),
         files: entries,
+        system_links: Vec::new(),
     }
 }
 
