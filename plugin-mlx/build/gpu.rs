@@ -1,7 +1,8 @@
 //! The GPU plugin directories, laid out only when asked for.
 //!
-//! `RLX_MLX_CUDA=1` (Linux x86-64) lays out `plugins/mlx-cuda/` from the
-//! pinned `mlx-cuda-13` wheel; `RLX_MLX_METAL=1` (macOS arm64) lays out
+//! `RLX_MLX_CUDA=1` (Linux x86-64, and Linux aarch64: Grace Hopper, DGX
+//! Spark) lays out `plugins/mlx-cuda/` from the pinned `mlx-cuda-13` wheel
+//! of the target's architecture; `RLX_MLX_METAL=1` (macOS arm64) lays out
 //! `plugins/mlx-metal/` from the pinned `mlx-metal` wheel. Each sits beside
 //! `plugins/mlx/` and is completed by copying the plugin library in. The
 //! plugin code is the same for every directory: it was compiled against
@@ -67,7 +68,7 @@ pub struct Variant {
     pub libmlx_soname: Option<&'static str>,
 }
 
-pub static VARIANTS: [Variant; 2] = [
+pub static VARIANTS: [Variant; 3] = [
     Variant {
         env: "RLX_MLX_CUDA",
         os: "linux",
@@ -79,6 +80,35 @@ pub static VARIANTS: [Variant; 2] = [
             file: "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
             sha256: "94cb48fba73e5ee39467e51c35c51c691123359ca17bafd1a24cf92ad6732bee",
             platform: "manylinux_2_35_x86_64",
+            required: &[
+                "mlx/lib/libmlx.so",
+                "mlx/include/mlx/mlx.h",
+                "mlx/include/cccl/cuda/std/tuple",
+                "mlx_cuda_13.libs",
+            ],
+            file_env: "RLX_MLX_CUDA_WHEEL",
+            hint: "Or build without RLX_MLX_CUDA.",
+        },
+        cache_env: "RLX_MLX_CUDA_CACHE",
+        blas_libs: Some("mlx_cuda_13.libs"),
+        headers: true,
+        cuda_runtime: true,
+        libmlx_soname: Some(elf_names::CUDA_LIBMLX),
+    },
+    // The same wheel built for arm64 (Grace Hopper, DGX Spark), laid out the
+    // same way; cross-built on x86-64 by scripts/build-linux-aarch64.sh
+    // --cuda.
+    Variant {
+        env: "RLX_MLX_CUDA",
+        os: "linux",
+        arch: "aarch64",
+        dir: "mlx-cuda",
+        wheel: Wheel {
+            name: "mlx-cuda-13",
+            version: MLX_VERSION,
+            file: "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_aarch64.whl",
+            sha256: "cf8a67b49cebff85cd98b1d118c09f6c8ee966b899a914c50cc74d614b25616e",
+            platform: "manylinux_2_35_aarch64",
             required: &[
                 "mlx/lib/libmlx.so",
                 "mlx/include/mlx/mlx.h",
@@ -129,15 +159,8 @@ pub fn requested(os: &str, arch: &str) -> Option<&'static Variant> {
         let asked = std::env::var(v.env)
             .map(|s| !matches!(s.trim(), "" | "0" | "false" | "no" | "off"))
             .unwrap_or(false);
-        if !asked {
+        if !asked || (v.os, v.arch) != (os, arch) {
             continue;
-        }
-        if (v.os, v.arch) != (os, arch) {
-            panic!(
-                "{}=1 asks for the {} plugin directory, which exists for {}-{} only (this \
-                 target is {arch}-{os}). Unset {}.",
-                v.env, v.dir, v.arch, v.os, v.env
-            );
         }
         println!("cargo:rerun-if-env-changed={}", v.cache_env);
         println!("cargo:rerun-if-env-changed={}", v.wheel.file_env);
@@ -145,6 +168,26 @@ pub fn requested(os: &str, arch: &str) -> Option<&'static Variant> {
             println!("cargo:rerun-if-env-changed=RLX_MLX_CUDA_RUNTIME");
         }
         found = Some(v);
+    }
+    for v in &VARIANTS {
+        let asked = std::env::var(v.env)
+            .map(|s| !matches!(s.trim(), "" | "0" | "false" | "no" | "off"))
+            .unwrap_or(false);
+        if asked && found.is_none() {
+            let targets: Vec<String> = VARIANTS
+                .iter()
+                .filter(|w| w.env == v.env)
+                .map(|w| format!("{}-{}", w.arch, w.os))
+                .collect();
+            panic!(
+                "{}=1 asks for the {} plugin directory, which exists for {} only (this \
+                 target is {arch}-{os}). Unset {}.",
+                v.env,
+                v.dir,
+                targets.join(", "),
+                v.env
+            );
+        }
     }
     found
 }
@@ -186,8 +229,18 @@ pub fn lay_out(v: &Variant, plugins: &Path) {
         super::lay_out_blas(&bundle, &root.join(libs))
             .unwrap_or_else(|e| fail("laying out blas/", &bundle, e));
     }
-    if v.cuda_runtime {
+    // The CUDA runtime this machine has is of this machine's architecture:
+    // a cross-built directory gets its nvidia/ on the machine that runs it.
+    let cross = std::env::var("HOST").ok() != std::env::var("TARGET").ok();
+    if v.cuda_runtime && !cross {
         link_cuda_runtime(&bundle);
+    } else if v.cuda_runtime {
+        copy_runtime_script(&bundle);
+        println!(
+            "cargo:warning=cross-built {}: run its mlx-cuda-runtime.sh on the machine that \
+             runs it (or install its release archive there with rlx-host)",
+            bundle.display()
+        );
     }
     println!(
         "cargo:warning=laid out {} from {}=={}; complete it with `cargo xtask \
@@ -242,13 +295,9 @@ fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Puts `scripts/mlx-cuda-runtime.sh` into the directory (so that it travels
-/// with it) and runs it: it links `nvidia/` to the CUDA runtime named by
-/// `RLX_MLX_CUDA_RUNTIME`, else to the `nvidia` package of the `python3` on
-/// PATH, else to a CUDA toolkit. Its report becomes build warnings; finding
-/// nothing is not an error here (the directory is meant to be moved to the
-/// machine that runs it, where the script is run again).
-fn link_cuda_runtime(bundle: &Path) {
+/// `scripts/mlx-cuda-runtime.sh` into the directory, so that it travels
+/// with it; its path there.
+fn copy_runtime_script(bundle: &Path) -> PathBuf {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let script_src = manifest
         .join("..")
@@ -263,7 +312,17 @@ fn link_cuda_runtime(bundle: &Path) {
             bundle.display()
         )
     });
+    script
+}
 
+/// Puts `scripts/mlx-cuda-runtime.sh` into the directory (so that it travels
+/// with it) and runs it: it links `nvidia/` to the CUDA runtime named by
+/// `RLX_MLX_CUDA_RUNTIME`, else to the `nvidia` package of the `python3` on
+/// PATH, else to a CUDA toolkit. Its report becomes build warnings; finding
+/// nothing is not an error here (the directory is meant to be moved to the
+/// machine that runs it, where the script is run again).
+fn link_cuda_runtime(bundle: &Path) {
+    let script = copy_runtime_script(bundle);
     let mut cmd = Command::new("bash");
     cmd.arg(&script)
         .arg("--brief")

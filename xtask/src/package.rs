@@ -156,12 +156,13 @@ fn find(a: &Args) -> Result<Vec<Found>, String> {
     if !a.explicit_dir {
         let profile_name = a.profile.file_name().unwrap_or_default();
         let target = crate::target_dir();
-        for (triple, platform) in [
-            ("aarch64-unknown-linux-gnu", "linux-aarch64"),
-            ("aarch64-apple-darwin", "macos-arm64"),
+        for (triple, dir, platform) in [
+            ("aarch64-unknown-linux-gnu", "mlx", "linux-aarch64"),
+            ("aarch64-unknown-linux-gnu", "mlx-cuda", "linux-aarch64-cuda13"),
+            ("aarch64-apple-darwin", "mlx", "macos-arm64"),
         ] {
-            if platform != host {
-                let dir = target.join(triple).join(profile_name).join("plugins/mlx");
+            if pkg::base_platform(platform) != host {
+                let dir = target.join(triple).join(profile_name).join("plugins").join(dir);
                 candidates.push((dir, platform.to_string(), None));
             }
         }

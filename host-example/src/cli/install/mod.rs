@@ -128,10 +128,13 @@ fn load_once(dir: &Path, cuda_runtime: Option<&Path>) -> Result<String, String> 
             .output()
             .map_err(|e| format!("{}: {e}", script.display()))?;
         if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
             return Err(format!(
-                "{} failed: {}",
+                "{} could not link the CUDA runtime (--cuda-runtime DIR names one): {}",
                 script.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                tail[tail.len().saturating_sub(6)..].join("; ")
             ));
         }
     }
