@@ -158,11 +158,19 @@ fn find(a: &Args) -> Result<Vec<Found>, String> {
         let target = crate::target_dir();
         for (triple, dir, platform) in [
             ("aarch64-unknown-linux-gnu", "mlx", "linux-aarch64"),
-            ("aarch64-unknown-linux-gnu", "mlx-cuda", "linux-aarch64-cuda13"),
+            (
+                "aarch64-unknown-linux-gnu",
+                "mlx-cuda",
+                "linux-aarch64-cuda13",
+            ),
             ("aarch64-apple-darwin", "mlx", "macos-arm64"),
         ] {
             if pkg::base_platform(platform) != host {
-                let dir = target.join(triple).join(profile_name).join("plugins").join(dir);
+                let dir = target
+                    .join(triple)
+                    .join(profile_name)
+                    .join("plugins")
+                    .join(dir);
                 candidates.push((dir, platform.to_string(), None));
             }
         }
