@@ -97,7 +97,14 @@ impl Placed {
             None => fs::rename(&self.target, &self.new_from)
                 .map_err(|e| PackageError::io(&self.target, e))?,
         }
-        sync_dir(self.target.parent().expect("a plugins directory"))
+        let plugins = self.target.parent().expect("a plugins directory");
+        sync_dir(plugins)?;
+        if self.old_at.is_none() {
+            // A first install leaves no plugins directory it made behind
+            // (remove_dir refuses one that holds anything).
+            let _ = fs::remove_dir(plugins);
+        }
+        Ok(())
     }
 }
 
