@@ -337,11 +337,13 @@ void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t 
 // and may wake its threads: an LSTM step's [8, 128] x [128, 512] took
 // longer there than in ours. One to three rows stream the weights once in
 // ours.
-bool small_for_openblas(int64_t M, int64_t K, int64_t N) {
-  static const bool openblas = find_symbol("openblas_get_num_threads") != nullptr;
+bool small_for_openblas([[maybe_unused]] int64_t M, [[maybe_unused]] int64_t K,
+                        [[maybe_unused]] int64_t N) {
 #if RLX_X86
+  static const bool openblas = find_symbol("openblas_get_num_threads") != nullptr;
   return openblas && has_avx512() && M >= 4 && M * K * N <= (int64_t(1) << 18);
 #else
+  // Only ours has an AVX-512 kernel to prefer over the BLAS.
   return false;
 #endif
 }
