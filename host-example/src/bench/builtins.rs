@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -25,6 +25,7 @@ pub const NAMES: [&str; 13] = [
     "scan1000",
     "mlp-train",
     "params-1g",
+    "pocketfft",
 ];
 
 /// Rows of the MLP's input.
@@ -96,6 +97,13 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
         "params-1g" => (
             params_1g(),
             format!("x [1, {PARAMS_1G_WIDTH}] @ w [{PARAMS_1G_WIDTH}, {PARAMS_1G_WIDTH}], f32: 1 GiB of params (BIND MS is the figure)"),
+        ),
+        "pocketfft" => (
+            pocketfft(),
+            format!(
+                "pocketfft, rows={POCKETFFT_ROWS} n={POCKETFFT_N}, f32, as rlx lowers it for a backend \
+                 without a pocketfft kernel: thousands of tiny elementwise, slice and concat nodes"
+            ),
         ),
         _ => return None,
     };
@@ -291,6 +299,26 @@ fn scan1000() -> Graph {
     g
 }
 
+const POCKETFFT_ROWS: usize = 1;
+const POCKETFFT_N: usize = 4099;
+
+/// rlx's decomposed FFT (rlx-fusion's `lower_pocketfft`, the pass
+/// rlx-runtime applies for a backend without a pocketfft kernel): one node
+/// per scalar operation of each FFTPACK pass, vectorised over the rows.
+/// rlx-runtime's `examples/fft_algo_bench.rs` times the same graphs.
+fn pocketfft() -> Graph {
+    let mut g = Graph::new("pocketfft");
+    let x = g.input("x", f32s(&[POCKETFFT_ROWS, 2 * POCKETFFT_N]));
+    let y = g.fft_algo(
+        x,
+        false,
+        rlx_ir::fft::FftNorm::Backward,
+        rlx_ir::fft::FftAlgo::SCIPY,
+    );
+    g.set_outputs(vec![y]);
+    rlx_fusion::rewriter::apply_match_rewrite(&rlx_fusion::lower_pocketfft::LowerPocketFft, g).graph
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +329,13 @@ mod tests {
             let m = builtin(n).unwrap_or_else(|| panic!("{n}"));
             assert!(!m.graph.outputs.is_empty(), "{n}");
         }
+        // Lowered: thousands of nodes, no FFT node left.
+        let fft = builtin("pocketfft").unwrap().graph;
+        assert!(fft.nodes().len() > 1000, "{} nodes", fft.nodes().len());
+        assert!(fft
+            .nodes()
+            .iter()
+            .all(|n| !matches!(n.op, rlx_ir::Op::Fft { .. })));
         let e = resolve("no-such-model").err().unwrap();
         assert!(e.contains("no-such-model") && e.contains("mlp-bf16"), "{e}");
     }
