@@ -54,6 +54,13 @@ impl Env {
         let o = self.rlx_host(&args);
         (o.status.success(), text(&o))
     }
+    /// A new process finds the installed plugin and runs a model on it,
+    /// agreeing with the CPU backend.
+    fn assert_runs(&self) {
+        let model = tiny_model(self.tmp.path());
+        let o = self.rlx_host(&["run", "--backend", "mlx", "--compare", "cpu", &model]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
     /// The installed version, from its record.
     fn installed_version(&self) -> Option<String> {
         pkg::install::installed(&self.plugins().join("mlx")).map(|i| i.version)
@@ -242,15 +249,7 @@ fn a_signature_is_required_once_a_key_is_trusted_and_unsigned_needs_saying_so() 
     );
     // A plugin that discovery finds and that runs (CI also runs the demo
     // from an installed archive).
-    let o = env.rlx_host(&[
-        "run",
-        "--backend",
-        "mlx",
-        "--compare",
-        "cpu",
-        &tiny_model(env.tmp.path()),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    env.assert_runs();
 }
 
 #[test]
@@ -327,15 +326,7 @@ fn an_upgrade_keeps_the_previous_a_downgrade_needs_force_and_a_broken_one_rolls_
         "{t}"
     );
     assert_eq!(env.installed_version().as_deref(), Some("0.1.0"));
-    let o = env.rlx_host(&[
-        "run",
-        "--backend",
-        "mlx",
-        "--compare",
-        "cpu",
-        &tiny_model(env.tmp.path()),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    env.assert_runs();
 
     assert!(env.rlx_host(&["plugins", "remove", "mlx"]).status.success());
     assert!(!env.plugins().join("mlx").exists());
@@ -422,15 +413,7 @@ fn a_running_program_keeps_its_plugin_while_an_install_replaces_it() {
         env.plugins().join("mlx").to_str().unwrap(),
     ]);
     assert!(text(&o).contains("\"version\": \"0.1.1\""), "{}", text(&o));
-    let o = env.rlx_host(&[
-        "run",
-        "--backend",
-        "mlx",
-        "--compare",
-        "cpu",
-        &tiny_model(env.tmp.path()),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    env.assert_runs();
 }
 
 /// A minimal HTTP/1.1 server on loopback serving the files of `dir` (404

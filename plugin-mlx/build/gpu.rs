@@ -68,62 +68,57 @@ pub struct Variant {
     pub libmlx_soname: Option<&'static str>,
 }
 
+/// The CUDA directory from the `mlx-cuda-13` wheel of one architecture:
+/// every CUDA variant is laid out the same way, only the wheel differs.
+const fn cuda(
+    arch: &'static str,
+    file: &'static str,
+    sha256: &'static str,
+    platform: &'static str,
+) -> Variant {
+    Variant {
+        env: "RLX_MLX_CUDA",
+        os: "linux",
+        arch,
+        dir: "mlx-cuda",
+        wheel: Wheel {
+            name: "mlx-cuda-13",
+            version: MLX_VERSION,
+            file,
+            sha256,
+            platform,
+            required: &[
+                "mlx/lib/libmlx.so",
+                "mlx/include/mlx/mlx.h",
+                "mlx/include/cccl/cuda/std/tuple",
+                "mlx_cuda_13.libs",
+            ],
+            file_env: "RLX_MLX_CUDA_WHEEL",
+            hint: "Or build without RLX_MLX_CUDA.",
+        },
+        cache_env: "RLX_MLX_CUDA_CACHE",
+        blas_libs: Some("mlx_cuda_13.libs"),
+        headers: true,
+        cuda_runtime: true,
+        libmlx_soname: Some(elf_names::CUDA_LIBMLX),
+    }
+}
+
 pub static VARIANTS: [Variant; 3] = [
-    Variant {
-        env: "RLX_MLX_CUDA",
-        os: "linux",
-        arch: "x86_64",
-        dir: "mlx-cuda",
-        wheel: Wheel {
-            name: "mlx-cuda-13",
-            version: MLX_VERSION,
-            file: "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
-            sha256: "94cb48fba73e5ee39467e51c35c51c691123359ca17bafd1a24cf92ad6732bee",
-            platform: "manylinux_2_35_x86_64",
-            required: &[
-                "mlx/lib/libmlx.so",
-                "mlx/include/mlx/mlx.h",
-                "mlx/include/cccl/cuda/std/tuple",
-                "mlx_cuda_13.libs",
-            ],
-            file_env: "RLX_MLX_CUDA_WHEEL",
-            hint: "Or build without RLX_MLX_CUDA.",
-        },
-        cache_env: "RLX_MLX_CUDA_CACHE",
-        blas_libs: Some("mlx_cuda_13.libs"),
-        headers: true,
-        cuda_runtime: true,
-        libmlx_soname: Some(elf_names::CUDA_LIBMLX),
-    },
-    // The same wheel built for arm64 (Grace Hopper, DGX Spark), laid out the
-    // same way; cross-built on x86-64 by scripts/build-linux-aarch64.sh
-    // --cuda.
-    Variant {
-        env: "RLX_MLX_CUDA",
-        os: "linux",
-        arch: "aarch64",
-        dir: "mlx-cuda",
-        wheel: Wheel {
-            name: "mlx-cuda-13",
-            version: MLX_VERSION,
-            file: "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_aarch64.whl",
-            sha256: "cf8a67b49cebff85cd98b1d118c09f6c8ee966b899a914c50cc74d614b25616e",
-            platform: "manylinux_2_35_aarch64",
-            required: &[
-                "mlx/lib/libmlx.so",
-                "mlx/include/mlx/mlx.h",
-                "mlx/include/cccl/cuda/std/tuple",
-                "mlx_cuda_13.libs",
-            ],
-            file_env: "RLX_MLX_CUDA_WHEEL",
-            hint: "Or build without RLX_MLX_CUDA.",
-        },
-        cache_env: "RLX_MLX_CUDA_CACHE",
-        blas_libs: Some("mlx_cuda_13.libs"),
-        headers: true,
-        cuda_runtime: true,
-        libmlx_soname: Some(elf_names::CUDA_LIBMLX),
-    },
+    cuda(
+        "x86_64",
+        "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
+        "94cb48fba73e5ee39467e51c35c51c691123359ca17bafd1a24cf92ad6732bee",
+        "manylinux_2_35_x86_64",
+    ),
+    // The same wheel built for arm64 (Grace Hopper, DGX Spark); cross-built
+    // on x86-64 by scripts/build-linux-aarch64.sh --cuda.
+    cuda(
+        "aarch64",
+        "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_aarch64.whl",
+        "cf8a67b49cebff85cd98b1d118c09f6c8ee966b899a914c50cc74d614b25616e",
+        "manylinux_2_35_aarch64",
+    ),
     Variant {
         env: "RLX_MLX_METAL",
         os: "macos",
@@ -153,27 +148,19 @@ pub static VARIANTS: [Variant; 3] = [
 /// The variant asked for by the environment, if any. Panics when one is
 /// asked for on a target it does not exist for.
 pub fn requested(os: &str, arch: &str) -> Option<&'static Variant> {
-    let mut found = None;
+    let asked = |v: &Variant| {
+        std::env::var(v.env)
+            .map(|s| !matches!(s.trim(), "" | "0" | "false" | "no" | "off"))
+            .unwrap_or(false)
+    };
     for v in &VARIANTS {
         println!("cargo:rerun-if-env-changed={}", v.env);
-        let asked = std::env::var(v.env)
-            .map(|s| !matches!(s.trim(), "" | "0" | "false" | "no" | "off"))
-            .unwrap_or(false);
-        if !asked || (v.os, v.arch) != (os, arch) {
-            continue;
-        }
-        println!("cargo:rerun-if-env-changed={}", v.cache_env);
-        println!("cargo:rerun-if-env-changed={}", v.wheel.file_env);
-        if v.cuda_runtime {
-            println!("cargo:rerun-if-env-changed=RLX_MLX_CUDA_RUNTIME");
-        }
-        found = Some(v);
     }
-    for v in &VARIANTS {
-        let asked = std::env::var(v.env)
-            .map(|s| !matches!(s.trim(), "" | "0" | "false" | "no" | "off"))
-            .unwrap_or(false);
-        if asked && found.is_none() {
+    let here = |v: &Variant| (v.os, v.arch) == (os, arch);
+    // A variable asked for where none of its variants exists is a mistake
+    // to say, not to ignore.
+    for v in VARIANTS.iter().filter(|v| asked(v)) {
+        if !VARIANTS.iter().any(|w| w.env == v.env && here(w)) {
             let targets: Vec<String> = VARIANTS
                 .iter()
                 .filter(|w| w.env == v.env)
@@ -189,7 +176,13 @@ pub fn requested(os: &str, arch: &str) -> Option<&'static Variant> {
             );
         }
     }
-    found
+    let v = VARIANTS.iter().find(|v| asked(v) && here(v))?;
+    println!("cargo:rerun-if-env-changed={}", v.cache_env);
+    println!("cargo:rerun-if-env-changed={}", v.wheel.file_env);
+    if v.cuda_runtime {
+        println!("cargo:rerun-if-env-changed=RLX_MLX_CUDA_RUNTIME");
+    }
+    Some(v)
 }
 
 /// Fetches the variant's wheel and lays out `<plugins>/<dir>/`.

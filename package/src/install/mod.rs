@@ -104,8 +104,15 @@ pub fn install(
         k.extend(trusted_keys(&home.keys())?);
         k
     };
-    let (verification, skipped) =
-        trust::judge(req.archive, &req.evidence, &keys, req.allow_unsigned)?;
+    // Hashed once: checked against the sums here, kept in the record.
+    let archive_sha256 = crate::sha256_file(req.archive)?;
+    let (verification, skipped) = trust::judge(
+        req.archive,
+        &archive_sha256,
+        &req.evidence,
+        &keys,
+        req.allow_unsigned,
+    )?;
 
     std::fs::create_dir_all(home.work()).map_err(|e| PackageError::io(&home.work(), e))?;
     let _lock = lock::Lock::take(&home.work().join("lock"))?;
@@ -151,7 +158,7 @@ pub fn install(
         mlx_version: m.mlx_version.clone(),
         mlx_backend: m.mlx_backend.clone(),
         source: req.source.clone(),
-        archive_sha256: crate::sha256_file(req.archive)?,
+        archive_sha256,
         verification,
         installed_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

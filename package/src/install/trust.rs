@@ -3,7 +3,7 @@
 //! checks are still possible, said out loud).
 
 use super::record::Verification;
-use crate::{parse_sums, sha256_file, verify, PackageError};
+use crate::{parse_sums, verify, PackageError};
 use std::path::{Path, PathBuf};
 
 /// What came with the archive: the release's `SHA256SUMS` and its
@@ -36,6 +36,7 @@ pub fn trusted_keys(dir: &Path) -> Result<Vec<(String, String)>, PackageError> {
 /// Judge the archive; `Ok` with how it is verified and what was skipped.
 pub(super) fn judge(
     archive: &Path,
+    archive_sha256: &str,
     ev: &Evidence,
     keys: &[(String, String)],
     allow_unsigned: bool,
@@ -49,8 +50,8 @@ pub(super) fn judge(
         let want = listed
             .get(file)
             .ok_or_else(|| PackageError::new(format!("SHA256SUMS does not list {file}")))?;
-        let got = sha256_file(archive)?;
-        if &got != want {
+        let got = archive_sha256;
+        if got != want {
             return Err(PackageError::new(format!(
                 "{file}: sha256 {got} is not the {want} SHA256SUMS lists (a damaged or altered archive)"
             )));
