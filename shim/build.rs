@@ -119,6 +119,7 @@ fn main() {
             "src/cuda_copy.cc",
             "src/info.cc",
             "src/kernels.cc",
+            "src/fma.cc",
             "src/gemm.cc",
             "src/inline_eval.cc",
             "src/row_kernels.cc",

@@ -19,6 +19,10 @@ std::unique_ptr<Array> silu_rlx_cpu(const Array& x);
 // up * silu(gate) of float32 rows [.., 2N] holding both halves (gate first
 // when `gate_first`), as rlx-cpu's swiglu_rows: [.., N], one primitive.
 std::unique_ptr<Array> swiglu_cpu(const Array& x, bool gate_first);
+// a * b + c with one rounding (std::fma), elementwise over three float32
+// or three float64 arrays of one shape, on the CPU stream, one primitive
+// (src/fma.cc). Throws for other dtypes or unequal shapes.
+std::unique_ptr<Array> fma_cpu(const Array& a, const Array& b, const Array& c);
 
 // A float32 matrix product [..., M, K] x [K, N] (or x [..., K, N] with
 // the same batch dims) on the CPU stream, with the plugin's own kernel for

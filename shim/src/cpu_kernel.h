@@ -53,9 +53,10 @@ void run_task(mx::Stream s, const std::vector<mx::array>& in, mx::array& out, F&
 // `a`'s elements row-major: its own buffer when it lies that way, else
 // copied into `tmp` (a view: broadcast, transposed, sliced). Called inside
 // a task, when `a`'s data is computed.
-inline const float* row_major(const mx::array& a, std::vector<float>& tmp) {
-  if (a.flags().row_contiguous) return a.data<float>();
-  const float* src = a.data<float>();
+template <class T>
+inline const T* row_major(const mx::array& a, std::vector<T>& tmp) {
+  if (a.flags().row_contiguous) return a.data<T>();
+  const T* src = a.data<T>();
   const auto& shape = a.shape();
   const auto& st = a.strides();
   int nd = a.ndim();
@@ -68,10 +69,10 @@ inline const float* row_major(const mx::array& a, std::vector<float>& tmp) {
   for (size_t k = 0; k < tmp.size(); k += inner) {
     int64_t off = 0;
     for (int d = 0; d < nd - 1; ++d) off += int64_t(idx[d]) * st[d];
-    const float* row = src + off;
-    float* out = tmp.data() + k;
+    const T* row = src + off;
+    T* out = tmp.data() + k;
     if (step == 1) {
-      std::memcpy(out, row, size_t(inner) * sizeof(float));
+      std::memcpy(out, row, size_t(inner) * sizeof(T));
     } else {
       for (int64_t j = 0; j < inner; ++j) out[j] = row[j * step];
     }

@@ -31,6 +31,10 @@ pub mod ffi {
         /// (`gate_first` says which half comes first): `up * silu(gate)`
         /// as rlx-cpu's `swiglu_rows` computes it, `[.., N]`, one primitive.
         fn swiglu_cpu(x: &Array, gate_first: bool) -> Result<UniquePtr<Array>>;
+        /// `a * b + c` with one rounding (`std::fma`), elementwise over
+        /// three float32 or three float64 arrays of one shape, on the CPU
+        /// stream as one primitive (`src/fma.cc`).
+        fn fma_cpu(a: &Array, b: &Array, c: &Array) -> Result<UniquePtr<Array>>;
         /// A float32 matrix product `[..., M, K] x [K, N]` on the CPU stream,
         /// with the plugin's own kernel for a few rows and its own threads
         /// around the BLAS.

@@ -1056,3 +1056,42 @@ fn a_product_then_a_sum_round_twice_in_every_mode() {
     let feeds = [("a", a), ("b", b), ("c", c), ("d", d)].map(|(name, v)| feed(name, v));
     check_against_every_mode("a*b+c, a*b-c*d", &g, &feeds, &[want1, want2], EXACT);
 }
+
+/// rlx's Fma node rounds `a * b + c` once, in every mode: the shim's
+/// kernel (`std::fma`), on the CPU stream of a GPU graph too. Reference:
+/// Rust's `f32::mul_add` (one rounding); exact. The inputs are the ones
+/// above, on which a multiply then an add differs on many elements
+/// (checked), so the test fails where Fma rounds twice. The second output
+/// broadcasts a one-element addend.
+#[test]
+fn fma_rounds_once_in_every_mode() {
+    let n = 4099;
+    let [a, b, c] = [11u64, 12, 13].map(|seed| uni(n, D::F32, -1.0, 1.0, seed));
+    let k = vec![0.3f32];
+    let sh = s(&[n], D::F32);
+    let mut g = Graph::new("fma");
+    let [xa, xb, xc] = ["a", "b", "c"].map(|name| g.input(name, sh.clone()));
+    let xk = g.input("k", s(&[1], D::F32));
+    let y1 = g.add_node(Op::Fma, vec![xa, xb, xc], sh.clone());
+    let y2 = g.add_node(Op::Fma, vec![xa, xb, xk], sh.clone());
+    g.set_outputs(vec![y1, y2]);
+    let want1: Vec<f32> = (0..n).map(|i| a[i].mul_add(b[i], c[i])).collect();
+    let want2: Vec<f32> = (0..n).map(|i| a[i].mul_add(b[i], k[0])).collect();
+    for (want, addend) in [(&want1, &c[..]), (&want2, &[k[0]; 4099][..])] {
+        let twice = (0..n)
+            .filter(|&i| (a[i] * b[i] + addend[i]).to_bits() != want[i].to_bits())
+            .count();
+        assert!(
+            twice > n / 20,
+            "only {twice} of {n} inputs tell a*b+c rounded twice apart"
+        );
+    }
+    let feeds = [("a", a), ("b", b), ("c", c), ("k", k)].map(|(name, v)| feed(name, v));
+    check_against_every_mode(
+        "fma(a, b, c), fma(a, b, k)",
+        &g,
+        &feeds,
+        &[want1, want2],
+        EXACT,
+    );
+}

@@ -198,7 +198,7 @@ pub fn evaluate_select(
         // MLX's GPU backends have no float64: such a node is built on the
         // CPU stream (MLX moves data between streams itself).
         let _cpu = if touches_f64(graph, n) {
-            crate::lower::f64_steps_on_cpu().map_err(|e| PluginError::internal(e.0))?
+            crate::lower::cpu_steps().map_err(|e| PluginError::internal(e.0))?
         } else {
             None
         };

@@ -25,6 +25,8 @@ const BINARY_DTYPES: &[IrDType] = &[
     IrDType::U32,
     IrDType::I64,
 ];
+/// Fma: the dtypes `std::fma` rounds once in (rlx-cpu's Fma is f32/f64).
+const FMA_DTYPES: &[IrDType] = &[IrDType::F32, IrDType::F64];
 /// Compare's output is Bool whatever its inputs are.
 const BOOL: &[IrDType] = &[IrDType::Bool];
 /// Where: the value dtypes.
@@ -77,6 +79,16 @@ pub fn entries() -> Vec<Lowering> {
             "mx::where, cond nonzero (or NaN) = true, broadcasting all three; \
              i32 values selected in f32 as rlx-cpu does",
             where_
+        ),
+        row!(
+            Fma,
+            FMA_DTYPES,
+            Native,
+            "a*b + c with one rounding (std::fma), operands broadcast to the \
+             node's shape; the shim's CPU kernel, on the CPU stream when \
+             building for a GPU (MLX has no fused multiply-add: its multiply \
+             then add rounds twice)",
+            fma
         ),
         row!(
             Cast,
@@ -455,7 +467,7 @@ fn i64_binary(op: BinaryOp, x: &Array, y: &Array) -> LResult {
         BinaryOp::Pow => ops::power(x, &*ops::maximum(y, &*c(0)?)?)?,
         // `atan2(a as f64, b as f64) as i64`.
         BinaryOp::Atan2 => {
-            let _cpu = super::f64_steps_on_cpu()?;
+            let _cpu = super::cpu_steps()?;
             let r = ops::arctan2(
                 &*ops::astype(x, MxDType::F64)?,
                 &*ops::astype(y, MxDType::F64)?,
@@ -517,6 +529,32 @@ fn where_(cx: &Ctx, a: &[&Array]) -> LResult {
         return sat_cast(&*ops::where_(a[0], &t, &e)?, cx.out_dtype());
     }
     Ok(ops::where_(a[0], a[1], a[2])?)
+}
+
+// ── Fma ────────────────────────────────────────────────────────────────
+
+/// rlx-ir's Fma: `a * b + c` rounded once, which an error-free product or
+/// a compensated sum depends on (a multiply then an add would round
+/// twice).
+fn fma(cx: &Ctx, a: &[&Array]) -> LResult {
+    arity(a, 3, "Fma")?;
+    let dims = cx.out_dims();
+    let dt = cx.out_dtype();
+    if let Some(x) = a.iter().find(|x| x.dtype() != dt) {
+        return Err(format!(
+            "Fma of {} operands into {dt}: the operands must have the node's dtype",
+            x.dtype()
+        )
+        .into());
+    }
+    // The kernel takes operands of one shape; a broadcast is a view it
+    // reads through its strides.
+    let mut full = Vec::with_capacity(3);
+    for x in a {
+        full.push(ops::broadcast_to(x, &dims)?);
+    }
+    let _cpu = super::cpu_steps()?;
+    Ok(kernels::fma_cpu(&full[0], &full[1], &full[2])?)
 }
 
 // ── Cast ───────────────────────────────────────────────────────────────

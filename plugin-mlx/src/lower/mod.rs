@@ -77,11 +77,12 @@ pub(crate) fn cpu_f32(operands: &[&Array]) -> bool {
 }
 
 /// While the returned guard lives, this thread's MLX ops go to the CPU when
-/// it was building for a GPU, for float64 steps (MLX's GPU backends have
-/// no float64): every node with float64 values (the executable takes it
-/// for those), and a lowering that computes in float64 inside a node whose
-/// own values are not.
-pub fn f64_steps_on_cpu() -> LResult<Option<rlx_mlx_shim::array::DeviceGuard>> {
+/// it was building for a GPU, for the steps only the CPU has: float64
+/// (MLX's GPU backends have none: every node with float64 values, which
+/// the executable takes it for, and a lowering that computes in float64
+/// inside a node whose own values are not), and the plugin's own CPU
+/// kernels a GPU graph needs (Fma's single rounding).
+pub fn cpu_steps() -> LResult<Option<rlx_mlx_shim::array::DeviceGuard>> {
     use rlx_mlx_shim::array::{thread_device_is_gpu, Device, DeviceGuard};
     if !thread_device_is_gpu() {
         return Ok(None);
