@@ -2,6 +2,9 @@
 # Build the macOS (Apple silicon) MLX plugin directory on Linux:
 # target/aarch64-apple-darwin/release/plugins/mlx/ with librlx_mlx.dylib,
 # MLX's libmlx.dylib and mlx.metallib from the pinned mlx-metal wheel.
+# `--debug`: the dev profile instead, in .../debug/plugins/mlx (what CI
+# builds to check the build and its load commands: a release build of the
+# plugin crate, twice, is most of this script's time).
 # docs/MACOS.md says what it does and what a Mac user does with the result.
 # Needs: rustup, python3 with pip, network access to PyPI and crates.io the
 # first time (ziglang, cargo-zigbuild, macholib and the wheel are cached).
@@ -9,9 +12,21 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 TARGET=aarch64-apple-darwin
+PROFILE=release
+PROFILE_FLAG=(--release)
+if [[ ${1:-} == --debug ]]; then
+    PROFILE=debug
+    PROFILE_FLAG=()
+    # No debug info: faster, and no build-machine path in the C++ objects'
+    # DWARF (the Rust side's is remapped below).
+    export CARGO_PROFILE_DEV_DEBUG=0
+elif [[ -n ${1:-} ]]; then
+    echo "usage: build-macos-plugin.sh [--debug]" >&2
+    exit 2
+fi
 CACHE=${RLX_MLX_METAL_CACHE:-$HOME/.cache/rlx/mlx-metal-0.32.4}
 STUBS=$PWD/target/macos-stubs
-OUT=target/$TARGET/release/plugins/mlx
+OUT=target/$TARGET/$PROFILE/plugins/mlx
 
 # The cross toolchain: Rust's target, zig as C/C++ compiler and Mach-O
 # linker (with macOS's libc stubs), cargo-zigbuild to drive it, and macholib
@@ -54,9 +69,9 @@ export CARGO_TARGET_AARCH64_APPLE_DARWIN_RUSTFLAGS="-C link-arg=-F$STUBS -C link
 -C link-arg=-nostdlib++ -C link-arg=-lcxxsystem -C link-arg=-Wl,-undefined,dynamic_lookup \
 -C link-arg=-Wl,-install_name,@rpath/librlx_mlx.dylib \
 --remap-path-prefix=$PWD=. --remap-path-prefix=$HOME=~"
-build() { cargo zigbuild --release --target "$TARGET" -p rlx-plugin-mlx "$@"; }
+build() { cargo zigbuild "${PROFILE_FLAG[@]}" --target "$TARGET" -p rlx-plugin-mlx "$@"; }
 build
-LIB=target/$TARGET/release/librlx_mlx.dylib
+LIB=target/$TARGET/$PROFILE/librlx_mlx.dylib
 python3 scripts/macos_stubs.py libcxx "$LIB" "$STUBS"
 touch plugin-mlx/src/lib.rs  # relink against the complete stub
 build

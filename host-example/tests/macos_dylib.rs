@@ -9,9 +9,26 @@ use object::read::macho::{LoadCommandVariant, MachHeader, Nlist};
 use object::Endianness;
 use std::path::PathBuf;
 
-fn plugin_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/aarch64-apple-darwin/release/plugins/mlx")
+/// The macOS plugin directories built here: release (what ships) and
+/// debug (`--debug`, what CI builds); the checks read each one that exists.
+fn plugin_dirs() -> Vec<PathBuf> {
+    let built: Vec<PathBuf> = ["release", "debug"]
+        .iter()
+        .map(|p| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/aarch64-apple-darwin")
+                .join(p)
+                .join("plugins/mlx")
+        })
+        .filter(|d| d.join("librlx_mlx.dylib").exists())
+        .collect();
+    if built.is_empty() {
+        eprintln!(
+            "skipped: no macOS plugin directory under target/aarch64-apple-darwin \
+             (./scripts/build-macos-plugin.sh builds it)"
+        );
+    }
+    built
 }
 
 /// What the checks read from the dylib.
@@ -79,15 +96,13 @@ fn read(data: &[u8]) -> Commands {
 
 #[test]
 fn the_macos_plugin_directory_is_relocatable_and_binds_only_to_what_a_mac_has() {
-    let dir = plugin_dir();
-    let lib = dir.join("librlx_mlx.dylib");
-    if !lib.exists() {
-        eprintln!(
-            "skipped: {} is not built (./scripts/build-macos-plugin.sh builds it)",
-            lib.display()
-        );
-        return;
+    for dir in plugin_dirs() {
+        relocatable_and_binds_only_to_what_a_mac_has(&dir);
     }
+}
+
+fn relocatable_and_binds_only_to_what_a_mac_has(dir: &std::path::Path) {
+    let lib = dir.join("librlx_mlx.dylib");
     let data = std::fs::read(&lib).unwrap();
     let c = read(&data);
     assert_eq!(c.cpu, macho::CPU_TYPE_ARM64, "{c:?}");
@@ -142,11 +157,12 @@ fn the_macos_plugin_directory_is_relocatable_and_binds_only_to_what_a_mac_has() 
 /// beside it, the missing one and where dyld would look (exit 1).
 #[test]
 fn the_doctor_reads_the_macos_directory_as_dyld_would() {
-    let dir = plugin_dir();
-    if !dir.join("librlx_mlx.dylib").exists() {
-        eprintln!("skipped: {} is not built", dir.display());
-        return;
+    for dir in plugin_dirs() {
+        doctor_reads_as_dyld_would(&dir);
     }
+}
+
+fn doctor_reads_as_dyld_would(dir: &std::path::Path) {
     let doctor = |d: &std::path::Path| {
         std::process::Command::new(env!("CARGO_BIN_EXE_rlx-host"))
             .args(["plugins", "doctor"])
@@ -155,7 +171,7 @@ fn the_doctor_reads_the_macos_directory_as_dyld_would() {
             .output()
             .unwrap()
     };
-    let o = doctor(&dir);
+    let o = doctor(dir);
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{text}");
     assert!(
