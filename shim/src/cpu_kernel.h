@@ -84,6 +84,21 @@ inline const T* row_major(const mx::array& a, std::vector<T>& tmp) {
   return tmp.data();
 }
 
+// Whether the `n` elements of `a` can be read as one flat row, and its
+// stride there: 1 when they lie whole and in order, 0 when one value is
+// broadcast to all of them.
+inline bool flat_stride(const mx::array& a, size_t n, int64_t& stride) {
+  if (a.flags().row_contiguous && a.data_size() == n) {
+    stride = 1;
+    return true;
+  }
+  if (a.data_size() == 1) {
+    stride = 0;
+    return true;
+  }
+  return false;
+}
+
 // One kernel `run(inputs, output, output size, params)` as a primitive
 // named `name`.
 // Two calls are equivalent (mx::compile merges them) when they run the same

@@ -7,48 +7,110 @@
 // pocketfft reproduced as a contracting compiler builds it), and rlx-cpu's
 // Fma rounds once (`f32::mul_add`). `std::fma` is the C library's
 // correctly rounded fused multiply-add (the FMA instruction where the CPU
-// has one). A GPU graph runs it on the CPU stream, as its float64 steps.
+// has one; eight at a time with AVX2 and FMA). Operands are read through
+// their strides (a broadcast scalar is a stride of 0), never copied. A GPU
+// graph runs it on the CPU stream, as its float64 steps.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "rlx-mlx-shim/src/cpu_kernel.h"
 #include "rlx-mlx-shim/include/kernels.h"
 #include "rlx-mlx-shim/src/pool.h"
+#include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
 namespace {
 
-template <class T>
-void fma_range(const T* a, const T* b, const T* c, T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = std::fma(a[i], b[i], c[i]);
-}
-
-// Large tensors split over the plugin's threads, as its unary kernels.
-template <class T>
-void fma_parallel(const T* a, const T* b, const T* c, T* y, size_t n) {
-  constexpr size_t kMinPerThread = 1 << 16;
-  auto& pool = Pool::get();
-  const size_t parts = std::min(pool.size(), std::max<size_t>(1, n / kMinPerThread));
-  if (parts <= 1) {
-    fma_range(a, b, c, y, n);
-    return;
+#if RLX_X86
+// y[j] = a[j * sa] * b[j * sb] + c[j * sc] with unit or zero strides,
+// eight at a time; the tail with the scalar instruction.
+__attribute__((target("avx2,fma"))) void fma_row_avx2(const float* a, int64_t sa, const float* b,
+                                                      int64_t sb, const float* c, int64_t sc,
+                                                      float* y, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 x = sa == 0 ? _mm256_set1_ps(*a) : _mm256_loadu_ps(a + j);
+    __m256 z = sb == 0 ? _mm256_set1_ps(*b) : _mm256_loadu_ps(b + j);
+    __m256 w = sc == 0 ? _mm256_set1_ps(*c) : _mm256_loadu_ps(c + j);
+    _mm256_storeu_ps(y + j, _mm256_fmadd_ps(x, z, w));
   }
-  const size_t chunk = (n + parts - 1) / parts;
-  pool.run(parts, [&](size_t t) {
-    const size_t lo = t * chunk;
-    if (lo < n) fma_range(a + lo, b + lo, c + lo, y + lo, std::min(chunk, n - lo));
-  });
+  for (; j < n; ++j) y[j] = __builtin_fmaf(a[j * sa], b[j * sb], c[j * sc]);
+}
+#endif
+
+// One row of `n` outputs from operands read with strides `sa`, `sb`, `sc`.
+template <class T>
+void fma_row(const T* a, int64_t sa, const T* b, int64_t sb, const T* c, int64_t sc, T* y,
+             int64_t n) {
+#if RLX_X86
+  if constexpr (std::is_same_v<T, float>) {
+    auto unit = [](int64_t s) { return s == 0 || s == 1; };
+    if (unit(sa) && unit(sb) && unit(sc) && has_avx2_fma()) {
+      return fma_row_avx2(a, sa, b, sb, c, sc, y, n);
+    }
+  }
+#endif
+  for (int64_t j = 0; j < n; ++j) y[j] = std::fma(a[j * sa], b[j * sb], c[j * sc]);
 }
 
+// Rows r0..r1 of the output (rows along its last axis): each operand, of
+// the output's shape (a broadcast is a view), read through its strides.
+template <class T>
+void fma_rows(const std::vector<mx::array>& in, T* y, size_t r0, size_t r1) {
+  const auto& a = in[0];
+  const int nd = static_cast<int>(a.ndim());
+  const int64_t inner = nd == 0 ? 1 : a.shape(nd - 1);
+  const T* p[3];
+  int64_t last[3];
+  for (int k = 0; k < 3; ++k) {
+    p[k] = in[k].data<T>();
+    last[k] = nd == 0 ? 0 : in[k].strides()[nd - 1];
+  }
+  for (size_t r = r0; r < r1; ++r) {
+    int64_t off[3] = {0, 0, 0};
+    size_t rest = r;
+    for (int d = nd - 2; d >= 0; --d) {
+      const int64_t i = static_cast<int64_t>(rest % a.shape(d));
+      rest /= a.shape(d);
+      for (int k = 0; k < 3; ++k) off[k] += i * in[k].strides()[d];
+    }
+    fma_row<T>(p[0] + off[0], last[0], p[1] + off[1], last[1], p[2] + off[2], last[2],
+               y + r * inner, inner);
+  }
+}
+
+// Large tensors split by rows over the plugin's threads.
 template <class T>
 void fma_task(const std::vector<mx::array>& in, T* y, size_t n) {
-  std::vector<T> tmp[3];
-  const T* src[3];
-  for (int i = 0; i < 3; ++i) src[i] = row_major(in[i], tmp[i]);
-  fma_parallel(src[0], src[1], src[2], y, n);
+  if (n == 0) return;
+  // Each operand whole and in order, or one value broadcast: one flat
+  // row (a row per element of a [n, 1] view cost more than the FMAs).
+  int64_t flat[3];
+  if (flat_stride(in[0], n, flat[0]) && flat_stride(in[1], n, flat[1]) &&
+      flat_stride(in[2], n, flat[2])) {
+    fma_row<T>(in[0].data<T>(), flat[0], in[1].data<T>(), flat[1], in[2].data<T>(), flat[2], y,
+               static_cast<int64_t>(n));
+    return;
+  }
+  const auto& a = in[0];
+  const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
+  const size_t rows = inner == 0 ? 0 : n / inner;
+  constexpr size_t kMinPerThread = 1 << 16;
+  const size_t parts = std::min({Pool::get().size(), std::max<size_t>(1, n / kMinPerThread), rows});
+  if (parts <= 1) {
+    fma_rows<T>(in, y, 0, rows);
+    return;
+  }
+  const size_t per = (rows + parts - 1) / parts;
+  Pool::get().run(parts, [&](size_t t) {
+    const size_t r0 = t * per, r1 = std::min(rows, r0 + per);
+    if (r0 < r1) fma_rows<T>(in, y, r0, r1);
+  });
 }
 
 class RlxFma : public mx::UnaryPrimitive, public RunsInline {
@@ -56,7 +118,7 @@ class RlxFma : public mx::UnaryPrimitive, public RunsInline {
   explicit RlxFma(mx::Stream s) : mx::UnaryPrimitive(s) {}
 
   void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
-    // A fresh buffer: a view input may share an input's.
+    // A fresh buffer: the operands are read while it is written.
     out.set_data(mx::allocator::malloc(out.nbytes()));
     if (out.dtype() == mx::float64) {
       run_task(stream(), in, out, [y = out.data<double>(), n = out.size()](const std::vector<mx::array>& in) {

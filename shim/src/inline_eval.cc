@@ -12,9 +12,9 @@
 // So when every op left to compute is one the shim can run itself, the
 // caller's thread runs them in order: the plugin's kernels (their eval_cpu
 // with `caller_runs_tasks` set runs the task at once), float32 add,
-// subtract, multiply and divide (below; IEEE single arithmetic, the same
-// values as MLX's), and views (MLX's eval_cpu, which only shares a
-// buffer). Up to four of MLX's other ops (a concatenation of weights too
+// subtract, multiply, divide and negation (below; IEEE single arithmetic,
+// the same values as MLX's), concatenations (copies of bytes), and views
+// (MLX's eval_cpu, which only shares a buffer). Up to four of MLX's other ops (a concatenation of weights too
 // large to be computed once) are each evaluated by MLX in their turn; a
 // graph with more of them, or on a GPU, is left to mx::eval, untouched.
 
@@ -61,7 +61,19 @@ bool& ran_inline() {
 
 // How an array is computed: `Mlx` by MLX's own evaluation of that one op
 // (its inputs computed), the rest on this thread; `None`: it cannot be.
-enum class Step : uint8_t { None, Mlx, Kernel, View, Reshape, Add, Subtract, Multiply, Divide };
+enum class Step : uint8_t {
+  None,
+  Mlx,
+  Kernel,
+  View,
+  Reshape,
+  Concatenate,
+  Negative,
+  Add,
+  Subtract,
+  Multiply,
+  Divide
+};
 
 bool named(const char* n, const char* want) { return std::strcmp(n, want) == 0; }
 
@@ -84,6 +96,17 @@ Step step_for(const mx::array& a) {
     if (named(n, v)) return Step::View;
   }
   if (named(n, "Reshape")) return Step::Reshape;
+  // Copies of bytes: any dtype, its inputs already of the output's (MLX
+  // casts them first, as ops of their own).
+  if (named(n, "Concatenate")) {
+    for (const auto& in : a.inputs()) {
+      if (in.dtype() != a.dtype()) return Step::Mlx;
+    }
+    return Step::Concatenate;
+  }
+  if (named(n, "Negative") && a.dtype() == mx::float32 && a.inputs()[0].dtype() == mx::float32) {
+    return Step::Negative;
+  }
   bool f32 = a.dtype() == mx::float32 && a.inputs().size() == 2 &&
              a.inputs()[0].dtype() == mx::float32 && a.inputs()[1].dtype() == mx::float32;
   if (!f32) return Step::Mlx;
@@ -185,9 +208,10 @@ void binary(const mx::array& a, const mx::array& b, mx::array& out) {
   float* y = out.data<float>();
   const size_t n = out.size();
   if (n == 0) return;
-  if (a.flags().row_contiguous && b.flags().row_contiguous && a.data_size() == n &&
-      b.data_size() == n) {
-    binary_row<O>(a.data<float>(), 1, b.data<float>(), 1, y, static_cast<int64_t>(n));
+  // Both whole and in order, or one value broadcast: one flat row.
+  int64_t sa = 0, sb = 0;
+  if (flat_stride(a, n, sa) && flat_stride(b, n, sb)) {
+    binary_row<O>(a.data<float>(), sa, b.data<float>(), sb, y, static_cast<int64_t>(n));
     return;
   }
   const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
@@ -266,14 +290,12 @@ bool reshape_shares(const mx::array& in, const mx::array& out) {
   return true;
 }
 
-// `out` (of `in`'s elements, any shape) as a row-major copy of the view `in`.
-void copy_row_major(const mx::array& in, mx::array& out) {
-  out.set_data(mx::allocator::malloc(out.nbytes()));
+// `in`'s elements, row-major, written to `dst` (in.nbytes() bytes).
+void gather_row_major(const mx::array& in, char* dst) {
   if (in.size() == 0) return;
   const size_t item = in.itemsize();
   const int nd = static_cast<int>(in.ndim());
   const auto* src = static_cast<const char*>(in.data<void>());
-  auto* dst = static_cast<char*>(out.data<void>());
   std::vector<int64_t> idx(nd, 0);
   for (size_t k = 0; k < in.size(); ++k) {
     int64_t off = 0;
@@ -284,6 +306,53 @@ void copy_row_major(const mx::array& in, mx::array& out) {
       idx[d] = 0;
     }
   }
+}
+
+// `out` (of `in`'s elements, any shape) as a row-major copy of the view `in`.
+void copy_row_major(const mx::array& in, mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  gather_row_major(in, static_cast<char*>(out.data<void>()));
+}
+
+// `a`'s bytes row-major: its own buffer when it lies that way, else
+// gathered into `tmp`.
+const char* bytes_row_major(const mx::array& a, std::vector<char>& tmp) {
+  if (a.flags().row_contiguous) return static_cast<const char*>(a.data<void>());
+  tmp.resize(a.nbytes());
+  gather_row_major(a, tmp.data());
+  return tmp.data();
+}
+
+// MLX's Concatenate along `axis`: each input's block of rows copied into
+// its place in every row of the axes before it.
+void concatenate(int axis, const std::vector<mx::array>& in, mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  if (out.size() == 0) return;
+  const int nd = static_cast<int>(out.ndim());
+  if (axis < 0) axis += nd;
+  size_t outer = 1, after = out.itemsize();
+  for (int d = 0; d < axis; ++d) outer *= static_cast<size_t>(out.shape(d));
+  for (int d = axis + 1; d < nd; ++d) after *= static_cast<size_t>(out.shape(d));
+  const size_t out_row = static_cast<size_t>(out.shape(axis)) * after;
+  auto* dst = static_cast<char*>(out.data<void>());
+  std::vector<char> tmp;
+  size_t at = 0;
+  for (const auto& x : in) {
+    const size_t row = static_cast<size_t>(x.shape(axis)) * after;
+    if (row == 0) continue;
+    const char* src = bytes_row_major(x, tmp);
+    for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + at, src + o * row, row);
+    at += row;
+  }
+}
+
+// float32 negation (exact: the sign bit flipped, NaN's too, as MLX's).
+void negative(const mx::array& x, mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  std::vector<float> tmp;
+  const float* src = row_major(x, tmp);
+  float* y = out.data<float>();
+  for (size_t i = 0, n = out.size(); i < n; ++i) y[i] = -src[i];
 }
 
 // Sets `caller_runs_tasks` for a scope (restored on an exception too).
@@ -328,6 +397,11 @@ void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
       mx::scheduler::check_error(stream);
       return;
     }
+    case Step::Concatenate:
+      // The name told it apart (step_for); the class is not exported
+      // from libmlx, but its axis accessor is inline.
+      return concatenate(static_cast<const mx::Concatenate&>(a.primitive()).state(), in, a);
+    case Step::Negative: return negative(in[0], a);
     case Step::Add: return binary<BinOp::Add>(in[0], in[1], a);
     case Step::Subtract: return binary<BinOp::Sub>(in[0], in[1], a);
     case Step::Multiply: return binary<BinOp::Mul>(in[0], in[1], a);

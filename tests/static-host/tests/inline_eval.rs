@@ -1,6 +1,6 @@
 //! On the CPU the plugin evaluates a graph on the calling thread when every
 //! op left to compute is one it runs itself (its kernels, float32 add,
-//! subtract, multiply and divide, views), instead of handing each op to
+//! subtract, multiply, divide and negation, concatenations, views), instead of handing each op to
 //! MLX's stream thread; a graph with any other op goes to MLX as before.
 //! Neither way may change a value: every builtin model of `rlx-host bench`
 //! small enough for a test (the graph as rlx-runtime hands it to the
@@ -70,6 +70,45 @@ fn with_an_mlx_op() -> Graph {
     g
 }
 
+/// Concatenations along an inner axis of a broadcast, a transposed view
+/// and a slice (f32), and of int32 values (bytes of another width), and
+/// the negation of a transposed view: copies and sign flips the calling
+/// thread runs itself.
+fn concat_and_negate() -> Graph {
+    use rlx_ir::op::Activation;
+    use rlx_ir::Op;
+    let mut g = Graph::new("concat");
+    let a = g.input("a", s(&[3, 1]));
+    let b = g.input("b", s(&[4, 3]));
+    let c = g.input("c", s(&[3, 6]));
+    let wide = g.add_node(
+        Op::Expand {
+            target_shape: vec![3, 2],
+        },
+        vec![a],
+        s(&[3, 2]),
+    );
+    let bt = g.transpose_(b, vec![1, 0]);
+    let part = g.add_node(
+        Op::Narrow {
+            axis: 1,
+            start: 1,
+            len: 5,
+        },
+        vec![c],
+        s(&[3, 5]),
+    );
+    let cat = g.concat(vec![wide, bt, part], 1, s(&[3, 11]));
+    let neg = g.activation(Activation::Neg, bt, s(&[3, 4]));
+    let i32s = Shape::new(&[3, 4], DType::I32);
+    let bi = g.add_node(Op::Cast { to: DType::I32 }, vec![bt], i32s.clone());
+    let ni = g.add_node(Op::Cast { to: DType::I32 }, vec![neg], i32s);
+    let cat_i = g.concat(vec![bi, ni], 0, Shape::new(&[6, 4], DType::I32));
+    let back = g.add_node(Op::Cast { to: DType::F32 }, vec![cat_i], s(&[6, 4]));
+    g.set_outputs(vec![cat, neg, back]);
+    g
+}
+
 #[test]
 fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     let opts = rlx_plugin_host::Options::default();
@@ -81,14 +120,20 @@ fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     // its last evaluation is the last node's).
     const ALL: [Option<bool>; 3] = [Some(true); 3];
     const NONE: [Option<bool>; 3] = [Some(false), None, Some(false)];
-    let mut cases: Vec<(String, Graph, [Option<bool>; 3])> =
-        ["transformer", "exp4", "gelu", "add-broadcast", "scan1000"]
-            .iter()
-            .map(|name| {
-                let m = rlx_host::bench::builtins::builtin(name).unwrap();
-                (name.to_string(), m.graph, ALL)
-            })
-            .collect();
+    let mut cases: Vec<(String, Graph, [Option<bool>; 3])> = [
+        "transformer",
+        "exp4",
+        "gelu",
+        "add-broadcast",
+        "scan1000",
+        "pocketfft",
+    ]
+    .iter()
+    .map(|name| {
+        let m = rlx_host::bench::builtins::builtin(name).unwrap();
+        (name.to_string(), m.graph, ALL)
+    })
+    .collect();
     // Training: a backward pass with ops MLX evaluates.
     let m = rlx_host::bench::builtins::builtin("mlp-train").unwrap();
     cases.push(("mlp-train".into(), m.graph, NONE));
@@ -96,6 +141,7 @@ fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     // which MLX evaluates in its turn.)
     cases.push(("views".into(), views_and_arithmetic(), ALL));
     cases.push(("cumsum".into(), with_an_mlx_op(), ALL));
+    cases.push(("concat".into(), concat_and_negate(), ALL));
     for (name, graph, expected) in &cases {
         for (mode, expect) in [Mode::Lazy, Mode::Eager, Mode::Compiled]
             .into_iter()

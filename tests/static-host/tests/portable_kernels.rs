@@ -8,9 +8,10 @@
 //! transposed (the dot kernel); the unary kernels (erf GELU, exp, sigmoid,
 //! SiLU) on lengths 1, 7, 8, 9, 17 and 1,000; row kernels (softmax, layer
 //! and RMS norm) on odd widths; elementwise arithmetic with unit and zero
-//! strides (broadcasts, the inline evaluator's rows); the tanh scan; and
+//! strides (broadcasts, the inline evaluator's rows); Fma, whole,
+//! broadcast, by rows and transposed; the tanh scan; and
 //! the builtin models (attention, rope, SwiGLU, an LSTM). Products, row
-//! kernels and arithmetic agree bit for bit; the polynomial kernels within
+//! kernels, arithmetic and Fma (one rounding either way) agree bit for bit; the polynomial kernels within
 //! 16 ulps (their vector bodies fuse multiply-adds the portable loops round
 //! twice, as rlx-cpu's two arms do), and whole models within 1e-6 of the
 //! output's magnitude ([`Agree`]).
@@ -90,6 +91,26 @@ fn arithmetic(width: usize) -> Graph {
     g
 }
 
+/// Fma (one rounding) of operands whole, broadcast from one value and
+/// along rows ([3, 1, width] against [4, width]), and with a transposed
+/// operand (read row by row).
+fn fma(width: usize) -> Graph {
+    let mut g = Graph::new(format!("fma_{width}"));
+    let a = g.input("a", s(&[3, 4, width]));
+    let b = g.input("b", s(&[4, width]));
+    let c = g.input("c", s(&[1]));
+    let r = g.input("r", s(&[3, 1, width]));
+    let t = g.input("t", s(&[width, 4]));
+    let sh = s(&[3, 4, width]);
+    let whole = g.add_node(rlx_ir::Op::Fma, vec![a, a, a], sh.clone());
+    let bcast = g.add_node(rlx_ir::Op::Fma, vec![a, b, c], sh.clone());
+    let rows = g.add_node(rlx_ir::Op::Fma, vec![r, b, a], sh.clone());
+    let tt = g.transpose_(t, vec![1, 0]);
+    let strided = g.add_node(rlx_ir::Op::Fma, vec![tt, b, c], s(&[4, width]));
+    g.set_outputs(vec![whole, bcast, rows, strided]);
+    g
+}
+
 /// Outputs of two runs of `graph` on the plugin in `mode`.
 fn outputs(graph: &Graph, mode: Mode) -> Vec<Vec<f32>> {
     let data = random_data(graph, 5).unwrap();
@@ -157,6 +178,7 @@ fn the_portable_loops_match_the_x86_kernels() {
     for width in [1, 7, 33, 130] {
         cases.push((rows(width), Agree::Exact));
         cases.push((arithmetic(width), Agree::Exact));
+        cases.push((fma(width), Agree::Exact));
     }
     cases.push((builtin("scan1000"), Agree::Ulps(16)));
     cases.push((builtin("gelu"), Agree::Ulps(16)));
