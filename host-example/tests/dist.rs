@@ -41,6 +41,31 @@ fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// One group: its peers and a private home (no user plugins).
+/// `Command::spawn`, again while the executable is "busy": the copy of
+/// `rlx-host` a test makes (below) is written while other tests' threads
+/// fork their children, and such a child holds the copy's write descriptor
+/// until it executes its own program, so an exec of the copy in that
+/// moment fails with ETXTBSY (a race of fork with any written executable,
+/// which Go's exec retries the same way).
+trait SpawnRetrying {
+    fn spawn_retrying(&mut self) -> std::io::Result<Child>;
+}
+
+impl SpawnRetrying for Command {
+    fn spawn_retrying(&mut self) -> std::io::Result<Child> {
+        let mut tries = 0;
+        loop {
+            match self.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
 struct Group {
     world: usize,
     peers: String,
@@ -107,7 +132,7 @@ impl Group {
         a.extend_from_slice(args);
         let mut c = self.command(rank, true, &a);
         c.envs(env.iter().copied());
-        c.spawn().expect("spawn worker")
+        c.spawn_retrying().expect("spawn worker")
     }
 
     /// Rank `rank`'s port.
@@ -120,7 +145,7 @@ impl Group {
     /// then exiting cleanly; its JSON report.
     fn coordinate(&self, plugin: bool, args: &[&str], workers: Vec<Child>) -> serde_json::Value {
         let co = finish(
-            self.command(0, plugin, args).spawn().unwrap(),
+            self.command(0, plugin, args).spawn_retrying().unwrap(),
             LIMIT,
             "coordinator",
         );
@@ -385,7 +410,7 @@ fn worker_without_the_plugin() {
     let w1 = g.worker(1, &[]);
     let w2 = g
         .command(2, false, &["worker", "--connect-timeout", "60"])
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let (mut stages, x, want) = sort_stages(g.dir.path());
     let co = g.coordinator().unwrap();
@@ -431,7 +456,7 @@ fn coordinator_goes_away() {
             false,
             &["dist", "pipeline", "transformer", "--batches", "100000000"],
         )
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     // Kill it once worker 1 serves its stage.
     let mut w1 = w1;
@@ -477,7 +502,7 @@ fn worker_alone_gives_up() {
     let g = Group::new(3);
     let w = g
         .command(1, true, &["worker", "--connect-timeout", "2"])
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let o = finish(w, Duration::from_secs(60), "worker");
     assert!(!o.status.success());
