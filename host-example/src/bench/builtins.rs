@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 15] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -26,6 +26,7 @@ pub const NAMES: [&str; 14] = [
     "mlp-train",
     "params-1g",
     "pocketfft",
+    "transfer",
 ];
 
 /// Rows of the MLP's input.
@@ -103,6 +104,13 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
             format!(
                 "pocketfft, rows={POCKETFFT_ROWS} n={POCKETFFT_N}, f32, as rlx lowers it for a backend \
                  without a pocketfft kernel: thousands of tiny elementwise, slice and concat nodes"
+            ),
+        ),
+        "transfer" => (
+            unary(&[TRANSFER_ROWS, D_MODEL], |g, x| g.exp(x)),
+            format!(
+                "exp of x [{TRANSFER_ROWS}, {D_MODEL}], f32: 1.3 MB in and out, little work \
+                 (on a GPU, what crossing the bus costs: RLX_MLX_TRACE_RUNS=1 times the copies)"
             ),
         ),
         _ => return None,
@@ -197,6 +205,10 @@ fn unary(dims: &[usize], op: impl FnOnce(&mut Graph, rlx_ir::NodeId) -> rlx_ir::
     g.set_named_outputs([("y", y)]);
     g
 }
+
+/// Rows of `transfer`'s input: 320 x 1024 f32 is 1.3 MB, the size of
+/// the resident training step's batch.
+const TRANSFER_ROWS: usize = 320;
 
 /// The width of `params-1g`'s square param: 16384^2 f32 = 1 GiB.
 const PARAMS_1G_WIDTH: usize = 16384;

@@ -104,13 +104,13 @@ impl Plan {
 }
 
 /// Up to how many bytes every value of a graph (its params aside) may
-/// take for its plan to be preferred where MLX would fuse: a value that
-/// stays in a core's cache. Measured on rlx's decomposed FFT (pocketfft,
-/// n = 4,099: 1,561 MLX ops, every value within this bound), MLX's
-/// evaluation of the compiled function took 8.0 ms a run and the same ops
-/// run on the calling thread 3.5 ms, with no kernel to compile first
-/// (7.5 s on a cold cache).
-const SMALL_VALUE_BYTES: usize = 256 << 10;
+/// take for its plan to be preferred where MLX would fuse: values a core's
+/// caches hold. Measured on rlx's decomposed FFT (pocketfft): n = 4,099
+/// (1,561 MLX ops), MLX's evaluation of the compiled function took 8.0 ms
+/// a run and the same ops run on the calling thread 3.5 ms, with no
+/// kernel to compile first (7.5 s on a cold cache); at rows = 64, n = 1,024
+/// (values of 512 KiB) the compiled function took 5.7 ms and the plan 4.7.
+const SMALL_VALUE_BYTES: usize = 1 << 20;
 
 /// Whether every value of `graph` but its params is known and at most
 /// [`SMALL_VALUE_BYTES`].
