@@ -90,17 +90,30 @@ void fma_task(const std::vector<mx::array>& in, T* y, size_t n) {
   if (n == 0) return;
   // Each operand whole and in order, or one value broadcast: one flat
   // row (a row per element of a [n, 1] view cost more than the FMAs).
+  constexpr size_t kMinPerThread = 1 << 16;
   int64_t flat[3];
   if (flat_stride(in[0], n, flat[0]) && flat_stride(in[1], n, flat[1]) &&
       flat_stride(in[2], n, flat[2])) {
-    fma_row<T>(in[0].data<T>(), flat[0], in[1].data<T>(), flat[1], in[2].data<T>(), flat[2], y,
-               static_cast<int64_t>(n));
+    const T* p[3] = {in[0].data<T>(), in[1].data<T>(), in[2].data<T>()};
+    const size_t parts = std::min(Pool::get().size(), std::max<size_t>(1, n / kMinPerThread));
+    const size_t per = (n + parts - 1) / parts;
+    auto part = [&](size_t t) {
+      const size_t lo = t * per;
+      if (lo < n) {
+        fma_row<T>(p[0] + lo * flat[0], flat[0], p[1] + lo * flat[1], flat[1], p[2] + lo * flat[2],
+                   flat[2], y + lo, static_cast<int64_t>(std::min(per, n - lo)));
+      }
+    };
+    if (parts <= 1) {
+      part(0);
+    } else {
+      Pool::get().run(parts, part);
+    }
     return;
   }
   const auto& a = in[0];
   const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
   const size_t rows = inner == 0 ? 0 : n / inner;
-  constexpr size_t kMinPerThread = 1 << 16;
   const size_t parts = std::min({Pool::get().size(), std::max<size_t>(1, n / kMinPerThread), rows});
   if (parts <= 1) {
     fma_rows<T>(in, y, 0, rows);

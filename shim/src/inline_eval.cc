@@ -208,10 +208,25 @@ void binary(const mx::array& a, const mx::array& b, mx::array& out) {
   float* y = out.data<float>();
   const size_t n = out.size();
   if (n == 0) return;
-  // Both whole and in order, or one value broadcast: one flat row.
+  // Both whole and in order, or one value broadcast: one flat row (very
+  // large ones in parts over the plugin's threads).
   int64_t sa = 0, sb = 0;
   if (flat_stride(a, n, sa) && flat_stride(b, n, sb)) {
-    binary_row<O>(a.data<float>(), sa, b.data<float>(), sb, y, static_cast<int64_t>(n));
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    const size_t parts = split_parts(n, n);
+    if (parts <= 1) {
+      binary_row<O>(pa, sa, pb, sb, y, static_cast<int64_t>(n));
+      return;
+    }
+    const size_t per = ((n + parts - 1) / parts + 7) & ~size_t(7);
+    Pool::get().run(parts, [&](size_t t) {
+      const size_t lo = t * per;
+      if (lo < n) {
+        binary_row<O>(pa + lo * sa, sa, pb + lo * sb, sb, y + lo,
+                      static_cast<int64_t>(std::min(per, n - lo)));
+      }
+    });
     return;
   }
   const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));

@@ -109,6 +109,19 @@ fn concat_and_negate() -> Graph {
     g
 }
 
+/// Arithmetic and Fma on 8 Mi elements with a broadcast scalar: flat rows
+/// split over the plugin's threads.
+fn large_flat() -> Graph {
+    let mut g = Graph::new("large");
+    let a = g.input("a", s(&[2048, 4096]));
+    let b = g.input("b", s(&[1]));
+    let sh = s(&[2048, 4096]);
+    let y = g.binary(BinaryOp::Mul, a, b, sh.clone());
+    let z = g.add_node(rlx_ir::Op::Fma, vec![a, y, b], sh);
+    g.set_outputs(vec![y, z]);
+    g
+}
+
 #[test]
 fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     let opts = rlx_plugin_host::Options::default();
@@ -142,6 +155,7 @@ fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     cases.push(("views".into(), views_and_arithmetic(), ALL));
     cases.push(("cumsum".into(), with_an_mlx_op(), ALL));
     cases.push(("concat".into(), concat_and_negate(), ALL));
+    cases.push(("large".into(), large_flat(), ALL));
     for (name, graph, expected) in &cases {
         for (mode, expect) in [Mode::Lazy, Mode::Eager, Mode::Compiled]
             .into_iter()
