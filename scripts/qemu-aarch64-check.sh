@@ -73,4 +73,11 @@ sys.exit("outputs beyond 1e-4 + 1e-3 * |cpu|: %s" % bad if bad else 0)'
 }
 for mode in lazy eager; do check tests/qemu/kernels.rlxmodel "$mode"; done
 for mode in lazy compiled; do check tests/qemu/fused_chain.rlxmodel "$mode"; done
+# Every kernel with a portable path on the graphs that reach every branch
+# of its loops (tests/static-host/tests/kernel_graphs: products of 1 to 9
+# rows, unary kernels on lengths off every vector width, row kernels,
+# broadcast arithmetic, Fma, the scan, and the builtin transformer and
+# LSTM): on x86 they are compared with the AVX2 loops bit for bit; here,
+# where the portable loops are the only ones, against the CPU backend.
+for model in tests/qemu/portable/*.rlxmodel; do check "$model" lazy; done
 echo "== arm64: the conformance kit, the demo, the kernels and the fused chains agree with the CPU backend"
