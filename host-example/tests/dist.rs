@@ -337,11 +337,21 @@ fn assert_sort_output(got: &[f32], want: &[f32]) {
 }
 
 /// End the session; every worker must then exit cleanly.
-fn end_session(co: Coordinator, workers: Vec<Child>) {
+/// Ends the session; every worker leaves cleanly and leaves no hostfile
+/// for MLX's ring behind (it writes one where the group has two workers or
+/// more, in its temporary directory: `TMPDIR`, else rlx-host's
+/// `$RLX_HOME/cache`).
+fn end_session(g: &Group, co: Coordinator, workers: Vec<Child>) {
+    let tmp = std::env::var_os("TMPDIR")
+        .filter(|t| !t.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| g.path("home").join("cache"));
     co.end();
     for (i, w) in workers.into_iter().enumerate() {
         let what = format!("worker {}", i + 1);
+        let hostfile = tmp.join(format!("rlx-mlx-hostfile-{}-rank{}.json", w.id(), i + 1));
         assert_ok(&finish(w, LIMIT, &what), &what);
+        assert!(!hostfile.exists(), "{what} left {}", hostfile.display());
     }
 }
 
@@ -358,7 +368,7 @@ fn stage_the_plugin_cannot_take_whole() {
     let got = pipe.run(&x).unwrap();
     assert_sort_output(&got, &want);
     drop(pipe);
-    end_session(co, vec![w1, w2]);
+    end_session(&g, co, vec![w1, w2]);
 
     let g = Group::new(3);
     let (w1, w2) = (g.worker(1, &[]), g.worker(2, &["--no-fallback"]));
@@ -441,7 +451,7 @@ fn worker_without_the_plugin() {
     let got = pipe.run(&x).unwrap();
     assert_sort_output(&got, &want);
     drop(pipe);
-    end_session(co, vec![w1, w2]);
+    end_session(&g, co, vec![w1, w2]);
 }
 
 /// The coordinator killed while the workers serve: each leaves with one

@@ -28,17 +28,29 @@ fn set_default(var: &str, value: String) {
     }
 }
 
+/// The hostfile `prepare` wrote, removed when dropped (the worker holds it
+/// while it serves: MLX reads the file when its group starts).
+#[derive(Debug)]
+pub struct HostFile(std::path::PathBuf);
+
+impl Drop for HostFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Write the environment for rank `cfg.rank` (a worker, >= 1). A lone
 /// worker gets none: its group is itself (MLX's ring cannot make a ring
-/// of one), and every collective returns its input.
-pub fn prepare(cfg: &NodeConfig) -> Result<(), String> {
+/// of one), and every collective returns its input. The hostfile written,
+/// if any, lives as long as the value returned.
+pub fn prepare(cfg: &NodeConfig) -> Result<Option<HostFile>, String> {
     if cfg.world <= 2 {
-        return Ok(());
+        return Ok(None);
     }
     set_default("MLX_RANK", (cfg.rank - 1).to_string());
     set_default("MLX_WORLD_SIZE", (cfg.world - 1).to_string());
     let PeerSource::Static(peers) = &cfg.peers else {
-        return Ok(());
+        return Ok(None);
     };
     let offset: u16 = match std::env::var("RLX_MLX_PORT_OFFSET") {
         Ok(v) => v
@@ -57,6 +69,7 @@ pub fn prepare(cfg: &NodeConfig) -> Result<(), String> {
             .ok_or_else(|| format!("port {port} + {by} (RLX_MLX_PORT_OFFSET) is past 65535"))?;
         Ok((host.to_string(), port))
     };
+    let mut written = None;
     if std::env::var_os("MLX_HOSTFILE").is_none() {
         let hosts = peers[1..]
             .iter()
@@ -73,11 +86,12 @@ pub fn prepare(cfg: &NodeConfig) -> Result<(), String> {
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
         set_default("MLX_HOSTFILE", path.display().to_string());
+        written = Some(HostFile(path));
     }
     if let Some(first) = peers.get(1) {
         let (host, port) = shifted(first, offset.saturating_mul(2))?;
         set_default("NCCL_HOST_IP", host);
         set_default("NCCL_PORT", port.to_string());
     }
-    Ok(())
+    Ok(written)
 }

@@ -75,8 +75,9 @@ pub fn serve(cfg: &NodeConfig, opts: &WorkerOptions) -> Result<WorkerReport, Str
         ..Default::default()
     };
     let (local, local_from) = device::local_rank(rank)?;
-    // Before the plugin starts: MLX's collectives read these.
-    super::mlx_env::prepare(cfg)?;
+    // Before the plugin starts: MLX's collectives read these (the
+    // hostfile is removed when this returns).
+    let _hostfile = super::mlx_env::prepare(cfg)?;
     // The plugin first, so the capabilities sent next are true.
     let (plugin, no_plugin) = match crate::install(&opts.install) {
         Ok(i) => (Some(i.plugin), None),
