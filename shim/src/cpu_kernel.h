@@ -99,6 +99,67 @@ inline bool flat_stride(const mx::array& a, size_t n, int64_t& stride) {
   return false;
 }
 
+// The axes of an elementwise op over `shape` whose operands (views of
+// that shape) are read through `strides` (one list per operand), with
+// axes of size 1 dropped and adjacent axes merged where every operand
+// steps through them as through one: fewer, longer rows (a [n, 2] view
+// broadcast from [n, 1] is still rows of 2, but [a, b, c] whole is one).
+struct Axes {
+  std::vector<int64_t> shape;
+  std::vector<std::vector<int64_t>> strides;  // [operand][axis]
+};
+
+inline Axes collapse_axes(const mx::Shape& shape, const std::vector<const mx::Strides*>& st) {
+  Axes r;
+  const size_t k = st.size();
+  r.strides.resize(k);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t n = shape[d];
+    if (n == 1) continue;
+    bool merge = !r.shape.empty();
+    for (size_t i = 0; merge && i < k; ++i) merge = r.strides[i].back() == (*st[i])[d] * n;
+    if (merge) {
+      r.shape.back() *= n;
+      for (size_t i = 0; i < k; ++i) r.strides[i].back() = (*st[i])[d];
+    } else {
+      r.shape.push_back(n);
+      for (size_t i = 0; i < k; ++i) r.strides[i].push_back((*st[i])[d]);
+    }
+  }
+  if (r.shape.empty()) {
+    r.shape.push_back(1);
+    for (size_t i = 0; i < k; ++i) r.strides[i].push_back(0);
+  }
+  return r;
+}
+
+// `row(offsets, first)` for rows r0..r1 of `ax` (a row: its last axis; rows
+// in row-major order of the others): `offsets[i]` is where operand i's
+// row starts, `first` the row's first element in the output. The offsets
+// move with the row index (no division per row).
+template <class F>
+void for_rows(const Axes& ax, size_t r0, size_t r1, F&& row) {
+  const int nd = static_cast<int>(ax.shape.size());
+  const size_t k = ax.strides.size();
+  const int64_t inner = ax.shape[nd - 1];
+  std::vector<int64_t> idx(nd > 1 ? nd - 1 : 0, 0), off(k, 0);
+  size_t rest = r0;
+  for (int d = nd - 2; d >= 0; --d) {
+    idx[d] = static_cast<int64_t>(rest % ax.shape[d]);
+    rest /= ax.shape[d];
+    for (size_t i = 0; i < k; ++i) off[i] += idx[d] * ax.strides[i][d];
+  }
+  for (size_t r = r0; r < r1; ++r) {
+    row(off.data(), r * inner);
+    for (int d = nd - 2; d >= 0; --d) {
+      for (size_t i = 0; i < k; ++i) off[i] += ax.strides[i][d];
+      if (++idx[d] < ax.shape[d]) break;
+      for (size_t i = 0; i < k; ++i) off[i] -= ax.strides[i][d] * ax.shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 // One kernel `run(inputs, output, output size, params)` as a primitive
 // named `name`.
 // Two calls are equivalent (mx::compile merges them) when they run the same

@@ -58,30 +58,15 @@ void fma_row(const T* a, int64_t sa, const T* b, int64_t sb, const T* c, int64_t
   for (int64_t j = 0; j < n; ++j) y[j] = std::fma(a[j * sa], b[j * sb], c[j * sc]);
 }
 
-// Rows r0..r1 of the output (rows along its last axis): each operand, of
-// the output's shape (a broadcast is a view), read through its strides.
+// Rows r0..r1 of `ax` (the three operands and the output over their
+// collapsed axes).
 template <class T>
-void fma_rows(const std::vector<mx::array>& in, T* y, size_t r0, size_t r1) {
-  const auto& a = in[0];
-  const int nd = static_cast<int>(a.ndim());
-  const int64_t inner = nd == 0 ? 1 : a.shape(nd - 1);
-  const T* p[3];
-  int64_t last[3];
-  for (int k = 0; k < 3; ++k) {
-    p[k] = in[k].data<T>();
-    last[k] = nd == 0 ? 0 : in[k].strides()[nd - 1];
-  }
-  for (size_t r = r0; r < r1; ++r) {
-    int64_t off[3] = {0, 0, 0};
-    size_t rest = r;
-    for (int d = nd - 2; d >= 0; --d) {
-      const int64_t i = static_cast<int64_t>(rest % a.shape(d));
-      rest /= a.shape(d);
-      for (int k = 0; k < 3; ++k) off[k] += i * in[k].strides()[d];
-    }
-    fma_row<T>(p[0] + off[0], last[0], p[1] + off[1], last[1], p[2] + off[2], last[2],
-               y + r * inner, inner);
-  }
+void fma_rows(const Axes& ax, const T* const* p, T* y, size_t r0, size_t r1) {
+  const int64_t inner = ax.shape.back();
+  const int64_t s0 = ax.strides[0].back(), s1 = ax.strides[1].back(), s2 = ax.strides[2].back();
+  for_rows(ax, r0, r1, [&](const int64_t* off, size_t first) {
+    fma_row<T>(p[0] + off[0], s0, p[1] + off[1], s1, p[2] + off[2], s2, y + first, inner);
+  });
 }
 
 // Large tensors split by rows over the plugin's threads.
@@ -111,18 +96,19 @@ void fma_task(const std::vector<mx::array>& in, T* y, size_t n) {
     }
     return;
   }
-  const auto& a = in[0];
-  const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
-  const size_t rows = inner == 0 ? 0 : n / inner;
+  const Axes ax = collapse_axes(in[0].shape(), {&in[0].strides(), &in[1].strides(), &in[2].strides()});
+  const T* p[3] = {in[0].data<T>(), in[1].data<T>(), in[2].data<T>()};
+  const size_t inner = static_cast<size_t>(ax.shape.back());
+  const size_t rows = n / inner;
   const size_t parts = std::min({Pool::get().size(), std::max<size_t>(1, n / kMinPerThread), rows});
   if (parts <= 1) {
-    fma_rows<T>(in, y, 0, rows);
+    fma_rows<T>(ax, p, y, 0, rows);
     return;
   }
   const size_t per = (rows + parts - 1) / parts;
   Pool::get().run(parts, [&](size_t t) {
     const size_t r0 = t * per, r1 = std::min(rows, r0 + per);
-    if (r0 < r1) fma_rows<T>(in, y, r0, r1);
+    if (r0 < r1) fma_rows<T>(ax, p, y, r0, r1);
   });
 }
 

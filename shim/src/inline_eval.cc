@@ -177,26 +177,15 @@ void binary_row(const float* x, int64_t sx, const float* z, int64_t sz, float* y
   for (int64_t j = 0; j < n; ++j) y[j] = apply<O>(x[j * sx], z[j * sz]);
 }
 
+// Rows r0..r1 of `ax` (a, b and the output over their collapsed axes).
 template <BinOp O>
-void binary_rows(const mx::array& a, const mx::array& b, float* y, size_t r0, size_t r1) {
-  const int nd = static_cast<int>(a.ndim());
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  const int64_t inner = nd == 0 ? 1 : a.shape(nd - 1);
-  const int64_t sa = nd == 0 ? 0 : a.strides()[nd - 1];
-  const int64_t sb = nd == 0 ? 0 : b.strides()[nd - 1];
-  for (size_t r = r0; r < r1; ++r) {
-    // Row r's offsets: its index over the leading axes.
-    int64_t oa = 0, ob = 0;
-    size_t rest = r;
-    for (int d = nd - 2; d >= 0; --d) {
-      int64_t i = static_cast<int64_t>(rest % a.shape(d));
-      rest /= a.shape(d);
-      oa += i * a.strides()[d];
-      ob += i * b.strides()[d];
-    }
-    binary_row<O>(pa + oa, sa, pb + ob, sb, y + r * inner, inner);
-  }
+void binary_rows(const Axes& ax, const float* pa, const float* pb, float* y, size_t r0,
+                 size_t r1) {
+  const int64_t inner = ax.shape.back();
+  const int64_t sa = ax.strides[0].back(), sb = ax.strides[1].back();
+  for_rows(ax, r0, r1, [&](const int64_t* off, size_t first) {
+    binary_row<O>(pa + off[0], sa, pb + off[1], sb, y + first, inner);
+  });
 }
 
 // out = a op b elementwise: a and b have out's shape (MLX broadcasts them
@@ -229,17 +218,20 @@ void binary(const mx::array& a, const mx::array& b, mx::array& out) {
     });
     return;
   }
-  const size_t inner = a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(-1));
-  const size_t rows = inner == 0 ? 0 : n / inner;
+  const Axes ax = collapse_axes(out.shape(), {&a.strides(), &b.strides()});
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  const size_t inner = static_cast<size_t>(ax.shape.back());
+  const size_t rows = n / inner;
   const size_t parts = split_parts(n, rows);
   if (parts <= 1) {
-    binary_rows<O>(a, b, y, 0, rows);
+    binary_rows<O>(ax, pa, pb, y, 0, rows);
     return;
   }
   const size_t per = (rows + parts - 1) / parts;
   Pool::get().run(parts, [&](size_t t) {
     size_t r0 = t * per, r1 = std::min(rows, r0 + per);
-    if (r0 < r1) binary_rows<O>(a, b, y, r0, r1);
+    if (r0 < r1) binary_rows<O>(ax, pa, pb, y, r0, r1);
   });
 }
 
