@@ -10,7 +10,6 @@
 // has one; eight at a time with AVX2 and FMA). Operands are read through
 // their strides (a broadcast scalar is a stride of 0), never copied. A GPU
 // graph runs it on the CPU stream, as its float64 steps.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -19,8 +18,8 @@
 #include <vector>
 
 #include "rlx-mlx-shim/src/cpu_kernel.h"
+#include "rlx-mlx-shim/src/elementwise.h"
 #include "rlx-mlx-shim/include/kernels.h"
-#include "rlx-mlx-shim/src/pool.h"
 #include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
@@ -58,58 +57,17 @@ void fma_row(const T* a, int64_t sa, const T* b, int64_t sb, const T* c, int64_t
   for (int64_t j = 0; j < n; ++j) y[j] = std::fma(a[j * sa], b[j * sb], c[j * sc]);
 }
 
-// Rows r0..r1 of `ax` (the three operands and the output over their
-// collapsed axes).
-template <class T>
-void fma_rows(const Axes& ax, const T* const* p, T* y, size_t r0, size_t r1) {
-  const int64_t inner = ax.shape.back();
-  const int64_t s0 = ax.strides[0].back(), s1 = ax.strides[1].back(), s2 = ax.strides[2].back();
-  for_rows(ax, r0, r1, [&](const int64_t* off, size_t first) {
-    fma_row<T>(p[0] + off[0], s0, p[1] + off[1], s1, p[2] + off[2], s2, y + first, inner);
-  });
-}
+// From how many elements Fma is split over the plugin's threads.
+constexpr size_t kFmaPerPart = size_t(1) << 16;
 
-// Large tensors split by rows over the plugin's threads.
 template <class T>
 void fma_task(const std::vector<mx::array>& in, T* y, size_t n) {
-  if (n == 0) return;
-  // Each operand whole and in order, or one value broadcast: one flat
-  // row (a row per element of a [n, 1] view cost more than the FMAs).
-  constexpr size_t kMinPerThread = 1 << 16;
-  int64_t flat[3];
-  if (flat_stride(in[0], n, flat[0]) && flat_stride(in[1], n, flat[1]) &&
-      flat_stride(in[2], n, flat[2])) {
-    const T* p[3] = {in[0].data<T>(), in[1].data<T>(), in[2].data<T>()};
-    const size_t parts = std::min(Pool::get().size(), std::max<size_t>(1, n / kMinPerThread));
-    const size_t per = (n + parts - 1) / parts;
-    auto part = [&](size_t t) {
-      const size_t lo = t * per;
-      if (lo < n) {
-        fma_row<T>(p[0] + lo * flat[0], flat[0], p[1] + lo * flat[1], flat[1], p[2] + lo * flat[2],
-                   flat[2], y + lo, static_cast<int64_t>(std::min(per, n - lo)));
-      }
-    };
-    if (parts <= 1) {
-      part(0);
-    } else {
-      Pool::get().run(parts, part);
-    }
-    return;
-  }
-  const Axes ax = collapse_axes(in[0].shape(), {&in[0].strides(), &in[1].strides(), &in[2].strides()});
   const T* p[3] = {in[0].data<T>(), in[1].data<T>(), in[2].data<T>()};
-  const size_t inner = static_cast<size_t>(ax.shape.back());
-  const size_t rows = n / inner;
-  const size_t parts = std::min({Pool::get().size(), std::max<size_t>(1, n / kMinPerThread), rows});
-  if (parts <= 1) {
-    fma_rows<T>(ax, p, y, 0, rows);
-    return;
-  }
-  const size_t per = (rows + parts - 1) / parts;
-  Pool::get().run(parts, [&](size_t t) {
-    const size_t r0 = t * per, r1 = std::min(rows, r0 + per);
-    if (r0 < r1) fma_rows<T>(ax, p, y, r0, r1);
-  });
+  for_elementwise(in[0].shape(), n, {&in[0], &in[1], &in[2]}, kFmaPerPart,
+                  [&](const int64_t* off, const int64_t* st, size_t first, int64_t len) {
+                    fma_row<T>(p[0] + off[0], st[0], p[1] + off[1], st[1], p[2] + off[2], st[2],
+                               y + first, len);
+                  });
 }
 
 class RlxFma : public mx::UnaryPrimitive, public RunsInline {

@@ -37,7 +37,7 @@
 #include "mlx/transforms.h"
 #include "rlx-mlx-shim/include/array.h"
 #include "rlx-mlx-shim/src/cpu_kernel.h"
-#include "rlx-mlx-shim/src/pool.h"
+#include "rlx-mlx-shim/src/elementwise.h"
 #include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
@@ -117,15 +117,11 @@ Step step_for(const mx::array& a) {
   return Step::Mlx;
 }
 
-// Parts a binary op of n elements in `rows` rows is split into. It is
-// memory bound: on the 2-core machine of docs/PERFORMANCE.md two threads
-// made x [256, 4096] + b [4096] no faster and less steady than one, so only
-// an op of 16 MiB or more is split.
-size_t split_parts(size_t n, size_t rows) {
-  constexpr size_t kMinPerPart = size_t(1) << 22;
-  size_t parts = std::min(Pool::get().size(), std::max<size_t>(1, n / kMinPerPart));
-  return rows < parts ? 1 : parts;
-}
+// From how many elements a binary op is split over the plugin's threads.
+// It is memory bound: on the 2-core machine of docs/PERFORMANCE.md two
+// threads made x [256, 4096] + b [4096] no faster and less steady than one,
+// so only an op of 16 MiB or more is split.
+constexpr size_t kBinaryPerPart = size_t(1) << 22;
 
 enum class BinOp { Add, Sub, Mul, Div };
 
@@ -177,62 +173,18 @@ void binary_row(const float* x, int64_t sx, const float* z, int64_t sz, float* y
   for (int64_t j = 0; j < n; ++j) y[j] = apply<O>(x[j * sx], z[j * sz]);
 }
 
-// Rows r0..r1 of `ax` (a, b and the output over their collapsed axes).
-template <BinOp O>
-void binary_rows(const Axes& ax, const float* pa, const float* pb, float* y, size_t r0,
-                 size_t r1) {
-  const int64_t inner = ax.shape.back();
-  const int64_t sa = ax.strides[0].back(), sb = ax.strides[1].back();
-  for_rows(ax, r0, r1, [&](const int64_t* off, size_t first) {
-    binary_row<O>(pa + off[0], sa, pb + off[1], sb, y + first, inner);
-  });
-}
-
 // out = a op b elementwise: a and b have out's shape (MLX broadcasts them
-// first, as views), read through their strides; very large ones split by
-// rows over the plugin's threads.
+// first, as views), read through their strides.
 template <BinOp O>
 void binary(const mx::array& a, const mx::array& b, mx::array& out) {
   out.set_data(mx::allocator::malloc(out.nbytes()));
   float* y = out.data<float>();
-  const size_t n = out.size();
-  if (n == 0) return;
-  // Both whole and in order, or one value broadcast: one flat row (very
-  // large ones in parts over the plugin's threads).
-  int64_t sa = 0, sb = 0;
-  if (flat_stride(a, n, sa) && flat_stride(b, n, sb)) {
-    const float* pa = a.data<float>();
-    const float* pb = b.data<float>();
-    const size_t parts = split_parts(n, n);
-    if (parts <= 1) {
-      binary_row<O>(pa, sa, pb, sb, y, static_cast<int64_t>(n));
-      return;
-    }
-    const size_t per = ((n + parts - 1) / parts + 7) & ~size_t(7);
-    Pool::get().run(parts, [&](size_t t) {
-      const size_t lo = t * per;
-      if (lo < n) {
-        binary_row<O>(pa + lo * sa, sa, pb + lo * sb, sb, y + lo,
-                      static_cast<int64_t>(std::min(per, n - lo)));
-      }
-    });
-    return;
-  }
-  const Axes ax = collapse_axes(out.shape(), {&a.strides(), &b.strides()});
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
-  const size_t inner = static_cast<size_t>(ax.shape.back());
-  const size_t rows = n / inner;
-  const size_t parts = split_parts(n, rows);
-  if (parts <= 1) {
-    binary_rows<O>(ax, pa, pb, y, 0, rows);
-    return;
-  }
-  const size_t per = (rows + parts - 1) / parts;
-  Pool::get().run(parts, [&](size_t t) {
-    size_t r0 = t * per, r1 = std::min(rows, r0 + per);
-    if (r0 < r1) binary_rows<O>(ax, pa, pb, y, r0, r1);
-  });
+  for_elementwise(out.shape(), out.size(), {&a, &b}, kBinaryPerPart,
+                  [&](const int64_t* off, const int64_t* st, size_t first, int64_t len) {
+                    binary_row<O>(pa + off[0], st[0], pb + off[1], st[1], y + first, len);
+                  });
 }
 
 // The arrays met so far: a small graph's few dozen are scanned (hashing
