@@ -110,7 +110,7 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
             unary(&[TRANSFER_ROWS, D_MODEL], |g, x| g.exp(x)),
             format!(
                 "exp of x [{TRANSFER_ROWS}, {D_MODEL}], f32: 1.3 MB in and out, little work \
-                 (on a GPU, what crossing the bus costs: RLX_MLX_TRACE_RUNS=1 times the copies)"
+                 (on a GPU a run is mostly its two copies across the bus)"
             ),
         ),
         _ => return None,
