@@ -7,9 +7,10 @@
 // pocketfft reproduced as a contracting compiler builds it), and rlx-cpu's
 // Fma rounds once (`f32::mul_add`). `std::fma` is the C library's
 // correctly rounded fused multiply-add (the FMA instruction where the CPU
-// has one; eight at a time with AVX2 and FMA). Operands are read through
-// their strides (a broadcast scalar is a stride of 0), never copied. A GPU
-// graph runs it on the CPU stream, as its float64 steps.
+// has one; eight at a time with AVX2 and FMA, four with NEON). Operands
+// are read through their strides (a broadcast scalar is a stride of 0),
+// never copied. A GPU graph runs it on the CPU stream, as its float64
+// steps.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -42,6 +43,22 @@ __attribute__((target("avx2,fma"))) void fma_row_avx2(const float* a, int64_t sa
 }
 #endif
 
+#if RLX_NEON
+// The same four at a time (vfmaq_f32 rounds once, as std::fma).
+void fma_row_neon(const float* a, int64_t sa, const float* b, int64_t sb, const float* c,
+                  int64_t sc, float* y, int64_t n) {
+  using namespace neon;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    F4 x = sa == 0 ? F4(*a) : F4::load(a + j);
+    F4 z = sb == 0 ? F4(*b) : F4::load(b + j);
+    F4 w = sc == 0 ? F4(*c) : F4::load(c + j);
+    fma(x, z, w).store(y + j);
+  }
+  for (; j < n; ++j) y[j] = std::fma(a[j * sa], b[j * sb], c[j * sc]);
+}
+#endif
+
 // One row of `n` outputs from operands read with strides `sa`, `sb`, `sc`.
 template <class T>
 void fma_row(const T* a, int64_t sa, const T* b, int64_t sb, const T* c, int64_t sc, T* y,
@@ -51,6 +68,13 @@ void fma_row(const T* a, int64_t sa, const T* b, int64_t sb, const T* c, int64_t
     auto unit = [](int64_t s) { return s == 0 || s == 1; };
     if (unit(sa) && unit(sb) && unit(sc) && has_avx2_fma()) {
       return fma_row_avx2(a, sa, b, sb, c, sc, y, n);
+    }
+  }
+#elif RLX_NEON
+  if constexpr (std::is_same_v<T, float>) {
+    auto unit = [](int64_t s) { return s == 0 || s == 1; };
+    if (unit(sa) && unit(sb) && unit(sc) && has_neon()) {
+      return fma_row_neon(a, sa, b, sb, c, sc, y, n);
     }
   }
 #endif

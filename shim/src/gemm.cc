@@ -182,6 +182,92 @@ void skinny_n_scalar(const float* A, int64_t lda, const float* B, int64_t ldb, f
     }
 }
 
+#if RLX_NEON
+// skinny_n_scalar four columns at a time, as the x86 kernels split it: up
+// to three rows stream B four rows of k at a time with C's rows in L1
+// (skinny_n_avx2's loop); from four rows on, a block of C stays in
+// registers over the whole of k (blocked_n_avx512's). Each element is
+// still one fused chain over k in order (vfmaq rounds once, as std::fma):
+// skinny_n_scalar's bits. GCC 12 does not vectorise that loop for aarch64.
+template <int R>
+void skinny_n_neon(const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                   int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
+  for (int r = 0; r < R; ++r) std::memset(C + r * ldc + n0, 0, (n1 - n0) * 4);
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const float* b0 = B + k * ldb;
+    float32x4_t a[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) a[r] = vld1q_f32(A + r * lda + k);
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+      float32x4_t b[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) b[j] = vld1q_f32(b0 + j * ldb + n);
+      // Unrolled, so that a[] stays in registers.
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        float32x4_t c = vld1q_f32(C + r * ldc + n);
+        c = vfmaq_laneq_f32(c, b[0], a[r], 0);
+        c = vfmaq_laneq_f32(c, b[1], a[r], 1);
+        c = vfmaq_laneq_f32(c, b[2], a[r], 2);
+        c = vfmaq_laneq_f32(c, b[3], a[r], 3);
+        vst1q_f32(C + r * ldc + n, c);
+      }
+    }
+    for (; n < n1; ++n)
+      for (int r = 0; r < R; ++r) {
+        float c = C[r * ldc + n];
+        for (int j = 0; j < 4; ++j) c = std::fma(A[r * lda + k + j], b0[j * ldb + n], c);
+        C[r * ldc + n] = c;
+      }
+  }
+  skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
+}
+
+// C[0:R, n:n + 4W] accumulated in R x W registers over the whole of k.
+// The loops over R and W unrolled (GCC's -O2 keeps them, and with them
+// the accumulators in memory: checked in the disassembly).
+template <int R, int W>
+inline void block_neon(const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                       int64_t ldc, int64_t K, int64_t n) {
+  float32x4_t c[R][W];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) c[r][w] = vdupq_n_f32(0.0f);
+  const float* b = B + n;
+  for (int64_t k = 0; k < K; ++k, b += ldb) {
+    float32x4_t bv[W];
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) bv[w] = vld1q_f32(b + 4 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float32x4_t a = vdupq_n_f32(A[r * lda + k]);
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) c[r][w] = vfmaq_f32(c[r][w], a, bv[w]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) vst1q_f32(C + r * ldc + n + 4 * w, c[r][w]);
+}
+
+// R >= 4 rows: blocks of 16 columns (four rows) or 8 (more), at most 16
+// accumulators of NEON's 32 registers; then 4 columns; the last one to
+// three columns as skinny_n_scalar.
+template <int R>
+void blocked_n_neon(const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                    int64_t ldc, int64_t K, int64_t n0, int64_t n1) {
+  constexpr int W = R <= 4 ? 4 : 2;
+  int64_t n = n0;
+  for (; n + 4 * W <= n1; n += 4 * W) block_neon<R, W>(A, lda, B, ldb, C, ldc, K, n);
+  for (; n + 4 <= n1; n += 4) block_neon<R, 1>(A, lda, B, ldb, C, ldc, K, n);
+  if (n < n1) skinny_n_scalar<R>(A, lda, B, ldb, C, ldc, K, n, n1);
+}
+#endif  // RLX_NEON
+
 // The same product with B given transposed (Bt: N x K row-major, a weight
 // used as x · W^T): each output a dot product of two contiguous rows.
 #if RLX_X86
@@ -233,6 +319,41 @@ float dot_scalar(const float* x, const float* y, int64_t K) {
   return s;
 }
 
+#if RLX_NEON
+// dot_scalar of x with four rows of Bt (y, y + ld, ...) at once: each lane
+// one output's fused chain over k in order, as dot_scalar's (the same
+// bits), the rows' 4 x 4 blocks transposed into columns of k.
+void dot4_neon(const float* x, const float* y, int64_t ld, int64_t K, float* out) {
+  const float* y0 = y;
+  const float* y1 = y + ld;
+  const float* y2 = y + 2 * ld;
+  const float* y3 = y + 3 * ld;
+  float32x4_t s = vdupq_n_f32(0.0f);
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    float32x4x2_t t01 = vtrnq_f32(vld1q_f32(y0 + k), vld1q_f32(y1 + k));
+    float32x4x2_t t23 = vtrnq_f32(vld1q_f32(y2 + k), vld1q_f32(y3 + k));
+    float32x4_t xk = vld1q_f32(x + k);
+    // Columns k, k + 1, k + 2, k + 3 of the four rows.
+    float32x4_t c0 = vcombine_f32(vget_low_f32(t01.val[0]), vget_low_f32(t23.val[0]));
+    float32x4_t c1 = vcombine_f32(vget_low_f32(t01.val[1]), vget_low_f32(t23.val[1]));
+    float32x4_t c2 = vcombine_f32(vget_high_f32(t01.val[0]), vget_high_f32(t23.val[0]));
+    float32x4_t c3 = vcombine_f32(vget_high_f32(t01.val[1]), vget_high_f32(t23.val[1]));
+    s = vfmaq_laneq_f32(s, c0, xk, 0);
+    s = vfmaq_laneq_f32(s, c1, xk, 1);
+    s = vfmaq_laneq_f32(s, c2, xk, 2);
+    s = vfmaq_laneq_f32(s, c3, xk, 3);
+  }
+  vst1q_f32(out, s);
+  for (; k < K; ++k) {
+    out[0] = std::fma(x[k], y0[k], out[0]);
+    out[1] = std::fma(x[k], y1[k], out[1]);
+    out[2] = std::fma(x[k], y2[k], out[2]);
+    out[3] = std::fma(x[k], y3[k], out[3]);
+  }
+}
+#endif  // RLX_NEON
+
 using SkinnyFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t,
                           int64_t, int64_t, int64_t);
 
@@ -243,6 +364,8 @@ SkinnyFn skinny_for() {
   // rows on, C's block fits the registers.
   if (has_avx512()) return R >= 4 ? blocked_n_avx512<R> : skinny_n_avx512<R>;
   if (has_avx2()) return skinny_n_avx2<R>;
+#elif RLX_NEON
+  if (has_neon()) return R >= 4 ? blocked_n_neon<R> : skinny_n_neon<R>;
 #endif
   return skinny_n_scalar<R>;
 }
@@ -322,7 +445,18 @@ void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t 
 #else
     auto dot = dot_scalar;
 #endif
-    for (int64_t n = n0; n < n1; ++n)
+    int64_t n = n0;
+#if RLX_NEON
+    if (has_neon()) {
+      for (; n + 4 <= n1; n += 4)
+        for (int64_t r = 0; r < rows; ++r) {
+          float out[4];
+          dot4_neon(A + r * K, B.p + n * B.ld, B.ld, K, out);
+          std::memcpy(C + r * N + n, out, sizeof out);
+        }
+    }
+#endif
+    for (; n < n1; ++n)
       for (int64_t r = 0; r < rows; ++r) C[r * N + n] = dot(A + r * K, B.p + n * B.ld, K);
   } else {
     skinny(static_cast<int>(rows))(A, K, B.p, B.ld, C, N, K, n0, n1);

@@ -162,12 +162,33 @@ __attribute__((target("avx2"))) void row_avx2(const float* x, int64_t sx, const 
 }
 #endif
 
+#if RLX_NEON
+// The same four at a time (GCC 12 does not vectorise the strided portable
+// loop for aarch64; each lane is the scalar operation, the same bits).
+template <BinOp O>
+void row_neon(const float* x, int64_t sx, const float* z, int64_t sz, float* y, int64_t n) {
+  using neon::F4;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    F4 a = sx == 0 ? F4(*x) : F4::load(x + j);
+    F4 b = sz == 0 ? F4(*z) : F4::load(z + j);
+    F4 r = O == BinOp::Add ? a + b : O == BinOp::Sub ? a - b : O == BinOp::Mul ? a * b : a / b;
+    r.store(y + j);
+  }
+  for (; j < n; ++j) y[j] = apply<O>(x[j * sx], z[j * sz]);
+}
+#endif
+
 // One row of `n` outputs from operands read with strides `sx`, `sz`.
 template <BinOp O>
 void binary_row(const float* x, int64_t sx, const float* z, int64_t sz, float* y, int64_t n) {
 #if RLX_X86
   if ((sx == 0 || sx == 1) && (sz == 0 || sz == 1) && has_avx2_fma()) {
     return row_avx2<O>(x, sx, z, sz, y, n);
+  }
+#elif RLX_NEON
+  if ((sx == 0 || sx == 1) && (sz == 0 || sz == 1) && has_neon()) {
+    return row_neon<O>(x, sx, z, sz, y, n);
   }
 #endif
   for (int64_t j = 0; j < n; ++j) y[j] = apply<O>(x[j * sx], z[j * sz]);

@@ -70,6 +70,26 @@ __attribute__((target("avx2,fma"))) void gelu_avx2(const float* src, float* dst,
 
 #endif  // RLX_X86
 
+#if RLX_NEON
+// gelu_scalar on four lanes, statement for statement: the same bits.
+void gelu_neon(const float* src, float* dst, size_t n) {
+  using namespace neon;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    F4 x = F4::load(src + i);
+    F4 e = x * kInvSqrt2;
+    F4 sign = select(e >= 0.0f, 1.0f, -1.0f);
+    F4 xa = abs(e);
+    F4 t = 1.0f / (1.0f + 0.3275911f * xa);
+    F4 y = t * (0.2548296f +
+                t * (-0.28449672f + t * (1.4214138f + t * (-1.4531521f + t * 1.0614054f))));
+    F4 erf = sign * (1.0f - y * exp4(-xa * xa));
+    (x * 0.5f * (1.0f + erf)).store(dst + i);
+  }
+  for (; i < n; ++i) dst[i] = gelu_scalar(src[i]);
+}
+#endif  // RLX_NEON
+
 // rlx-cpu's saturating exp, sigmoid 1/(1 + e^-x) and silu x/(1 + e^-x),
 // all over exp_poly (so silu(-inf) = -inf and exp(100) = 3.3e38, as there).
 inline float exp_scalar(float x) { return exp_poly(x); }
@@ -97,6 +117,26 @@ __attribute__((target("avx2,fma"))) void logistic_avx2(const float* src, float* 
 }
 #endif  // RLX_X86
 
+#if RLX_NEON
+// exp_scalar, sigmoid_scalar and silu_scalar on four lanes: the same bits.
+void exp_neon(const float* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) neon::exp4(neon::F4::load(src + i)).store(dst + i);
+  for (; i < n; ++i) dst[i] = exp_scalar(src[i]);
+}
+
+template <bool kSilu>
+void logistic_neon(const float* src, float* dst, size_t n) {
+  using namespace neon;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    F4 x = F4::load(src + i);
+    ((kSilu ? x : F4(1.0f)) / (1.0f + exp4(-x))).store(dst + i);
+  }
+  for (; i < n; ++i) dst[i] = kSilu ? silu_scalar(src[i]) : sigmoid_scalar(src[i]);
+}
+#endif  // RLX_NEON
+
 enum class Unary { GeluErf, Exp, Sigmoid, Silu };
 
 const char* unary_name(Unary k) {
@@ -111,28 +151,37 @@ const char* unary_name(Unary k) {
 
 void unary_range(Unary k, const float* src, float* dst, size_t n) {
   [[maybe_unused]] const bool v = RLX_X86 && has_avx2_fma();
+  [[maybe_unused]] const bool v4 = RLX_NEON && has_neon();
   switch (k) {
     case Unary::GeluErf:
 #if RLX_X86
       if (v) return gelu_avx2(src, dst, n);
+#elif RLX_NEON
+      if (v4) return gelu_neon(src, dst, n);
 #endif
       for (size_t i = 0; i < n; ++i) dst[i] = gelu_scalar(src[i]);
       return;
     case Unary::Exp:
 #if RLX_X86
       if (v) return exp_avx2(src, dst, n);
+#elif RLX_NEON
+      if (v4) return exp_neon(src, dst, n);
 #endif
       for (size_t i = 0; i < n; ++i) dst[i] = exp_scalar(src[i]);
       return;
     case Unary::Sigmoid:
 #if RLX_X86
       if (v) return logistic_avx2<false>(src, dst, n);
+#elif RLX_NEON
+      if (v4) return logistic_neon<false>(src, dst, n);
 #endif
       for (size_t i = 0; i < n; ++i) dst[i] = sigmoid_scalar(src[i]);
       return;
     case Unary::Silu:
 #if RLX_X86
       if (v) return logistic_avx2<true>(src, dst, n);
+#elif RLX_NEON
+      if (v4) return logistic_neon<true>(src, dst, n);
 #endif
       for (size_t i = 0; i < n; ++i) dst[i] = silu_scalar(src[i]);
       return;
@@ -304,7 +353,7 @@ std::unique_ptr<Array> swiglu_cpu(const Array& x, bool gate_first) {
                          shape, {x.a}, false));
 }
 
-bool kernels_vectorized() { return has_avx2_fma(); }
+bool kernels_vectorized() { return has_avx2_fma() || has_neon(); }
 
 void set_portable_kernels(bool on) { portable_only().store(on, std::memory_order_relaxed); }
 

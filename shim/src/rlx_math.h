@@ -57,4 +57,28 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
 }
 #endif  // RLX_X86
 
+#if RLX_NEON
+namespace neon {
+// exp_poly on four lanes, statement for statement (no fused multiply-add:
+// the same bits as exp_poly, which the NEON kernels are held to).
+inline F4 exp4(F4 x) {
+  x = select(x < -87.3f, -87.3f, select(x > 88.7f, 88.7f, x));
+  const F4 magic = 12582912.0f;
+  F4 v = x * 1.44269504088896341f;
+  F4 n = (v + magic) - magic;
+  F4 r = x - n * 0.693145751953125f - n * 1.428606765330187e-6f;
+  F4 p = 0.001388888888888889f;
+  p = p * r + 0.008333333333333333f;
+  p = p * r + 0.041666666666666664f;
+  p = p * r + 0.16666666666666666f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // n is a whole number here: truncation is exact, as static_cast's.
+  uint32x4_t shifted = vshlq_n_u32(vreinterpretq_u32_s32(vcvtq_s32_f32(n.v)), 23);
+  return vreinterpretq_f32_u32(vaddq_u32(vreinterpretq_u32_f32(p.v), shifted));
+}
+}  // namespace neon
+#endif  // RLX_NEON
+
 }  // namespace rlx

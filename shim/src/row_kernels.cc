@@ -97,6 +97,46 @@ __attribute__((target("avx2,fma"))) void affine_avx2(const float* x, const float
 }
 #endif
 
+#if RLX_NEON
+// sum_f64_scalar's four partial sums in two double vectors (lanes 0-1 and
+// 2-3), each a multiply then an add as there: the same bits.
+template <bool kSquare>
+double sum_f64_neon(const float* x, size_t n, double shift) {
+  const float64x2_t sh = vdupq_n_f64(shift);
+  float64x2_t s01 = vdupq_n_f64(0.0), s23 = vdupq_n_f64(0.0);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    float32x4_t v = vld1q_f32(x + i);
+    float64x2_t lo = vsubq_f64(vcvt_f64_f32(vget_low_f32(v)), sh);
+    float64x2_t hi = vsubq_f64(vcvt_high_f64_f32(v), sh);
+    if (kSquare) {
+      lo = vmulq_f64(lo, lo);
+      hi = vmulq_f64(hi, hi);
+    }
+    s01 = vaddq_f64(s01, lo);
+    s23 = vaddq_f64(s23, hi);
+  }
+  double s[4] = {vgetq_lane_f64(s01, 0), vgetq_lane_f64(s01, 1), vgetq_lane_f64(s23, 0),
+                 vgetq_lane_f64(s23, 1)};
+  for (; i < n; ++i) {
+    double d = x[i] - shift;
+    s[0] += kSquare ? d * d : d;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// The portable affine on four lanes: the same bits.
+void affine_neon(const float* x, const float* g, const float* b, float* y, size_t n, float m,
+                 float inv) {
+  using namespace neon;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ((F4::load(x + i) - m) * inv * F4::load(g + i) + F4::load(b + i)).store(y + i);
+  }
+  for (; i < n; ++i) y[i] = (x[i] - m) * inv * g[i] + b[i];
+}
+#endif  // RLX_NEON
+
 // y += a * x over n floats.
 #if RLX_X86
 __attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, float* y, size_t n) {
@@ -110,9 +150,21 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, floa
 }
 #endif
 
+#if RLX_NEON
+// The same on four lanes, a multiply then an add: the same bits.
+void axpy_neon(float a, const float* x, float* y, size_t n) {
+  using namespace neon;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) (F4::load(y + i) + a * F4::load(x + i)).store(y + i);
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+#endif
+
 void axpy(float a, const float* x, float* y, size_t n) {
 #if RLX_X86
   if (has_avx2_fma()) return axpy_avx2(a, x, y, n);
+#elif RLX_NEON
+  if (has_neon()) return axpy_neon(a, x, y, n);
 #endif
   for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
@@ -141,9 +193,35 @@ __attribute__((target("avx2,fma"))) float exp_shifted_avx2(float* w, size_t n, f
 }
 #endif
 
+#if RLX_NEON
+// The exponentials four at a time; the sum still in order, one element
+// after another, as the portable loop adds it (the same bits; the
+// exponentials are the cost).
+float exp_shifted_neon(float* w, size_t n, float m) {
+  using namespace neon;
+  float sum = 0.0f;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    float32x4_t e = exp4(F4::load(w + i) - m).v;
+    vst1q_f32(w + i, e);
+    sum += vgetq_lane_f32(e, 0);
+    sum += vgetq_lane_f32(e, 1);
+    sum += vgetq_lane_f32(e, 2);
+    sum += vgetq_lane_f32(e, 3);
+  }
+  for (; i < n; ++i) {
+    w[i] = exp_poly(w[i] - m);
+    sum += w[i];
+  }
+  return sum;
+}
+#endif
+
 float exp_shifted(float* w, size_t n, float m) {
 #if RLX_X86
   if (has_avx2_fma()) return exp_shifted_avx2(w, n, m);
+#elif RLX_NEON
+  if (has_neon()) return exp_shifted_neon(w, n, m);
 #endif
   float sum = 0.0f;
   for (size_t i = 0; i < n; ++i) {
@@ -156,6 +234,10 @@ float exp_shifted(float* w, size_t n, float m) {
 double sum_f64(const float* x, size_t n, double shift, bool square) {
 #if RLX_X86
   if (has_avx2_fma()) return sum_f64_avx2(x, n, shift, square);
+#elif RLX_NEON
+  if (has_neon()) {
+    return square ? sum_f64_neon<true>(x, n, shift) : sum_f64_neon<false>(x, n, shift);
+  }
 #endif
   return sum_f64_scalar(x, n, shift, square);
 }
@@ -164,6 +246,8 @@ void affine(const float* x, const float* g, const float* b, float* y, size_t n, 
             float inv) {
 #if RLX_X86
   if (has_avx2_fma()) return affine_avx2(x, g, b, y, n, m, inv);
+#elif RLX_NEON
+  if (has_neon()) return affine_neon(x, g, b, y, n, m, inv);
 #endif
   for (size_t i = 0; i < n; ++i) y[i] = (x[i] - m) * inv * g[i] + b[i];
 }

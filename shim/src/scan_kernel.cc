@@ -91,6 +91,23 @@ __attribute__((target("avx2,fma"))) void tanh_avx2(float* d, const float* a, siz
 }
 #endif  // RLX_X86
 
+#if RLX_NEON
+// tanh_fast on four lanes, statement for statement: the same bits (GCC 12
+// does not vectorise tanh_fast's loop for aarch64, even at -O3).
+void tanh_neon(float* d, const float* a, size_t n) {
+  using namespace neon;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    F4 x = F4::load(a + i);
+    F4 ax = abs(x), x2 = x * x;
+    F4 near0 = x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+    F4 t = exp4(-2.0f * ax);
+    F4 far = copysign((1.0f - t) / (1.0f + t), x);
+    select(ax < 0.0625f, near0, far).store(d + i);
+  }
+  for (; i < n; ++i) d[i] = tanh_fast(a[i]);
+}
+#endif  // RLX_NEON
 
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("O3")))
@@ -105,6 +122,8 @@ void step_op(int32_t op, float* __restrict d, const float* __restrict a,
     case kTanh:
 #if RLX_X86
       if (has_avx2_fma()) return tanh_avx2(d, a, n);
+#elif RLX_NEON
+      if (has_neon()) return tanh_neon(d, a, n);
 #endif
       for (size_t i = 0; i < n; ++i) d[i] = tanh_fast(a[i]);
       return;
