@@ -97,6 +97,7 @@ fn main() {
         "src/host_kernel.rs",
         "src/distributed.rs",
         "src/fusion.rs",
+        "src/host_memory.rs",
     ];
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     for (bridge, op_prefix) in [
@@ -127,6 +128,7 @@ fn main() {
             "src/host_kernel.cc",
             "src/distributed.cc",
             "src/fusion.cc",
+            "src/host_memory.cc",
         ])
         .std("c++20")
         .include("include")

@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.10.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.11.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 10
+#define RLX_ABI_VERSION_MINOR 11
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -274,6 +274,7 @@ typedef struct RlxCustomOpApi RlxCustomOpApi;
 typedef struct RlxStateApi RlxStateApi;
 typedef struct RlxSharingApi RlxSharingApi;
 typedef struct RlxSubmitApi RlxSubmitApi;
+typedef struct RlxHostMemoryApi RlxHostMemoryApi;
 typedef struct RlxMemoryUsage RlxMemoryUsage;
 
 /* The plugin's root table. Plugin-owned, static. The first four fields
@@ -403,9 +404,14 @@ typedef struct RlxPluginApi {
     /* Optional. What the plugin's tensors hold now, written into the
      * out-struct *out (the caller sets out->struct_size). */
     RlxStatus* (*memory_usage)(RlxMemoryUsage* out);
+
+    /* --- 1.11 --- */
+    /* Host memory mapped for transfers (§12). Plugin-owned, static; NULL:
+     * the plugin has no use for it. */
+    const RlxHostMemoryApi* host_memory;
 } RlxPluginApi;
 #define RLX_PLUGIN_API_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxPluginApi, memory_usage)
+    RLX_STRUCT_SIZE(RlxPluginApi, host_memory)
 #define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
 /* The least struct_size a plugin claiming 1.minor may declare: every field
  * that minor defines (a smaller table is refused). */
@@ -417,6 +423,9 @@ typedef struct RlxPluginApi {
 #define RLX_PLUGIN_API_SIZE_1_8 \
     RLX_STRUCT_SIZE(RlxPluginApi, executable_run_into)
 #define RLX_PLUGIN_API_SIZE_1_9 RLX_STRUCT_SIZE(RlxPluginApi, memory_usage)
+/* 1.10 added no root-table field: such a plugin declares at least
+ * RLX_PLUGIN_API_SIZE_1_9. */
+#define RLX_PLUGIN_API_SIZE_1_11 RLX_STRUCT_SIZE(RlxPluginApi, host_memory)
 
 /* (1.9) What the plugin's tensors hold, in bytes, across all its
  * executables (params, state, run buffers). An out-struct. */
@@ -1018,7 +1027,34 @@ struct RlxSubmitApi {
 #define RLX_SUBMIT_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxSubmitApi, wait)
 
 /* ======================================================================
- * 12. The entry symbol                  ABI.md §1 (export/entry.rs)
+ * 12. Host memory for transfers (1.11)  ABI.md §23 (tables/host_memory.rs)
+ * ====================================================================== */
+
+/* Plugin-owned, static; NULL in the root table when the plugin has no use
+ * for mapped memory. Both functions are offered together. A host maps
+ * memory it owns once (a batch buffer it refills every step, an output
+ * buffer it lends every run) so that the plugin copies between it and a
+ * device at the bus's speed: on a GPU the range is page-locked and copied
+ * by the DMA engine. Mapping changes no byte, and mapped memory is used as
+ * any other (inputs, lent outputs, state binds); PJRT's DmaMap and
+ * DmaUnmap are the model. */
+struct RlxHostMemoryApi {
+    size_t struct_size;
+    /* Map the len bytes at data (host-owned; they must stay allocated
+     * until dma_unmap). A range overlapping a mapped one, a NULL data or a
+     * len of 0 is INVALID_ARGUMENT; more than the device can lock is
+     * RESOURCE_EXHAUSTED. */
+    RlxStatus* (*dma_map)(void* data, size_t len);
+    /* Undo dma_map of the range that starts at data (the same pointer);
+     * NOT_FOUND when none does. Not while a call that reads or writes the
+     * range is running. */
+    RlxStatus* (*dma_unmap)(void* data);
+};
+#define RLX_HOST_MEMORY_API_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxHostMemoryApi, dma_unmap)
+
+/* ======================================================================
+ * 13. The entry symbol                  ABI.md §1 (export/entry.rs)
  * ====================================================================== */
 
 #define RLX_ENTRY_SYMBOL "rlx_plugin_entry"
@@ -1040,7 +1076,7 @@ RLX_PLUGIN_EXPORT const RlxPluginApi* rlx_plugin_entry(const RlxHostApi* host);
 #endif
 
 /* ======================================================================
- * 13. The manifest (optional)                ABI.md §19 (manifest/)
+ * 14. The manifest (optional)                ABI.md §19 (manifest/)
  * ====================================================================== */
 
 /* A manifest is data the build embeds in the library, in its own section

@@ -513,6 +513,8 @@ pub struct Offers {
     pub active_extent: bool,
     /// The plugin's memory figures ([`Plugin::memory_usage`]).
     pub memory_usage: bool,
+    /// (ABI 1.11) Host memory mapped for transfers ([`Plugin::dma_map`]).
+    pub dma_map: bool,
 }
 
 /// (ABI 1.9) What a plugin's tensors hold, in bytes.
@@ -607,5 +609,19 @@ pub trait Plugin: Send + Sync + 'static {
     /// [`Offers::memory_usage`]).
     fn memory_usage(&self) -> PluginResult<MemoryUsage> {
         Err(not_offered("memory figures"))
+    }
+    /// (ABI 1.11) Map the `len` bytes at `data` for the plugin's copies
+    /// until [`Plugin::dma_unmap`] (offered with [`Offers::dma_map`]). The
+    /// glue has checked that `data` is not null and `len` not 0; the
+    /// plugin refuses a range that overlaps a mapped one.
+    fn dma_map(&self, data: *mut u8, len: usize) -> PluginResult<()> {
+        let _ = (data, len);
+        Err(not_offered("host memory mapping"))
+    }
+    /// (ABI 1.11) Undo [`Plugin::dma_map`] of the range starting at
+    /// `data`: `NOT_FOUND` when none starts there.
+    fn dma_unmap(&self, data: *mut u8) -> PluginResult<()> {
+        let _ = data;
+        Err(not_offered("host memory mapping"))
     }
 }

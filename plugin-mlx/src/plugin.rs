@@ -4,7 +4,7 @@ use crate::executable::MlxExecutable;
 use crate::lower;
 use rlx_plugin_api::{
     CompileOptions, CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, MemoryUsage,
-    Offers, Plugin, PluginResult,
+    Offers, Plugin, PluginError, PluginResult,
 };
 use std::sync::Arc;
 
@@ -123,7 +123,35 @@ impl Plugin for MlxPlugin {
             set_rng: true,
             active_extent: true,
             memory_usage: true,
+            dma_map: true,
         }
+    }
+
+    /// On a GPU the range is page-locked, and the copies of inputs read
+    /// from it and of outputs written into it run on the copy engine
+    /// (`shim/src/host_memory.cc`); on the CPU, where MLX reads host
+    /// memory in place, the mapping only records the range.
+    fn dma_map(&self, data: *mut u8, len: usize) -> PluginResult<()> {
+        use rlx_mlx_shim::host_memory::{dma_map, DmaError};
+        dma_map(data, len).map_err(|e| match e {
+            DmaError::Overlaps => PluginError::invalid_argument(format!(
+                "dma_map: the {len} bytes at {data:p} overlap a mapped range"
+            )),
+            DmaError::Driver(msg) if msg.contains("out of memory") => {
+                PluginError::resource_exhausted(format!("dma_map of {len} bytes: {msg}"))
+            }
+            other => PluginError::internal(format!("dma_map of {len} bytes: {other:?}")),
+        })
+    }
+
+    fn dma_unmap(&self, data: *mut u8) -> PluginResult<()> {
+        use rlx_mlx_shim::host_memory::{dma_unmap, DmaError};
+        dma_unmap(data).map_err(|e| match e {
+            DmaError::NotMapped => {
+                PluginError::not_found(format!("dma_unmap: no mapped range starts at {data:p}"))
+            }
+            other => PluginError::internal(format!("dma_unmap at {data:p}: {other:?}")),
+        })
     }
 
     fn memory_usage(&self) -> PluginResult<MemoryUsage> {

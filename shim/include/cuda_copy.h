@@ -26,4 +26,12 @@ bool to_host(const mx::array& x, void* dst, std::size_t n);
 // with one DMA; false, writing nothing, when the driver copies are off.
 bool from_host(const mx::array& x, const void* src, std::size_t n);
 
+// Page-locks the n bytes at p for the GPU's DMA engine (host memory a host
+// mapped, src/host_memory.cc); false, changing nothing, when the driver
+// copies are off. Throws what the driver says when it refuses.
+bool pin(void* p, std::size_t n);
+
+// Undoes pin(p, n).
+void unpin(void* p);
+
 }  // namespace rlx::cuda_copy

@@ -12,6 +12,11 @@
 // (`cuMemcpyDtoH`), and an input is written into its managed buffer with one
 // DMA (`cuMemcpyHtoD`), so its pages start on the GPU.
 //
+// From host memory a host mapped (ABI 1.11, src/host_memory.cc), which is
+// page-locked, both copies are asynchronous copies on a stream of the
+// plugin's own, which the copy engine runs at the bus's speed; the call
+// waits for that stream only.
+//
 // The driver is already loaded in such a process (the CUDA libmlx needs
 // `libcuda.so.1`), so it is looked up with RTLD_NOLOAD and never loaded
 // here. `RLX_MLX_CUDA_COPY=0` turns these copies off (MLX's own path).
@@ -21,8 +26,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+
+#include "rlx-mlx-shim/include/host_memory.h"
 
 namespace mlx::core::cu {
 bool is_available();
@@ -38,6 +46,9 @@ using CUdeviceptr = unsigned long long;
 using CUcontext = void*;
 using CUdevice = int;
 using CUstream = void*;
+
+constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
+constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 0x1;
 
 // The layout of `mlx::core::cu::CudaBuffer` in MLX 0.32.4
 // (mlx/backend/cuda/allocator.h: `void* data; size_t size; int device;`,
@@ -57,6 +68,11 @@ struct Driver {
   CUresult (*ctx_set_current)(CUcontext) = nullptr;
   CUresult (*primary_ctx_retain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*memcpy_dtoh_async)(void*, CUdeviceptr, std::size_t, CUstream) = nullptr;
+  CUresult (*memcpy_htod_async)(CUdeviceptr, const void*, std::size_t, CUstream) = nullptr;
+  CUresult (*stream_create)(CUstream*, unsigned) = nullptr;
+  CUresult (*host_register)(void*, std::size_t, unsigned) = nullptr;
+  CUresult (*host_unregister)(void*) = nullptr;
   bool ok = false;
 };
 
@@ -86,7 +102,12 @@ const Driver& driver() {
         resolve(lib, "cuCtxGetCurrent", d.ctx_get_current) &&
         resolve(lib, "cuCtxSetCurrent", d.ctx_set_current) &&
         resolve(lib, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain) &&
-        resolve(lib, "cuGetErrorString", d.get_error_string);
+        resolve(lib, "cuGetErrorString", d.get_error_string) &&
+        resolve(lib, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async) &&
+        resolve(lib, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async) &&
+        resolve(lib, "cuStreamCreate", d.stream_create) &&
+        resolve(lib, "cuMemHostRegister_v2", d.host_register) &&
+        resolve(lib, "cuMemHostUnregister", d.host_unregister);
     return d;
   }();
   return d;
@@ -118,6 +139,23 @@ void ensure_context(const Driver& d, int device) {
   check(d, d.ctx_set_current(ctx), "cuCtxSetCurrent");
 }
 
+// The stream the copies of mapped memory run on, one per device, created
+// on first use and kept for the process. Non-blocking: it waits for no
+// other stream, and a copy's caller waits for it alone.
+CUstream copy_stream(const Driver& d, int device) {
+  static std::mutex lock;
+  static CUstream streams[64] = {};
+  int i = device < 0 ? 0 : device;
+  if (i >= 64) {
+    throw std::runtime_error("[rlx shim] GPU ordinal " + std::to_string(i) + " out of range");
+  }
+  std::lock_guard g(lock);
+  if (streams[i] == nullptr) {
+    check(d, d.stream_create(&streams[i], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  }
+  return streams[i];
+}
+
 const CudaBufferLayout* cuda_buffer(const mx::array& x) {
   return static_cast<const CudaBufferLayout*>(x.buffer().ptr());
 }
@@ -143,6 +181,12 @@ bool to_host(const mx::array& x, void* dst, std::size_t n) {
   }
   ensure_context(d, buf->device);
   auto src = reinterpret_cast<CUdeviceptr>(static_cast<char*>(buf->data) + x.offset());
+  if (host_memory::pinned(dst, n)) {
+    CUstream s = copy_stream(d, buf->device);
+    check(d, d.memcpy_dtoh_async(dst, src, n, s), "cuMemcpyDtoHAsync");
+    check(d, d.stream_synchronize(s), "cuStreamSynchronize");
+    return true;
+  }
   // To pageable memory the copy returns once it is complete.
   check(d, d.memcpy_dtoh(dst, src, n), "cuMemcpyDtoH");
   return true;
@@ -159,12 +203,34 @@ bool from_host(const mx::array& x, const void* src, std::size_t n) {
   }
   ensure_context(d, buf->device);
   auto dst = reinterpret_cast<CUdeviceptr>(static_cast<char*>(buf->data) + x.offset());
+  if (host_memory::pinned(src, n)) {
+    CUstream s = copy_stream(d, buf->device);
+    check(d, d.memcpy_htod_async(dst, src, n, s), "cuMemcpyHtoDAsync");
+    check(d, d.stream_synchronize(s), "cuStreamSynchronize");
+    return true;
+  }
   check(d, d.memcpy_htod(dst, src, n), "cuMemcpyHtoD");
   // From pageable memory the call may return before the DMA into the
   // buffer is done, and MLX's streams do not wait for the legacy stream the
   // copy ran on: wait here, so that no kernel reads a half-written input.
   check(d, d.stream_synchronize(nullptr), "cuStreamSynchronize");
   return true;
+}
+
+bool pin(void* p, std::size_t n) {
+  const Driver& d = driver();
+  if (!d.ok) {
+    return false;
+  }
+  ensure_context(d, 0);
+  check(d, d.host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
+  return true;
+}
+
+void unpin(void* p) {
+  const Driver& d = driver();
+  ensure_context(d, 0);
+  check(d, d.host_unregister(p), "cuMemHostUnregister");
 }
 
 }  // namespace rlx::cuda_copy

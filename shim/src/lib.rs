@@ -42,6 +42,7 @@ pub mod fast;
 pub mod fft;
 pub mod fusion;
 pub mod host_kernel;
+pub mod host_memory;
 pub mod info;
 pub mod kernels;
 pub mod linalg;

@@ -24,7 +24,10 @@
 //!
 //! Options: `--steps N` (timed, default 10), `--warmup N` (default 2),
 //! `--variants cpu,mlx:compiled:resident,...` (default: cpu, then every
-//! plugin mode resident and host). Each row: the path taken (resident or
+//! plugin mode resident and host). A plugin variant ending in `:mapped`
+//! (`mlx:compiled:resident:mapped`, `train` only) maps the batch's host
+//! memory for the plugin's transfers first (ABI 1.11 `dma_map`), as a
+//! program that refills one batch buffer every step would. Each row: the path taken (resident or
 //! host, as rlx-runtime reports it), the first step, the median and min of
 //! the timed ones, and the median's ratio to the CPU backend's.
 
@@ -48,17 +51,27 @@ mod train;
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
     Cpu,
-    Mlx { mode: Mode, resident: bool },
+    Mlx {
+        mode: Mode,
+        resident: bool,
+        /// The batch's memory mapped for transfers (`dma_map`).
+        mapped: bool,
+    },
 }
 
 impl Variant {
     fn label(self) -> String {
         match self {
             Variant::Cpu => "cpu".into(),
-            Variant::Mlx { mode, resident } => format!(
-                "mlx:{}:{}",
+            Variant::Mlx {
+                mode,
+                resident,
+                mapped,
+            } => format!(
+                "mlx:{}:{}{}",
                 mode.name(),
-                if resident { "resident" } else { "host" }
+                if resident { "resident" } else { "host" },
+                if mapped { ":mapped" } else { "" }
             ),
         }
     }
@@ -68,7 +81,11 @@ impl Variant {
             return Ok(Variant::Cpu);
         }
         let parts: Vec<&str> = s.split(':').collect();
-        match parts.as_slice() {
+        let (mlx, mapped) = match parts.as_slice() {
+            [head @ .., "mapped"] => (head, true),
+            all => (all, false),
+        };
+        match mlx {
             ["mlx", m, r] => Ok(Variant::Mlx {
                 mode: Mode::from_name(m).ok_or_else(|| format!("unknown mode {m:?}"))?,
                 resident: match *r {
@@ -76,8 +93,11 @@ impl Variant {
                     "host" => false,
                     other => return Err(format!("{other:?}: expected resident or host")),
                 },
+                mapped,
             }),
-            _ => Err(format!("{s:?}: expected cpu or mlx:MODE:resident|host")),
+            _ => Err(format!(
+                "{s:?}: expected cpu or mlx:MODE:resident|host[:mapped]"
+            )),
         }
     }
 
@@ -85,7 +105,7 @@ impl Variant {
     fn device(self) -> Device {
         match self {
             Variant::Cpu => Device::Cpu,
-            Variant::Mlx { mode, resident } => {
+            Variant::Mlx { mode, resident, .. } => {
                 register_plugin_backend(rlx_plugin_tests::parity::mlx(), Device::Mlx, mode);
                 set_resident(Device::Mlx, resident);
                 Device::Mlx
@@ -168,7 +188,13 @@ fn main() {
             .chain(
                 [Mode::Lazy, Mode::Eager, Mode::Compiled]
                     .into_iter()
-                    .flat_map(|mode| [true, false].map(|resident| Variant::Mlx { mode, resident })),
+                    .flat_map(|mode| {
+                        [true, false].map(|resident| Variant::Mlx {
+                            mode,
+                            resident,
+                            mapped: false,
+                        })
+                    }),
             )
             .collect(),
     };
@@ -176,7 +202,7 @@ fn main() {
         "{workload}: {warmup} warm-up and {steps} timed steps per variant, each in its own process"
     );
     println!(
-        "{:<24} {:>9} {:>12} {:>12} {:>12} {:>8}",
+        "{:<28} {:>9} {:>12} {:>12} {:>12} {:>8}",
         "variant", "path", "first ms", "median ms", "min ms", "vs cpu"
     );
     let mut cpu_median = None;
@@ -194,7 +220,7 @@ fn main() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let Some(line) = stdout.lines().find(|l| l.starts_with("RESULT ")) else {
             println!(
-                "{:<24} failed: {}",
+                "{:<28} failed: {}",
                 v.label(),
                 String::from_utf8_lossy(&out.stderr)
                     .lines()
@@ -212,7 +238,7 @@ fn main() {
             cpu_median = Some(median);
         }
         println!(
-            "{:<24} {:>9} {:>12.2} {:>12.3} {:>12.3} {:>8}",
+            "{:<28} {:>9} {:>12.2} {:>12.3} {:>12.3} {:>8}",
             f[1],
             if f[2] == "true" { "resident" } else { "host" },
             f[3].parse::<f64>().unwrap(),

@@ -46,7 +46,8 @@ fn struct_sizes_and_header_are_as_documented() {
     // ABI 1.0 ends where 1.1's custom_ops begins; 1.1-1.3 end where 1.4's
     // executable_device begins; 1.4-1.7 end where 1.8's
     // executable_run_into begins (1.5-1.7 added no root-table field); 1.8
-    // ends where 1.9's state begins; 1.9 (and 1.10) is the whole table.
+    // ends where 1.9's state begins; 1.9 and 1.10 end where 1.11's
+    // host_memory begins; 1.11 is the whole table.
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
     assert_eq!(
         plugin_api_min_size(1),
@@ -62,9 +63,13 @@ fn struct_sizes_and_header_are_as_documented() {
         assert_eq!(plugin_api_min_size(m), plugin_api_min_size(4));
     }
     assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
-    assert_eq!(plugin_api_min_size(9), size_of::<RlxPluginApi>());
+    assert_eq!(
+        plugin_api_min_size(9),
+        offset_of!(RlxPluginApi, host_memory)
+    );
     // 1.10 added no root-table field (its one field is the host table's).
     assert_eq!(plugin_api_min_size(10), plugin_api_min_size(9));
+    assert_eq!(plugin_api_min_size(11), size_of::<RlxPluginApi>());
     assert_eq!(HOST_API_SIZE_1_0, offset_of!(RlxHostApi, setting));
     assert_eq!(
         RlxHostApi::STRUCT_SIZE,

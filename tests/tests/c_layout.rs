@@ -79,7 +79,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             executable_signature, executable_bind_param, executable_run, custom_ops,
             executable_device, executable_run_into, state, sharing, submits,
             executable_bind_param_range, executable_set_rng, executable_set_active_extent,
-            memory_usage,
+            memory_usage, host_memory,
         },
         RlxMemoryUsage { struct_size, active_bytes, peak_bytes, cached_bytes },
         RlxPluginDescriptor {
@@ -117,6 +117,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
         RlxStateApi { struct_size, bind, unbind, read, list, set_feed, feed_rows, read_output },
         RlxSharingApi { struct_size, clone, share_params },
         RlxSubmitApi { struct_size, submit, wait },
+        RlxHostMemoryApi { struct_size, dma_map, dma_unmap },
     };
     for (t, listed, recorded) in &names {
         assert_eq!(
@@ -279,7 +280,7 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
     assert_eq!(RlxDeviceInfo::STRUCT_SIZE, 40);
     assert_eq!(
         RlxPluginApi::STRUCT_SIZE,
-        offset_of!(RlxPluginApi, memory_usage) + 8
+        offset_of!(RlxPluginApi, host_memory) + 8
     );
     assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
     // The host table: 1.10's `setting` starts where a 1.0-1.9 host's

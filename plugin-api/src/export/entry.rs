@@ -1,9 +1,9 @@
-//! Header §12: the entry symbol. `export_plugin!` writes it; [`entry`] is
+//! Header §13: the entry symbol. `export_plugin!` writes it; [`entry`] is
 //! its body: the handshake, the plugin's state and its root table.
 
 use super::loaded::{self, Loaded};
 use super::{custom_ops::CUSTOM_OP_API, executable, handle, registration, run, status};
-use super::{memory, sharing, state, submit};
+use super::{host_memory, memory, sharing, state, submit};
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::{panic_message, PluginError, PluginResult, StatusCode};
 use crate::plugin::{Descriptor, DeviceInfo, Plugin};
@@ -191,6 +191,8 @@ unsafe fn handshake(
         .active_extent
         .then_some(executable::executable_set_active_extent as _);
     t.memory_usage = offers.memory_usage.then_some(memory::memory_usage as _);
+    // 1.11
+    t.host_memory = host_memory::table(&offers);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,
         None => &CUSTOM_OP_API,

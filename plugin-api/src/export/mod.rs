@@ -8,6 +8,7 @@ mod custom_ops;
 mod entry;
 mod executable;
 mod handle;
+mod host_memory;
 mod loaded;
 mod memory;
 mod registration;

@@ -46,6 +46,8 @@ pub struct LoadedPlugin {
     pub(super) state: Option<RlxStateApi>,
     pub(super) sharing: Option<RlxSharingApi>,
     pub(super) submits: Option<RlxSubmitApi>,
+    /// (1.11) The host-memory table, as read at load.
+    pub(super) host_memory: Option<RlxHostMemoryApi>,
 }
 
 // SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
@@ -232,6 +234,7 @@ impl LoadedPlugin {
             read_sized(api.sharing),
             read_sized(api.submits),
         );
+        let host_memory = read_sized(api.host_memory);
         Ok(LoadedPlugin {
             path,
             api,
@@ -242,6 +245,7 @@ impl LoadedPlugin {
             state,
             sharing,
             submits,
+            host_memory,
         })
     }
 
@@ -436,6 +440,10 @@ impl LoadedPlugin {
             set_rng: self.api.executable_set_rng.is_some(),
             active_extent: self.api.executable_set_active_extent.is_some(),
             memory_usage: self.api.memory_usage.is_some(),
+            dma_map: self
+                .host_memory
+                .as_ref()
+                .is_some_and(|t| t.dma_map.is_some() && t.dma_unmap.is_some()),
         }
     }
 

@@ -3,6 +3,7 @@
 use super::custom_ops::RlxCustomOpApi;
 use super::executable::{RlxCompileOptions, RlxExecutable, RlxValueVisitor};
 use super::host::RlxHostApi;
+use super::host_memory::RlxHostMemoryApi;
 use super::registration::{RlxLoweringTable, RlxOpList};
 use super::sharing::RlxSharingApi;
 use super::state::RlxStateApi;
@@ -187,6 +188,11 @@ pub struct RlxPluginApi {
     /// The memory the plugin's tensors hold now, as the out-struct `*out`.
     /// Optional.
     pub memory_usage: Option<unsafe extern "C" fn(out: *mut RlxMemoryUsage) -> *mut RlxStatus>,
+
+    // --- 1.11 ---
+    /// Host memory mapped for transfers (header §12). Plugin-owned,
+    /// static. Null: the plugin has no use for it.
+    pub host_memory: *const RlxHostMemoryApi,
 }
 
 /// (1.9) What the plugin's tensors hold, in bytes, across all its
@@ -222,6 +228,7 @@ pub fn plugin_api_min_size(minor: u32) -> usize {
         1..=3 => offset_of!(RlxPluginApi, executable_device),
         4..=7 => offset_of!(RlxPluginApi, executable_run_into),
         8 => offset_of!(RlxPluginApi, state),
+        9 | 10 => offset_of!(RlxPluginApi, host_memory),
         _ => <RlxPluginApi as crate::sized::AbiStruct>::STRUCT_SIZE,
     }
 }
@@ -277,7 +284,7 @@ pub struct RlxDeviceInfo {
     pub memory_bytes: u64,
 }
 
-crate::abi_struct!(RlxPluginApi, memory_usage: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxPluginApi, host_memory: usize); // an Option<fn> is pointer-sized
 crate::abi_struct!(RlxMemoryUsage, cached_bytes: u64);
 crate::abi_struct!(RlxPluginDescriptor, n_device_infos: usize);
 crate::abi_struct!(RlxDeviceInfo, memory_bytes: u64);
@@ -317,6 +324,7 @@ impl RlxPluginApi {
             executable_set_rng: None,
             executable_set_active_extent: None,
             memory_usage: None,
+            host_memory: std::ptr::null(),
         }
     }
 }

@@ -34,7 +34,7 @@ fn mlp() -> String {
 }
 
 pub fn run(variant: Variant, warmup: usize, steps: usize) -> Measured {
-    let Variant::Mlx { mode, resident } = variant else {
+    let Variant::Mlx { mode, resident, .. } = variant else {
         panic!("the forward workload runs on the plugin only");
     };
     let plugin = rlx_plugin_tests::parity::mlx();

@@ -11,6 +11,10 @@
 //!   graph build or compiled call, output handed over) and the glue.
 //! - `abi-into`: the same through `executable_run_into` (ABI 1.8), the
 //!   output written into a buffer lent for each run, as `session` does.
+//! - `abi-mapped`: `abi-into` with the input read from, and the output
+//!   written into, host memory mapped for transfers (ABI 1.11
+//!   `dma_map`): on a GPU, page-locked memory the copy engine reads and
+//!   writes directly. Its input and output buffers are the same every run.
 //! - `session`: `Session::run` on `Device::Mlx`: rlx-runtime and the
 //!   adapter on top of `abi-into`.
 //!
@@ -257,6 +261,22 @@ fn main() {
             check(&y);
         });
     }
+    let (mut x_mapped, mut y_mapped) = (x_bytes.clone(), vec![0u8; x_bytes.len()]);
+    let x_mapped = plugin.dma_map(&mut x_mapped).unwrap();
+    let mut y_mapped = plugin.dma_map(&mut y_mapped).unwrap();
+    for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
+        let mut exe = plugin.compile(&text, mode).unwrap();
+        let shape = [len];
+        row("abi-mapped", mode.name(), &mut || {
+            let t = HostTensorRef::new(rlx_plugin_api::DType::F32, &shape, &x_mapped).unwrap();
+            exe.run_refs_into(&[("x", t)], &mut [Some(&mut y_mapped[..])], |t| {
+                t.to_compact_bytes()
+            })
+            .unwrap();
+            check(&y_mapped);
+        });
+    }
+    drop((x_mapped, y_mapped));
     for mode in [Mode::Lazy, Mode::Eager, Mode::Compiled] {
         let mut exe =
             rlx_plugin_host::with_mode(mode, || Session::new(Device::Mlx).compile(graph(len)));
