@@ -7,8 +7,9 @@
 # --model small`, which fails on a mismatch), the plugin's own kernels on
 # odd shapes (tests/qemu/kernels.rlxmodel) and elementwise chains in
 # compiled mode (MLX's CPU code generation for arm64, the plugin's fused
-# regions; tests/qemu/fused_chain.rlxmodel). The plugin's own kernels run their portable loops there, the
-# code every arm64 CPU runs.
+# regions; tests/qemu/fused_chain.rlxmodel). The plugin's own kernels run
+# their NEON versions there, the code every arm64 CPU runs, and are
+# compared byte for byte with their portable loops.
 #
 # usage: qemu-aarch64-check.sh PROFILE_DIR
 #
@@ -77,7 +78,21 @@ for mode in lazy compiled; do check tests/qemu/fused_chain.rlxmodel "$mode"; don
 # of its loops (tests/static-host/tests/kernel_graphs: products of 1 to 9
 # rows, unary kernels on lengths off every vector width, row kernels,
 # broadcast arithmetic, Fma, the scan, and the builtin transformer and
-# LSTM): on x86 they are compared with the AVX2 loops bit for bit; here,
-# where the portable loops are the only ones, against the CPU backend.
+# LSTM): on x86 they are compared with the AVX2 loops bit for bit; here
+# the NEON kernels against the CPU backend,
 for model in tests/qemu/portable/*.rlxmodel; do check "$model" lazy; done
-echo "== arm64: the conformance kit, the demo, the kernels and the fused chains agree with the CPU backend"
+# and against the portable loops (RLX_MLX_PORTABLE_KERNELS=1), byte for
+# byte: each NEON kernel does its portable loop's arithmetic lane by lane.
+echo "== NEON kernels against the portable loops, byte for byte (under $(basename "$qemu"))"
+same=0
+for model in tests/qemu/kernels.rlxmodel tests/qemu/portable/*.rlxmodel; do
+    for p in 0 1; do
+        RLX_MLX_PORTABLE_KERNELS=$p run "$host" --plugin "$dir" run "$model" --backend mlx --mode lazy \
+            --output "$home/out$p.safetensors" >/dev/null
+    done
+    cmp -s "$home/out0.safetensors" "$home/out1.safetensors" ||
+        { echo "qemu-aarch64-check.sh: $model: the NEON kernels' outputs differ from the portable loops'" >&2; exit 1; }
+    same=$((same + 1))
+done
+echo "  $same graphs: the same bytes"
+echo "== arm64: the conformance kit, the demo, the kernels and the fused chains agree with the CPU backend, the NEON kernels with the portable loops"

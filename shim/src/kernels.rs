@@ -98,11 +98,12 @@ pub mod ffi {
             len: usize,
             rows: &[i64],
         ) -> Result<UniquePtr<Array>>;
-        /// Whether the vector (AVX2 + FMA) kernels run on this CPU (and
-        /// are not switched off by [`set_portable_kernels`]).
+        /// Whether the vector kernels (AVX2 + FMA on x86, NEON on arm64)
+        /// run on this CPU (and are not switched off by
+        /// [`set_portable_kernels`]).
         fn kernels_vectorized() -> bool;
-        /// Every kernel of the plugin's takes its portable loop (the code
-        /// arm64 runs) when `on`, on any CPU; process-wide. Starts as
+        /// Every kernel of the plugin's takes its portable loop when
+        /// `on`, on any CPU; process-wide. Starts as
         /// `RLX_MLX_PORTABLE_KERNELS=1` says.
         fn set_portable_kernels(on: bool);
     }

@@ -1,6 +1,7 @@
-//! The plugin's CPU kernels have an x86 path (AVX2 + FMA, AVX-512) and a
-//! portable loop, the one every arm64 CPU (Apple silicon, Graviton, Grace)
-//! runs. `set_portable_kernels(true)` (`RLX_MLX_PORTABLE_KERNELS=1`) makes
+//! The plugin's CPU kernels have an x86 path (AVX2 + FMA, AVX-512), an
+//! arm64 path (NEON, which gives the portable loop's bits:
+//! `scripts/qemu-aarch64-check.sh` compares them under qemu) and a
+//! portable loop. `set_portable_kernels(true)` (`RLX_MLX_PORTABLE_KERNELS=1`) makes
 //! this x86 CPU take the portable loops, so both are compared here, on
 //! graphs that reach every kernel and every branch of its loops: products
 //! of 1 to 9 rows (the skinny kernels, per row count, and the blocked one
