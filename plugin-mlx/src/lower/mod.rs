@@ -21,6 +21,7 @@ pub mod linalg;
 pub mod norm;
 pub mod number_format;
 pub mod order;
+pub mod pocketfft;
 pub mod quant;
 pub mod random;
 pub mod recurrent;
@@ -265,6 +266,7 @@ pub fn table() -> &'static [Lowering] {
             solve::entries(),
             random::entries(),
             signal::entries(),
+            pocketfft::entries(),
             grouped::entries(),
             quant::entries(),
             control::entries(),

@@ -2,8 +2,8 @@
 //!
 //! All of them read rlx's 2N "block layout": the last axis of an F32 tensor
 //! holds `[re_0 … re_{N-1}, im_0 … im_{N-1}]` (see `rlx_ir::Op::Fft`).
-//! `FftPocketFft` (rlx's bit-exact pocketfft rounding) is a separate op kind
-//! and is not lowered here.
+//! `FftPocketFft` (rlx's bit-exact pocketfft rounding) is a separate op kind,
+//! lowered in `pocketfft.rs`.
 
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::row;
