@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -26,6 +26,7 @@ pub const NAMES: [&str; 15] = [
     "mlp-train",
     "params-1g",
     "pocketfft",
+    "pocketfft-op",
     "transfer",
 ];
 
@@ -104,6 +105,14 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
             format!(
                 "pocketfft, rows={POCKETFFT_ROWS} n={POCKETFFT_N}, f32, as rlx lowers it for a backend \
                  without a pocketfft kernel: thousands of tiny elementwise, slice and concat nodes"
+            ),
+        ),
+        "pocketfft-op" => (
+            pocketfft_op(),
+            format!(
+                "pocketfft, rows={POCKETFFT_ROWS} n={POCKETFFT_N}, f32, as one Fft node with \
+                 pocketfft's rounding (a backend with the kernel runs it whole; rlx-runtime \
+                 replays it in elementwise nodes for one without)"
             ),
         ),
         "transfer" => (
@@ -319,6 +328,15 @@ const POCKETFFT_N: usize = 4099;
 /// per scalar operation of each FFTPACK pass, vectorised over the rows.
 /// rlx-runtime's `examples/fft_algo_bench.rs` times the same graphs.
 fn pocketfft() -> Graph {
+    rlx_fusion::rewriter::apply_match_rewrite(
+        &rlx_fusion::lower_pocketfft::LowerPocketFft,
+        pocketfft_op(),
+    )
+    .graph
+}
+
+/// The same transform as one `Fft` node (`pocketfft` before lowering).
+fn pocketfft_op() -> Graph {
     let mut g = Graph::new("pocketfft");
     let x = g.input("x", f32s(&[POCKETFFT_ROWS, 2 * POCKETFFT_N]));
     let y = g.fft_algo(
@@ -328,7 +346,7 @@ fn pocketfft() -> Graph {
         rlx_ir::fft::FftAlgo::SCIPY,
     );
     g.set_outputs(vec![y]);
-    rlx_fusion::rewriter::apply_match_rewrite(&rlx_fusion::lower_pocketfft::LowerPocketFft, g).graph
+    g
 }
 
 #[cfg(test)]
