@@ -32,6 +32,7 @@ pub mod digits;
 pub mod distributed;
 pub mod models;
 pub mod run;
+pub mod tables;
 pub mod tensor_files;
 
 pub use rlx_plugin_host::backend as rlx_backend;

@@ -523,7 +523,7 @@ impl RunReport {
             })
             .collect();
         println!();
-        crate::cli::print_table(
+        crate::tables::print_table(
             &["OUTPUT", "SHAPE", "DTYPE", "MAX ABS ERR", "MAX REL ERR"],
             &rows,
         );

@@ -16,7 +16,7 @@ pub fn print_text(header: &Header, rows: &[Row]) {
     header.print_text();
     println!();
     let table: Vec<[String; 12]> = rows.iter().map(cells).collect();
-    crate::cli::print_table(
+    crate::tables::print_table(
         &[
             "BACKEND",
             "MODE",

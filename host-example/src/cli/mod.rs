@@ -314,31 +314,6 @@ pub fn dispatch(cli: Cli) -> CliResult {
     }
 }
 
-/// Print rows under a header, columns padded to their widest cell.
-pub fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == N {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        println!("{}", s.trim_end());
-    };
-    line(header.to_vec());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
-}
-
 /// A minimal stderr logger: `-v` shows info, `-vv` debug, `-vvv` trace.
 pub fn init_logging(verbosity: u8) {
     struct Stderr;

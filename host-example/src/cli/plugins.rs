@@ -1,7 +1,8 @@
 //! `rlx-host plugins`, `rlx-host plugins inspect PATH` and `rlx-host
 //! plugins check PATH`.
 
-use super::{print_table, CliResult};
+use super::CliResult;
+use crate::tables::{print_candidates, print_table};
 use rlx_plugin_api::host::{CandidateReport, CandidateState, LoadedPlugin, PluginSet};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -36,36 +37,6 @@ pub fn list(explicit: Vec<PathBuf>, as_json: bool) -> CliResult {
     }
     print_candidates(&set);
     Ok(())
-}
-
-/// The plugin table: one row per candidate with its state.
-pub fn print_candidates(set: &PluginSet) {
-    if set.candidates.is_empty() {
-        println!(
-            "no plugin candidates (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
-            rlx_plugin_api::host::ENV_PLUGINS
-        );
-        return;
-    }
-    let rows: Vec<[String; 6]> = set
-        .candidates
-        .iter()
-        .map(|c| {
-            let p = c.plugin();
-            [
-                p.map_or("-".into(), |p| p.descriptor().name.clone()),
-                p.map_or("-".into(), |p| p.descriptor().version.clone()),
-                p.map_or("-".into(), |p| p.abi_version().to_string()),
-                c.source.to_string(),
-                c.path.display().to_string(),
-                c.reason(),
-            ]
-        })
-        .collect();
-    print_table(
-        &["NAME", "VERSION", "ABI", "SOURCE", "PATH", "STATE"],
-        &rows,
-    );
 }
 
 /// Load the plugin `path` names: a library, or a plugin directory holding

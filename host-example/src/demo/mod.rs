@@ -7,10 +7,10 @@
 mod progress;
 mod verdict;
 
-use crate::cli::{plugins::print_candidates, print_table};
 use crate::models::{transformer, TransformerConfig};
 use crate::rlx_backend;
 use crate::run::{execute, execute_with, find_plugin, parity, random_data, PLUGIN_DEVICE};
+use crate::tables::{print_candidates, print_table};
 use rlx_plugin_api::Mode;
 use rlx_runtime::Device;
 use std::path::PathBuf;

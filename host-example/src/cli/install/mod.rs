@@ -4,7 +4,8 @@
 
 mod fetch;
 
-use super::{print_table, CliResult};
+use super::CliResult;
+use crate::tables::print_table;
 use rlx_plugin_package::install::{self, Evidence, Home, Outcome, Request, Verification};
 use rlx_plugin_package::Limits;
 use std::path::{Path, PathBuf};
