@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.10).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.11).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -473,10 +473,11 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.10, this (1.10)
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.11, this (1.11)
     // host. 1.9's entries are absent on the plugin's side below 1.9 (its
-    // table ends before them) and, but for state, in the 1.9 and 1.10
-    // builds too (1.10 added no root-table field).
+    // table ends before them) and, but for state, in the 1.9 to 1.11
+    // builds too (1.10 added no root-table field; 1.11's host_memory is
+    // NULL in the 1.11 build).
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -1110,6 +1111,7 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
             1..=3 => std::mem::offset_of!(RlxPluginApi, executable_device),
             4..=7 => std::mem::offset_of!(RlxPluginApi, executable_run_into),
             8 => std::mem::offset_of!(RlxPluginApi, state),
+            9 | 10 => std::mem::offset_of!(RlxPluginApi, host_memory),
             _ => std::mem::size_of::<RlxPluginApi>(),
         };
         assert_eq!(api.struct_size, want_size, "1.{minor}");
@@ -2457,7 +2459,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.10 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.11 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {
