@@ -34,7 +34,8 @@
 //! registry), `devices` (1.4), and `abi19` (1.9: state, clones and shared
 //! params, submitted runs, param ranges, RNG, active extents, memory
 //! figures, skipped output slots; each part the plugin does not offer is
-//! one skipped "not offered" check).
+//! one skipped "not offered" check), and `host_memory` (1.11: mapped host
+//! memory's refusals and runs over it).
 //!
 //! Checks are independent: each runs inside `catch_unwind`, so a failing
 //! or panicking check is recorded and the next one still runs. The kit
@@ -53,6 +54,7 @@ mod errors;
 mod exec;
 mod graphs;
 mod handshake;
+mod host_memory;
 mod kit;
 mod raw;
 mod reference;
@@ -115,6 +117,7 @@ pub fn check_with(path: impl AsRef<Path>, on_check: &mut dyn FnMut(&Check)) -> R
     custom::run(&mut kit);
     devices::run(&mut kit);
     abi19::run(&mut kit);
+    host_memory::run(&mut kit);
     report.checks = kit.checks;
     report
 }

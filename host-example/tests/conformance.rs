@@ -115,8 +115,12 @@ fn the_mlx_plugin_directory_passes_with_its_eager_entries_checked() {
     assert!(skips
         .iter()
         .any(|c| c["detail"] == "no generated case for Conv"));
-    // The MLX plugin offers every part of 1.9: each ran, none "not offered".
-    for name in ABI_1_9_CHECKS {
+    // The MLX plugin offers every part of 1.9 and 1.11's mapped host
+    // memory: each ran, none "not offered".
+    for name in ABI_1_9_CHECKS.iter().chain(&[
+        "host memory: refusals change nothing",
+        "host memory: runs read and write mapped memory",
+    ]) {
         assert_eq!(outcome(&v, name), "ok", "{name}: {v}");
     }
     assert!(
@@ -233,7 +237,14 @@ fn the_fixture_plugin_passes_and_prints_one_line_per_check() {
         ),
         "ok"
     );
-    for part in ["state", "clone", "share_params", "submit", "memory_usage"] {
+    for part in [
+        "state",
+        "clone",
+        "share_params",
+        "submit",
+        "memory_usage",
+        "host memory",
+    ] {
         assert_eq!(outcome(&v, &format!("{part}: not offered")), "skip", "{v}");
     }
 }
@@ -384,6 +395,8 @@ fn the_c_plugin_passes_in_every_minor_when_it_is_built() {
             }
             assert_eq!(outcome(&v, "state rows: not offered"), "skip");
             assert_eq!(outcome(&v, "submit: not offered"), "skip");
+            // 1.11's host_memory is NULL in the 1.11 build, absent before.
+            assert_eq!(outcome(&v, "host memory: not offered"), "skip");
         } else {
             // Before 1.9 nothing of it runs: "not offered", each part.
             assert_eq!(outcome(&v, "state: not offered"), "skip", "1.{minor}");

@@ -373,15 +373,15 @@ fn unlowered_variants_fail_at_compile() {
         "{e}"
     );
     // The pocketfft rounding variant is its own op kind, claimed for F32
-    // and F64 (tests/pocketfft_kernel.rs), not for F16.
+    // and F64 (tests/pocketfft_kernel.rs), not for C64.
     let mut g = Graph::new("pocket");
-    let x = g.input("x", Shape::new(&[2, 16], IrDType::F16));
+    let x = g.input("x", Shape::new(&[2, 16], IrDType::C64));
     let y = g.fft_algo(x, false, FftNorm::Backward, FftAlgo::SCIPY);
     g.set_outputs(vec![y]);
     let e = p
         .compile(&rlx_ir::rlxmodel::to_text(&g).unwrap(), Mode::Lazy)
         .err()
-        .expect("FftPocketFft on f16 is not lowered");
+        .expect("FftPocketFft on c64 is not lowered");
     assert!(
         e.message.contains("node %1") && e.message.contains("FftPocketFft"),
         "{e}"
