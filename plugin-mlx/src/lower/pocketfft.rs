@@ -61,7 +61,7 @@ fn fft_pocketfft(cx: &Ctx, a: &[&Array]) -> LResult {
     let two_n = *dims
         .last()
         .ok_or("Fft on a rank-0 tensor is not supported")? as usize;
-    if two_n % 2 != 0 {
+    if !two_n.is_multiple_of(2) {
         return Err(format!("Fft: last axis {two_n} is not a 2N block layout").into());
     }
     let n = two_n / 2;
