@@ -30,6 +30,7 @@ pub mod conformance;
 pub mod demo;
 pub mod digits;
 pub mod distributed;
+pub mod model_data;
 pub mod models;
 pub mod run;
 pub mod tables;

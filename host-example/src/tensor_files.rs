@@ -18,7 +18,7 @@
 //! Outputs are written in their declared dtype (f64 outputs from the f32
 //! values rlx-runtime returned; complex ones as `[.., 2]` float tensors).
 
-use crate::run::{dims_of as static_dims, fmt_dims, ModelData};
+use crate::model_data::{dims_of as static_dims, fmt_dims, output_infos, ModelData};
 use rlx_ir::{DType, Graph, Op};
 use safetensors::Dtype;
 use std::collections::HashMap;
@@ -422,7 +422,7 @@ fn output_bytes(values: &[f32], dt: DType) -> (Dtype, Vec<u8>) {
 /// Write `outputs` (one per graph output, [`ModelData`]'s f32 layout) to
 /// a safetensors file, each under its output name in its declared dtype.
 pub fn write_outputs(graph: &Graph, outputs: &[Vec<f32>], path: &Path) -> Result<(), String> {
-    let infos = crate::run::output_infos(graph, outputs);
+    let infos = output_infos(graph, outputs);
     let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (i, (name, mut dims, _)) in infos.into_iter().enumerate() {
         if owned.iter().any(|(n, ..)| *n == name) {
