@@ -137,9 +137,9 @@ impl Plugin for MlxPlugin {
             DmaError::Overlaps => PluginError::invalid_argument(format!(
                 "dma_map: the {len} bytes at {data:p} overlap a mapped range"
             )),
-            DmaError::Driver(msg) if msg.contains("out of memory") => {
-                PluginError::resource_exhausted(format!("dma_map of {len} bytes: {msg}"))
-            }
+            DmaError::OutOfMemory => PluginError::resource_exhausted(format!(
+                "dma_map: the GPU driver cannot page-lock {len} more bytes"
+            )),
             other => PluginError::internal(format!("dma_map of {len} bytes: {other:?}")),
         })
     }

@@ -26,10 +26,14 @@ bool to_host(const mx::array& x, void* dst, std::size_t n);
 // with one DMA; false, writing nothing, when the driver copies are off.
 bool from_host(const mx::array& x, const void* src, std::size_t n);
 
+// What pin did.
+enum class Pinned { kOff, kYes, kOutOfMemory };
+
 // Page-locks the n bytes at p for the GPU's DMA engine (host memory a host
-// mapped, src/host_memory.cc); false, changing nothing, when the driver
-// copies are off. Throws what the driver says when it refuses.
-bool pin(void* p, std::size_t n);
+// mapped, src/host_memory.cc): kYes; kOff, changing nothing, when the
+// driver copies are off; kOutOfMemory when the driver cannot lock that
+// much. Throws what the driver says when it refuses otherwise.
+Pinned pin(void* p, std::size_t n);
 
 // Undoes pin(p, n).
 void unpin(void* p);

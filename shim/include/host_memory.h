@@ -6,16 +6,13 @@
 
 namespace rlx {
 
-// Maps the len bytes at data: 0, or 1 when the range overlaps a mapped
-// one (nothing changed). Throws when the GPU driver cannot lock the range.
+// Maps the len bytes at data: 0; 1 when the range overlaps a mapped one,
+// 2 when the GPU driver cannot lock that much memory (nothing changed).
+// Throws when the driver refuses the range otherwise.
 std::uint32_t dma_map(std::size_t data, std::size_t len);
 
 // Unmaps the range that starts at data: 0, or 1 when none does.
 std::uint32_t dma_unmap(std::size_t data);
-
-// Whether mapped ranges are page-locked here (a CUDA build on a GPU);
-// elsewhere a mapping only records the range.
-bool dma_pins();
 
 namespace host_memory {
 

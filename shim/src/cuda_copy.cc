@@ -47,6 +47,7 @@ using CUcontext = void*;
 using CUdevice = int;
 using CUstream = void*;
 
+constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 0x1;
 
@@ -217,14 +218,18 @@ bool from_host(const mx::array& x, const void* src, std::size_t n) {
   return true;
 }
 
-bool pin(void* p, std::size_t n) {
+Pinned pin(void* p, std::size_t n) {
   const Driver& d = driver();
   if (!d.ok) {
-    return false;
+    return Pinned::kOff;
   }
   ensure_context(d, 0);
-  check(d, d.host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
-  return true;
+  CUresult r = d.host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    return Pinned::kOutOfMemory;
+  }
+  check(d, r, "cuMemHostRegister");
+  return Pinned::kYes;
 }
 
 void unpin(void* p) {

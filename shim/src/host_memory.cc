@@ -9,6 +9,7 @@
 // mapping only records its range (the contract's checks stay the same).
 #include "rlx-mlx-shim/include/host_memory.h"
 
+#include <atomic>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -28,6 +29,9 @@ struct Ranges {
   std::shared_mutex lock;
   // By start address; ranges never overlap.
   std::map<std::uintptr_t, Mapped> by_start;
+  // How many of them are page-locked: every GPU copy asks `pinned`, and
+  // while none is (no program mapped anything) it answers without the lock.
+  std::atomic<std::size_t> n_pinned{0};
 };
 
 // Never destroyed: a host may unmap from its own static destructors.
@@ -51,8 +55,14 @@ std::uint32_t dma_map(std::size_t data, std::size_t len) {
       return 1;
     }
   }
-  bool pinned = cuda_copy::pin(reinterpret_cast<void*>(data), len);
-  r.by_start.emplace(data, Mapped{len, pinned});
+  const cuda_copy::Pinned pinned = cuda_copy::pin(reinterpret_cast<void*>(data), len);
+  if (pinned == cuda_copy::Pinned::kOutOfMemory) {
+    return 2;
+  }
+  r.by_start.emplace(data, Mapped{len, pinned == cuda_copy::Pinned::kYes});
+  if (pinned == cuda_copy::Pinned::kYes) {
+    r.n_pinned.fetch_add(1, std::memory_order_relaxed);
+  }
   return 0;
 }
 
@@ -65,17 +75,19 @@ std::uint32_t dma_unmap(std::size_t data) {
   }
   if (it->second.pinned) {
     cuda_copy::unpin(reinterpret_cast<void*>(data));
+    r.n_pinned.fetch_sub(1, std::memory_order_relaxed);
   }
   r.by_start.erase(it);
   return 0;
 }
 
-bool dma_pins() { return cuda_copy::enabled(); }
-
 namespace host_memory {
 
 bool pinned(const void* p, std::size_t n) {
   Ranges& r = ranges();
+  if (r.n_pinned.load(std::memory_order_relaxed) == 0) {
+    return false;
+  }
   auto at = reinterpret_cast<std::uintptr_t>(p);
   std::shared_lock g(r.lock);
   auto it = r.by_start.upper_bound(at);

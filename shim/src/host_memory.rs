@@ -8,7 +8,6 @@ mod ffi {
 
         fn dma_map(data: usize, len: usize) -> Result<u32>;
         fn dma_unmap(data: usize) -> Result<u32>;
-        fn dma_pins() -> bool;
     }
 }
 
@@ -19,6 +18,8 @@ pub enum DmaError {
     Overlaps,
     /// No mapped range starts there.
     NotMapped,
+    /// The GPU driver cannot page-lock that much memory.
+    OutOfMemory,
     /// The GPU driver refused (its message).
     Driver(String),
 }
@@ -28,7 +29,8 @@ pub enum DmaError {
 pub fn dma_map(data: *mut u8, len: usize) -> Result<(), DmaError> {
     match ffi::dma_map(data as usize, len) {
         Ok(0) => Ok(()),
-        Ok(_) => Err(DmaError::Overlaps),
+        Ok(1) => Err(DmaError::Overlaps),
+        Ok(_) => Err(DmaError::OutOfMemory),
         Err(e) => Err(DmaError::Driver(e.what().to_string())),
     }
 }
@@ -40,9 +42,4 @@ pub fn dma_unmap(data: *mut u8) -> Result<(), DmaError> {
         Ok(_) => Err(DmaError::NotMapped),
         Err(e) => Err(DmaError::Driver(e.what().to_string())),
     }
-}
-
-/// Whether a mapping page-locks its range here (a CUDA build on a GPU).
-pub fn dma_pins() -> bool {
-    ffi::dma_pins()
 }
