@@ -57,14 +57,7 @@ fn fft_pocketfft(cx: &Ctx, a: &[&Array]) -> LResult {
             format!("Fft (pocketfft) on {dt:?} is not lowered (F32 and F64 block layout)").into(),
         );
     }
-    let dims = cx.out_dims();
-    let two_n = *dims
-        .last()
-        .ok_or("Fft on a rank-0 tensor is not supported")? as usize;
-    if !two_n.is_multiple_of(2) {
-        return Err(format!("Fft: last axis {two_n} is not a 2N block layout").into());
-    }
-    let n = two_n / 2;
+    let n = super::signal::block_n(a[0], "Fft")? as usize;
     let opt = Options {
         contraction: match contraction {
             FftContraction::Clang => Contraction::Clang,
@@ -86,13 +79,12 @@ fn fft_pocketfft(cx: &Ctx, a: &[&Array]) -> LResult {
             rows::<f32>(src, out, len / 4, n, forward, scale as f32, opt);
         }
     };
-    // Where the device is a GPU the kernel still runs on the CPU (the
-    // engine is host code); MLX moves the rows across.
-    let _cpu = super::cpu_steps()?;
+    // A host kernel runs on the CPU stream on every device (the engine is
+    // host code); on a GPU, MLX moves the rows across.
     Ok(host_kernel_node(
         &[a[0]],
         HostCall::new(run),
-        &dims,
+        &cx.out_dims(),
         cx.out_dtype(),
     )?)
 }

@@ -71,7 +71,7 @@ fn f32_scalar(v: f32) -> LResult {
 }
 
 /// The last-axis length of a block-layout tensor, halved.
-fn block_n(a: &Array, op: &str) -> LResult<i32> {
+pub(super) fn block_n(a: &Array, op: &str) -> LResult<i32> {
     let shape = a.shape();
     let Some(&two_n) = shape.last() else {
         return Err(format!("{op}: a rank-0 input is not supported").into());
