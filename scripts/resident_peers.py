@@ -47,9 +47,10 @@ PROMPT, CONTEXT = 200, 300
 
 
 def decoder_weights(randn):
-    """Named weights, scaled as a trained model's roughly are."""
+    """Named weights, scaled as a trained model's roughly are (the norms'
+    gains are ones: their values do not change the work)."""
     w = {"embed": randn(VOCAB, D_MODEL), "pos_embed": randn(CAP, D_MODEL),
-         "final_norm": None, "lm_head": randn(D_MODEL, VOCAB)}
+         "lm_head": randn(D_MODEL, VOCAB)}
     for l in range(LAYERS):
         for n in ["wq", "wk", "wv", "wo"]:
             w[f"l{l}.{n}"] = randn(D_MODEL, D_MODEL)
@@ -195,7 +196,7 @@ def mlx_decode(mx, nn, warmup, steps):
     caches = [mx.zeros((2, CAP, D_MODEL)) for _ in range(LAYERS)]
     keys = mx.arange(CAP)
     hd = D_MODEL // HEADS
-    mx.eval([v for v in w.values() if v is not None], caches)
+    mx.eval(list(w.values()), caches)
 
     def norm(x):
         return mx.fast.rms_norm(x, ones, 1e-5)
