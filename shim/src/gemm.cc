@@ -60,6 +60,19 @@ inline void skinny_k_tail(const float* A, int64_t lda, const float* B, int64_t l
   }
 }
 
+// The columns [n, n1) a kernel's vectors left, for its four steps of k
+// from k (B's rows from b0): one k at a time, in order, as the vectors do.
+template <int R>
+inline void skinny_n_tail(const float* A, int64_t lda, const float* b0, int64_t ldb, float* C,
+                          int64_t ldc, int64_t k, int64_t n, int64_t n1) {
+  for (; n < n1; ++n)
+    for (int r = 0; r < R; ++r) {
+      float c = C[r * ldc + n];
+      for (int j = 0; j < 4; ++j) c = std::fma(A[r * lda + k + j], b0[j * ldb + n], c);
+      C[r * ldc + n] = c;
+    }
+}
+
 // One pass over k for R rows of A (R <= 8) and columns [n0, n1) of a
 // row-major B: C's rows stay in L1, B's rows stream four at a time.
 #if RLX_X86
@@ -159,12 +172,7 @@ __attribute__((target("avx2,fma"))) void skinny_n_avx2(
         _mm256_storeu_ps(C + r * ldc + n, c);
       }
     }
-    for (; n < n1; ++n)
-      for (int r = 0; r < R; ++r) {
-        float c = C[r * ldc + n];
-        for (int j = 0; j < 4; ++j) c = std::fma(A[r * lda + k + j], b0[j * ldb + n], c);
-        C[r * ldc + n] = c;
-      }
+    skinny_n_tail<R>(A, lda, b0, ldb, C, ldc, k, n, n1);
   }
   skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
 }
@@ -215,12 +223,7 @@ void skinny_n_neon(const float* A, int64_t lda, const float* B, int64_t ldb, flo
         vst1q_f32(C + r * ldc + n, c);
       }
     }
-    for (; n < n1; ++n)
-      for (int r = 0; r < R; ++r) {
-        float c = C[r * ldc + n];
-        for (int j = 0; j < 4; ++j) c = std::fma(A[r * lda + k + j], b0[j * ldb + n], c);
-        C[r * ldc + n] = c;
-      }
+    skinny_n_tail<R>(A, lda, b0, ldb, C, ldc, k, n, n1);
   }
   skinny_k_tail<R>(A, lda, B, ldb, C, ldc, k, K, n0, n1);
 }
