@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! librlx_mlx.so            DT_RPATH $ORIGIN/mlx/lib:$ORIGIN/blas/optimized:$ORIGIN/blas/reference
+//! rlx-mlx-kernel-builder   builds compiled mode's kernels in a process of its own
 //! mlx/lib/libmlx.so        (its own RPATH, $ORIGIN/../../mlx_cpu.libs, finds nothing: no such dir)
 //! blas/optimized/libblas-<hash>.so.3.10.0   -> /usr/lib/<triple>/libopenblas.so.0 (symlink)
 //! blas/optimized/liblapack-<hash>.so.3.10.0 -> /usr/lib/<triple>/libopenblas.so.0 (symlink)
@@ -32,6 +33,8 @@
 mod elf_names;
 #[path = "build/gpu.rs"]
 mod gpu;
+#[path = "build/kernel_builder.rs"]
+mod kernel_builder;
 #[path = "build/ops.rs"]
 mod ops;
 #[path = "../build-support/wheel.rs"]
@@ -78,9 +81,17 @@ fn main() {
         &out,
     );
 
+    let mut bundles = vec![bundle];
     if let Some(variant) = gpu {
         gpu::lay_out(variant, &profile_dir.join("plugins"));
+        bundles.push(profile_dir.join("plugins").join(variant.dir));
     }
+    kernel_builder::build(
+        &PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()),
+        &out,
+        &target_os,
+        &bundles,
+    );
 }
 
 fn copy_if_changed(src: &Path, dst: &Path) -> std::io::Result<()> {

@@ -80,9 +80,14 @@ python3 scripts/macos_stubs.py check "$LIB"
 # The directory a Mac user drops into ~/.rlx/plugins: MLX looks for
 # mlx.metallib beside libmlx.dylib, and the plugin finds libmlx through its
 # LC_RPATH (@loader_path/mlx/lib).
+# The kernel builder (plugin-mlx/build/kernel_builder.rs), as the build
+# script compiled it: compiled mode starts it with
+# RLX_MLX_BACKGROUND_COMPILE=process (MLX keeps no Metal kernels on disk, so
+# not by default).
+BUILDER=$(ls -t target/$TARGET/$PROFILE/build/rlx-plugin-mlx-*/out/rlx-mlx-kernel-builder | head -1)
 rm -rf "$OUT"
 mkdir -p "$OUT/mlx/lib"
-cp "$LIB" "$OUT/"
+cp "$LIB" "$BUILDER" "$OUT/"
 cp "$MLX_DIR/lib/libmlx.dylib" "$MLX_DIR/lib/mlx.metallib" "$OUT/mlx/lib/"
 [[ -f $MLX_DIR/lib/libjaccl.dylib ]] && cp "$MLX_DIR/lib/libjaccl.dylib" "$OUT/mlx/lib/"
 if grep -qa -e "$PWD" -e "$HOME/" "$OUT/librlx_mlx.dylib"; then

@@ -113,6 +113,14 @@ fn bound_here() -> bool {
     global.is_null() || global == nvrtcCompileProgram as CompileProgram as *mut c_void
 }
 
+/// Whether a child process that loads this plugin library generates
+/// kernels as this process does: not where this process's own NVRTC is
+/// bound before the plugin's (the child's would be the plugin's, and its
+/// kernels would differ from this process's, in another cache directory).
+pub fn same_in_a_child() -> bool {
+    allowed() || bound_here()
+}
+
 /// Decide, once, before MLX compiles a kernel: give the exact kernels
 /// their own cache directory, and say what holds (the build info's
 /// `mlx.fma_contraction`). Called when the CUDA build loads.

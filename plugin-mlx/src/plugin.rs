@@ -53,6 +53,10 @@ impl Plugin for MlxPlugin {
                 crate::contraction::choose().into(),
             ));
             build_info.push((
+                "mlx.kernel_builder".into(),
+                crate::executable::kernel_builder_info(),
+            ));
+            build_info.push((
                 "mlx.gpu_fallback".into(),
                 "f64 values and linalg (DenseSolve, BatchedDenseSolve) run on the CPU stream"
                     .into(),

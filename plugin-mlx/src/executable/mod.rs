@@ -34,6 +34,8 @@ mod evaluate;
 mod extent;
 pub mod fusion;
 mod hoist;
+mod kernel_process;
+pub(crate) use kernel_process::describe as kernel_builder_info;
 mod plan;
 mod sharing;
 mod state;
@@ -263,9 +265,16 @@ impl MlxExecutable {
         // Where the compiled function fuses (no recorded plan), its
         // kernels are built beside the first runs, not in one.
         let warmup = match (&compiled, &plan) {
-            (Some(_), None) => {
-                Warmup::start(&graph, rng, &inputs, &params, hoisting.as_ref(), &device)
-            }
+            (Some(_), None) => Warmup::start(
+                &graph,
+                rng,
+                &inputs,
+                &params,
+                hoisting.as_ref(),
+                &device,
+                text,
+                options,
+            ),
             _ => None,
         };
         log::debug!(
@@ -298,6 +307,24 @@ impl MlxExecutable {
             hoisted: Hoisted::default(),
             warmup,
         })
+    }
+
+    /// Build its compiled function's kernels by calling the function once
+    /// on zeros, here and now: the kernel builder process's work
+    /// (`crate::kernel_builder`). Nothing to do outside compiled mode.
+    pub fn build_kernels(&self) -> PluginResult<()> {
+        let Some(f) = &self.compiled else {
+            return Ok(());
+        };
+        let hoisted = self.hoisting.as_ref().map_or(&[][..], |h| &h.nodes[..]);
+        let leaves: Vec<NodeId> = self
+            .inputs
+            .iter()
+            .chain(&self.params)
+            .map(|(_, id)| *id)
+            .chain(hoisted.iter().copied())
+            .collect();
+        warmup::build_kernels(&self.graph, f, &leaves, &self.device)
     }
 
     fn value_info(&self, role: Role, name: String, id: NodeId) -> ValueInfo {

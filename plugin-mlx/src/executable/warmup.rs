@@ -2,47 +2,73 @@
 //!
 //! `mx::compile`'s first call builds the fused kernels it found (on the
 //! CPU MLX writes C++ and runs the system compiler on it: seconds for a
-//! training step), so a compiled executable's first run used to wait for
-//! them. On the CPU the kernels are built instead on a background thread,
-//! from a compiled function of its own called on zeros, as V8 and HotSpot
-//! compile hot code beside the interpreter. The build starts with the
-//! second run (the first has the machine to itself); until it is done,
-//! runs build the graph lazily (lazy mode's evaluation, the same values), and
-//! the first run after that calls the executable's own compiled function,
-//! whose trace (per thread in MLX) finds every kernel already built (MLX
-//! keeps them per process, and on disk across processes).
+//! training step; on a CUDA GPU NVRTC compiles them: tens of seconds), so a
+//! compiled executable's first run used to wait for them. They are built
+//! instead beside the runs, as V8 and HotSpot compile hot code beside the
+//! interpreter: on the CPU on a background thread, from a compiled function
+//! of its own called on zeros; on a CUDA GPU in a process of its own
+//! (`kernel_process`), because MLX's CUDA backend takes one thread at a
+//! time (the plugin's GPU turn) and a thread's build would hold the GPU
+//! from the runs it is meant not to block. The build starts with the
+//! second run (the first has the machine to itself, and a process of one
+//! run builds nothing); until it is done, runs build the graph lazily (lazy
+//! mode's evaluation, the same values), and the first run after that calls
+//! the executable's own compiled function, whose trace (per thread in MLX)
+//! finds every kernel already built (MLX keeps them per process, and on
+//! disk across processes: the child's reach this process that way).
 //!
 //! Not for a graph that calls custom-op kernels (the host's code, which
-//! must not run on zeros no caller gave it), and not on a GPU: MLX's CUDA
-//! backend takes one thread at a time (the
-//! plugin's GPU turn), so a background build would hold the GPU from the
-//! runs it is meant not to block. `RLX_MLX_BACKGROUND_COMPILE=0`, read
-//! once, makes compiled mode's first run build its kernels itself, as
-//! before.
+//! must not run on zeros no caller gave it, and which a child process does
+//! not have), nor on Metal (MLX keeps no Metal kernels on disk).
+//! `RLX_MLX_BACKGROUND_COMPILE`, read once: `0` makes compiled mode's first
+//! run build its kernels itself, as before; `process` builds them in a
+//! child process on the CPU too.
 //!
-//! One thread builds, one graph after another. A build must not outlive
-//! the process's MLX: an executable dropped while its build waits cancels
-//! it, and one dropped while it runs waits for it (as its first compiled
-//! run would have); a process that exits with a build running waits for
-//! it too (an `atexit` handler registered after each build, so that it
-//! runs before the destructors of what MLX set up for the builds).
+//! One thread builds, one graph after another (waiting on the child
+//! process, for a GPU). A thread's build must not outlive the process's
+//! MLX: an executable dropped while its build waits cancels it, and one
+//! dropped while it runs waits for it (as its first compiled run would
+//! have); a process that exits with a build running waits for it too (an
+//! `atexit` handler registered after each build, so that it runs before
+//! the destructors of what MLX set up for the builds). A child process
+//! shares nothing with this one: nobody waits for it but the builder
+//! thread.
 
 use super::device::on_device;
 use super::evaluate::zeros_like;
 use super::hoist::Hoisting;
+use super::kernel_process::Spawn;
 use super::{compile_graph, Compiled};
 use crate::custom::CustomScope;
 use rlx_ir::{Graph, NodeId};
 use rlx_mlx_shim::{array, ArrayList};
-use rlx_plugin_api::{DeviceInfo, DeviceKind, PluginError, PluginResult};
+use rlx_plugin_api::{CompileOptions, DeviceInfo, DeviceKind, PluginError, PluginResult};
 use std::sync::{Arc, Condvar, Mutex};
 
-fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+/// Where kernels are built beside the runs (`RLX_MLX_BACKGROUND_COMPILE`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Where {
+    /// `0`: nowhere; the first compiled run builds them.
+    Off,
+    /// Unset (or anything else): a thread on the CPU, a process on a GPU.
+    Default,
+    /// `process`: a process on every device.
+    Process,
+}
+
+fn setting() -> Where {
+    static ON: std::sync::OnceLock<Where> = std::sync::OnceLock::new();
     // The host's view of the setting (ABI 1.10): a program's in-process
     // `rlx_ir::env::set` reaches it as the environment does.
     *ON.get_or_init(|| {
-        rlx_plugin_api::setting("RLX_MLX_BACKGROUND_COMPILE").is_none_or(|v| v.trim() != "0")
+        match rlx_plugin_api::setting("RLX_MLX_BACKGROUND_COMPILE")
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("0") => Where::Off,
+            Some(v) if v.eq_ignore_ascii_case("process") => Where::Process,
+            _ => Where::Default,
+        }
     })
 }
 
@@ -60,6 +86,8 @@ enum State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// Built in this process (a drop waits for it), not by a child.
+    in_process: bool,
 }
 
 impl Shared {
@@ -86,9 +114,11 @@ pub(super) struct Warmup {
 }
 
 impl Warmup {
-    /// Queue the build of `graph`'s compiled function's kernels; None
-    /// where that does not apply (a GPU, or switched off), and the first
-    /// run builds them.
+    /// Queue the build of `graph`'s compiled function's kernels (`text`
+    /// compiled with `options`, for a child process); None where that does
+    /// not apply (Metal, custom-op kernels, or switched off: the debug log
+    /// says why), and the first compiled run builds them.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
         graph: &Arc<Graph>,
         rng: rlx_ir::RngOptions,
@@ -96,43 +126,70 @@ impl Warmup {
         params: &[(String, NodeId)],
         hoisting: Option<&Arc<Hoisting>>,
         device: &DeviceInfo,
+        text: &str,
+        options: &CompileOptions,
     ) -> Option<Warmup> {
-        if !enabled() || device.kind == DeviceKind::Gpu {
+        let setting = setting();
+        if setting == Where::Off {
             return None;
         }
-        let custom = Arc::new(CustomScope::resolve(graph).ok()?);
-        // The build calls the graph on zeros: a custom op's kernel (the
-        // host's code) would run on data no caller gave it, on another
-        // thread, beside the caller's own runs (a kernel that counts its
-        // calls or waits on the caller saw an extra one). Such a graph's
-        // first compiled run builds the kernels itself.
-        if custom.calls_kernels() {
-            return None;
-        }
-        let f = compile_graph(
-            graph.clone(),
-            rng,
-            custom,
-            inputs,
-            params,
-            Arc::default(),
-            hoisting.cloned(),
-        )
-        .ok()?;
         let leaves: Vec<NodeId> = inputs
             .iter()
             .chain(params)
             .map(|(_, id)| *id)
             .chain(hoisting.map_or(&[][..], |h| &h.nodes[..]).iter().copied())
             .collect();
+        let work = (|| {
+            let gpu = device.kind == DeviceKind::Gpu;
+            if gpu && crate::devices::build() != crate::devices::Build::Cuda {
+                return Err("MLX keeps no Metal kernels on disk".to_string());
+            }
+            let custom = Arc::new(CustomScope::resolve(graph).map_err(|e| e.to_string())?);
+            // The build calls the graph on zeros: a custom op's kernel (the
+            // host's code) would run on data no caller gave it, beside the
+            // caller's own runs (a kernel that counts its calls or waits on
+            // the caller saw an extra one), and a child process has none.
+            if custom.calls_kernels() {
+                return Err("it calls custom-op kernels".into());
+            }
+            if gpu || setting == Where::Process {
+                return Ok(Work::Process(Spawn::prepare(
+                    graph, &leaves, text, options, device,
+                )?));
+            }
+            let f = compile_graph(
+                graph.clone(),
+                rng,
+                custom,
+                inputs,
+                params,
+                Arc::default(),
+                hoisting.cloned(),
+            )
+            .map_err(|e| e.to_string())?;
+            Ok(Work::Thread {
+                f,
+                leaves: leaves.clone(),
+            })
+        })();
+        let work = match work {
+            Ok(w) => w,
+            Err(why) => {
+                log::debug!(
+                    "graph {:?}: compiled mode's first run builds its kernels: {why}",
+                    graph.name
+                );
+                return None;
+            }
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State::Queued),
             changed: Condvar::new(),
+            in_process: matches!(work, Work::Thread { .. }),
         });
         let job = Job {
             graph: graph.clone(),
-            f,
-            leaves,
+            work,
             device: device.clone(),
             shared: shared.clone(),
         };
@@ -194,7 +251,7 @@ impl Drop for Warmup {
         if *s == State::Queued {
             *s = State::Cancelled;
         }
-        while *s == State::Building {
+        while self.shared.in_process && *s == State::Building {
             s = self
                 .shared
                 .changed
@@ -207,10 +264,17 @@ impl Drop for Warmup {
 /// One background build.
 struct Job {
     graph: Arc<Graph>,
-    f: Compiled,
-    leaves: Vec<NodeId>,
+    work: Work,
     device: DeviceInfo,
     shared: Arc<Shared>,
+}
+
+/// How it builds.
+enum Work {
+    /// Here: a compiled function of its own, called on zeros of `leaves`.
+    Thread { f: Compiled, leaves: Vec<NodeId> },
+    /// In a child process.
+    Process(Spawn),
 }
 
 impl Job {
@@ -223,21 +287,32 @@ impl Job {
             *s = State::Building;
         }
         let start = std::time::Instant::now();
-        match build_kernels(&self.graph, &self.f, &self.leaves, &self.device) {
+        let (built, how) = match self.work {
+            Work::Thread { f, leaves } => {
+                let built = build_kernels(&self.graph, &f, &leaves, &self.device)
+                    .map_err(|e| e.to_string());
+                drop(f);
+                at_exit::register();
+                (built, "")
+            }
+            Work::Process(spawn) => (
+                spawn.run(),
+                " (in a process of their own, rlx-mlx-kernel-builder)",
+            ),
+        };
+        match built {
             Ok(()) => log::debug!(
-                "graph {:?}: compiled mode's kernels built in the background in {} ms",
+                "graph {:?}: compiled mode's kernels built in the background in {} ms{how}",
                 self.graph.name,
                 start.elapsed().as_millis()
             ),
             // The executable's own first compiled call meets the same
-            // error, and reports it.
+            // error (or builds what the child did not), and reports it.
             Err(e) => log::debug!(
-                "graph {:?}: building compiled mode's kernels in the background failed: {e}",
+                "graph {:?}: building compiled mode's kernels in the background failed{how}: {e}",
                 self.graph.name
             ),
         }
-        drop(self.f);
-        at_exit::register();
         self.shared.set(State::Done);
     }
 }
@@ -255,7 +330,7 @@ fn worker() -> &'static std::sync::mpsc::Sender<Job> {
             .spawn(move || {
                 for job in rx {
                     *at_exit::CURRENT.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(job.shared.clone());
+                        job.shared.in_process.then(|| job.shared.clone());
                     job.run();
                     *at_exit::CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 }
@@ -271,7 +346,7 @@ fn worker() -> &'static std::sync::mpsc::Sender<Job> {
 
 /// Call `f` on zeros of every leaf's shape and evaluate it: MLX builds
 /// and keeps every fused kernel of the trace.
-fn build_kernels(
+pub(super) fn build_kernels(
     graph: &Graph,
     f: &Compiled,
     leaves: &[NodeId],

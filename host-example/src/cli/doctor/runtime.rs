@@ -41,12 +41,20 @@ pub(super) fn notes(report: &CandidateReport) -> Vec<Note> {
 }
 
 fn build_hint(key: &str, value: &str) -> Option<String> {
-    (key == "blas" && !value.contains("(optimized)")).then(|| {
-        "the bundled reference BLAS makes f32 matmul about 60x slower: install OpenBLAS \
-         (Debian/Ubuntu: apt install libopenblas0-pthread) and the plugin uses it when it \
-         next loads"
-            .to_string()
-    })
+    match key {
+        "blas" if !value.contains("(optimized)") => Some(
+            "the bundled reference BLAS makes f32 matmul about 60x slower: install OpenBLAS \
+             (Debian/Ubuntu: apt install libopenblas0-pthread) and the plugin uses it when it \
+             next loads"
+                .to_string(),
+        ),
+        "mlx.kernel_builder" if value.starts_with("none") => Some(
+            "reinstall the plugin directory: its rlx-mlx-kernel-builder lets compiled mode \
+             build a graph's GPU kernels while its first runs run lazily"
+                .to_string(),
+        ),
+        _ => None,
+    }
 }
 
 /// MLX's CPU kernel cache, judged as compiled mode will judge it
@@ -112,8 +120,9 @@ fn gpu_cache(dir: &Path) -> Note {
             }
         ),
         hint: (!exists).then(|| {
-            "the first compiled run of each graph compiles its kernels with NVRTC (seconds); \
-             set MLX_PTX_CACHE_DIR to a lasting directory to keep them across reboots"
+            "compiled mode compiles each graph's kernels with NVRTC (seconds; in the kernel \
+             builder process while the first runs are lazy); set MLX_PTX_CACHE_DIR to a \
+             lasting directory to keep them across reboots"
                 .to_string()
         }),
     }
