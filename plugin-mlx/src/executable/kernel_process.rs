@@ -108,14 +108,13 @@ impl Spawn {
             .stderr(Stdio::piped())
             // The child builds in its one run, and must not start a child.
             .env("RLX_MLX_BACKGROUND_COMPILE", "0");
-        // Settings the host may have set in its own process only, which
-        // decide how kernels are generated: the child must see the same.
-        for key in [crate::contraction::ENV_ALLOW] {
-            match rlx_plugin_api::setting(key) {
-                Some(v) => cmd.env(key, v),
-                None => cmd.env_remove(key),
-            };
-        }
+        // A setting the host may have set in its own process only, which
+        // decides how kernels are generated: the child must see the same.
+        let fmad = crate::contraction::ENV_ALLOW;
+        match rlx_plugin_api::setting(fmad) {
+            Some(v) => cmd.env(fmad, v),
+            None => cmd.env_remove(fmad),
+        };
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.builder.display()))?;
