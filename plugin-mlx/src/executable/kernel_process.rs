@@ -40,6 +40,11 @@ const ENV_BUILDER: &str = "RLX_MLX_KERNEL_BUILDER";
 /// fail. A larger graph's first compiled run builds its kernels itself.
 const MAX_LEAF_BYTES: u64 = 512 << 20;
 
+/// The most graph text a child is handed (and an executable keeps until
+/// its second run hands it over): constants travel in it, and the child
+/// would hold its own copy of them on the same device.
+const MAX_TEXT_BYTES: usize = 64 << 20;
+
 /// The longest a child may take: NVRTC builds a large graph's kernels in
 /// minutes, not hours.
 const MAX_BUILD: Duration = Duration::from_secs(20 * 60);
@@ -73,9 +78,16 @@ impl Spawn {
                  process may allocate ({MAX_LEAF_BYTES})"
             ));
         }
+        if text.len() > MAX_TEXT_BYTES {
+            return Err(format!(
+                "its {} bytes of graph text are more than a kernel builder process is \
+                 handed ({MAX_TEXT_BYTES})",
+                text.len()
+            ));
+        }
         if device.kind == DeviceKind::Gpu && !crate::contraction::same_in_a_child() {
             return Err(
-                "this process's own NVRTC is bound before the plugin's, a child's \
+                "this process's own NVRTC is bound before the plugin's; a child's \
                         would not be"
                     .into(),
             );
