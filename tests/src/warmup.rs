@@ -42,18 +42,6 @@ pub fn tensor(seed: u32) -> HostTensor {
     .unwrap()
 }
 
-/// Point MLX's kernel cache at a fresh directory (it keeps its CPU kernels
-/// under `$TMPDIR`, and a child process inherits it), so that the kernels
-/// are built in this test, not found from an earlier run. Call it before
-/// the plugin is loaded, in a test binary of its own.
-pub fn cold_kernel_cache() -> tempfile::TempDir {
-    let cache = tempfile::tempdir().unwrap();
-    // SAFETY: set before any thread of the test binary reads it (the
-    // plugin is loaded afterwards).
-    unsafe { std::env::set_var("TMPDIR", cache.path()) };
-    cache
-}
-
 /// Compile [`graph`] in compiled mode and run it until a run has switched
 /// from lazy evaluation to the compiled function, then twice more, every
 /// output bit-identical to the first run's (lazy). Returns the plugin's
