@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 /// Its file name in a plugin directory.
 pub const NAME: &str = "rlx-mlx-kernel-builder";
 
-/// Compile it into `out` and copy it into every directory of `bundles`.
+/// Compile it into `out` and copy it into every directory of `bundles`;
+/// the plugin finds it by the name this exports
+/// (`RLX_MLX_KERNEL_BUILDER_FILE`).
 pub fn build(manifest_dir: &Path, out: &Path, target_os: &str, bundles: &[PathBuf]) {
+    println!("cargo:rustc-env=RLX_MLX_KERNEL_BUILDER_FILE={NAME}");
     let src = manifest_dir.join("build").join("kernel_builder.c");
     println!("cargo:rerun-if-changed={}", src.display());
     let exe = out.join(NAME);

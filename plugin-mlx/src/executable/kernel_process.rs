@@ -23,12 +23,11 @@ use rlx_plugin_api::{CompileOptions, DeviceInfo, DeviceKind};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The builder's file name in a plugin directory (plugin-mlx's
-/// `build/kernel_builder.rs` puts it there).
-pub(crate) const BUILDER: &str = "rlx-mlx-kernel-builder";
+/// The builder's file name in a plugin directory, as plugin-mlx's build
+/// script (`build/kernel_builder.rs`) names it there.
+const BUILDER: &str = env!("RLX_MLX_KERNEL_BUILDER_FILE");
 
 /// Setting naming the builder to run instead of the one beside the plugin
 /// library.
@@ -51,7 +50,7 @@ const MAX_BUILD: Duration = Duration::from_secs(20 * 60);
 
 /// What a child needs to build one graph's kernels.
 pub(super) struct Spawn {
-    text: Arc<str>,
+    text: String,
     args: Vec<String>,
     builder: PathBuf,
     library: PathBuf,
@@ -119,7 +118,7 @@ impl Spawn {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             // The child builds in its one run, and must not start a child.
-            .env("RLX_MLX_BACKGROUND_COMPILE", "0");
+            .env(super::warmup::ENV_BACKGROUND, "0");
         // A setting the host may have set in its own process only, which
         // decides how kernels are generated: the child must see the same.
         let fmad = crate::contraction::ENV_ALLOW;

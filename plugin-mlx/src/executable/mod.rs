@@ -253,13 +253,7 @@ impl MlxExecutable {
             _ => None,
         };
         let plan = compiled.as_ref().and_then(|c| {
-            let hoisted = hoisting.as_ref().map_or(&[][..], |h| &h.nodes[..]);
-            let leaves: Vec<NodeId> = inputs
-                .iter()
-                .chain(&params)
-                .map(|(_, id)| *id)
-                .chain(hoisted.iter().copied())
-                .collect();
+            let leaves = compiled_leaves(&inputs, &params, hoisting.as_deref());
             Plan::record(&graph, rng, &custom, &leaves, hoisting.as_deref(), c).map(Arc::new)
         });
         // Where the compiled function fuses (no recorded plan), its
@@ -316,14 +310,7 @@ impl MlxExecutable {
         let Some(f) = &self.compiled else {
             return Ok(());
         };
-        let hoisted = self.hoisting.as_ref().map_or(&[][..], |h| &h.nodes[..]);
-        let leaves: Vec<NodeId> = self
-            .inputs
-            .iter()
-            .chain(&self.params)
-            .map(|(_, id)| *id)
-            .chain(hoisted.iter().copied())
-            .collect();
+        let leaves = compiled_leaves(&self.inputs, &self.params, self.hoisting.as_deref());
         warmup::build_kernels(&self.graph, f, &leaves, &self.device)
     }
 
@@ -437,6 +424,22 @@ fn leaf_named(leaves: &[(String, NodeId)], name: &str) -> Option<NodeId> {
 
 /// `mx::compile` over the graph: inputs, then params, are the compiled
 /// function's arguments, so rebinding a param needs no recompilation.
+/// The compiled function's arguments, in order: the inputs, the params,
+/// then the hoisted values (see `hoist`). Its trace, a recorded plan, and
+/// a build of its kernels on zeros all call it with these.
+fn compiled_leaves(
+    inputs: &[(String, NodeId)],
+    params: &[(String, NodeId)],
+    hoisting: Option<&Hoisting>,
+) -> Vec<NodeId> {
+    inputs
+        .iter()
+        .chain(params)
+        .map(|(_, id)| *id)
+        .chain(hoisting.map_or(&[][..], |h| &h.nodes[..]).iter().copied())
+        .collect()
+}
+
 fn compile_graph(
     graph: Arc<Graph>,
     rng: rlx_ir::RngOptions,
@@ -446,13 +449,8 @@ fn compile_graph(
     write_ids: Arc<std::sync::Mutex<Vec<NodeId>>>,
     hoisting: Option<Arc<Hoisting>>,
 ) -> PluginResult<Compiled> {
-    // Arguments: inputs, params, then the hoisted values.
-    let hoisted_ids = hoisting.as_ref().map_or(&[][..], |h| &h.nodes[..]);
-    let slot: HashMap<NodeId, usize> = inputs
-        .iter()
-        .chain(params)
-        .map(|(_, id)| *id)
-        .chain(hoisted_ids.iter().copied())
+    let slot: HashMap<NodeId, usize> = compiled_leaves(inputs, params, hoisting.as_deref())
+        .into_iter()
         .enumerate()
         .map(|(i, id)| (id, i))
         .collect();

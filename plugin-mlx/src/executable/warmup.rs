@@ -38,7 +38,7 @@ use super::device::on_device;
 use super::evaluate::zeros_like;
 use super::hoist::Hoisting;
 use super::kernel_process::Spawn;
-use super::{compile_graph, Compiled};
+use super::{compile_graph, compiled_leaves, Compiled};
 use crate::custom::CustomScope;
 use rlx_ir::{Graph, NodeId};
 use rlx_mlx_shim::{array, ArrayList};
@@ -56,12 +56,15 @@ enum Where {
     Process,
 }
 
+/// The setting that chooses [`Where`].
+pub(super) const ENV_BACKGROUND: &str = "RLX_MLX_BACKGROUND_COMPILE";
+
 fn setting() -> Where {
     static ON: std::sync::OnceLock<Where> = std::sync::OnceLock::new();
     // The host's view of the setting (ABI 1.10): a program's in-process
     // `rlx_ir::env::set` reaches it as the environment does.
     *ON.get_or_init(|| {
-        match rlx_plugin_api::setting("RLX_MLX_BACKGROUND_COMPILE")
+        match rlx_plugin_api::setting(ENV_BACKGROUND)
             .as_deref()
             .map(str::trim)
         {
@@ -133,13 +136,8 @@ impl Warmup {
         if setting == Where::Off {
             return None;
         }
-        let leaves: Vec<NodeId> = inputs
-            .iter()
-            .chain(params)
-            .map(|(_, id)| *id)
-            .chain(hoisting.map_or(&[][..], |h| &h.nodes[..]).iter().copied())
-            .collect();
-        let work = (|| {
+        let leaves = compiled_leaves(inputs, params, hoisting.map(|h| &**h));
+        let work = (move || {
             let gpu = device.kind == DeviceKind::Gpu;
             if gpu && crate::devices::build() != crate::devices::Build::Cuda {
                 return Err("MLX keeps no Metal kernels on disk".to_string());
@@ -167,10 +165,7 @@ impl Warmup {
                 hoisting.cloned(),
             )
             .map_err(|e| e.to_string())?;
-            Ok(Work::Thread {
-                f,
-                leaves: leaves.clone(),
-            })
+            Ok(Work::Thread { f, leaves })
         })();
         let work = match work {
             Ok(w) => w,
