@@ -1,7 +1,7 @@
 //! The lowering table's eager entries: run one op on tensors.
 
 use crate::executable::MlxExecutable;
-use crate::graph_check::leaves;
+use crate::graph_text::leaves;
 use rlx_ir::Op;
 use rlx_plugin_api::tensor::borrow_all;
 use rlx_plugin_api::{
@@ -17,7 +17,7 @@ pub fn execute_single(
 ) -> PluginResult<Vec<HostTensor>> {
     // A single op runs on the plugin's default device.
     let _on = crate::executable::on_device(crate::devices::resolve(None)?)?;
-    let graph = crate::graph_check::read_graph(node_text).map_err(|e| e.context("the node"))?;
+    let graph = crate::graph_text::read_graph(node_text).map_err(|e| e.context("the node"))?;
     let ops: Vec<_> = graph
         .nodes()
         .iter()

@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod eager;
 pub mod executable;
 pub mod graph_check;
+pub mod graph_text;
 pub mod kernel_builder;
 pub mod kernel_cache;
 pub mod lower;
@@ -21,6 +22,7 @@ pub mod manifest;
 pub mod memory;
 pub mod op_counts;
 pub mod plugin;
+pub mod table;
 pub mod trace;
 
 rlx_plugin_api::export_plugin!(plugin::MlxPlugin::new(), manifest: manifest::MANIFEST);

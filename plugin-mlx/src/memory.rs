@@ -16,7 +16,7 @@
 //! Nested bodies (If / While / Scan) are bounded by their outer node's
 //! shapes only.
 
-use crate::graph_check::describe;
+use crate::graph_text::describe;
 use rlx_ir::Graph;
 use rlx_plugin_api::DeviceInfo;
 use rlx_plugin_api::{DeviceKind, PluginError, PluginResult};

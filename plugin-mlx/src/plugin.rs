@@ -1,7 +1,6 @@
 //! The plugin: descriptor, registration (the lowering table) and compile.
 
 use crate::executable::MlxExecutable;
-use crate::lower;
 use rlx_plugin_api::{
     CompileOptions, CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, MemoryUsage,
     Offers, Plugin, PluginError, PluginResult,
@@ -80,8 +79,8 @@ impl Plugin for MlxPlugin {
 
     fn init(&self, custom_ops: &'static CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>> {
         rlx_mlx_shim::init().map_err(|e| rlx_plugin_api::PluginError::internal(e.to_string()))?;
-        crate::custom::install(custom_ops)?;
-        let entries: Vec<LoweringEntry> = lower::table()
+        crate::custom::install::install(custom_ops)?;
+        let entries: Vec<LoweringEntry> = crate::table::table()
             .iter()
             .map(|l| {
                 let name = l.name();

@@ -2,7 +2,7 @@
 //! running native and composite ops outside a graph (the registry's
 //! `execute`), as a one-node graph in eager mode.
 
-use super::composite::{body_type, parse_body};
+use super::body::{body_type, parse_body};
 use crate::executable::MlxExecutable;
 use rlx_ir::{Graph, Op, Shape};
 use rlx_plugin_api::tensor::borrow_all;
@@ -23,7 +23,7 @@ fn ir_shape(t: &TensorType) -> PluginResult<Shape> {
 impl CustomOpServices for MlxServices {
     fn check_composite(&self, op: &CustomOpInfo, body: &str) -> PluginResult<()> {
         let g = parse_body(body)?;
-        let (ins, _) = crate::graph_check::leaves(&g);
+        let (ins, _) = crate::graph_text::leaves(&g);
         if ins.len() != op.n_inputs as usize {
             return Err(PluginError::invalid_argument(format!(
                 "the op declares {} inputs, its body has {}",

@@ -6,54 +6,15 @@
 use super::device::spin_us;
 use super::explain;
 use super::fusion::{Fusion, Item};
-use crate::custom::CustomScope;
 use crate::dtype::ir_to_mx;
-use crate::graph_check::{describe, lowering_for, shape_str};
-use crate::lower::{static_dims, Ctx, A};
+use crate::graph_check::lowering_for;
+use crate::graph_text::{describe, shape_str};
+use crate::lower::custom_scope::CustomScope;
+use crate::lower::param_writes::ParamWrites;
+use crate::lower::{static_dims, Ctx, Eval, A};
 use rlx_ir::{Graph, NodeId, Op};
 use rlx_mlx_shim::{array, ops, Array, ArrayList};
 use rlx_plugin_api::{PluginError, PluginResult};
-
-/// How [`evaluate`] builds a graph.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Eval {
-    /// Build every node once, on placeholder values, computing nothing:
-    /// the compile-time check. Loops build their bodies once.
-    Check,
-    /// Build the whole graph; the caller evaluates its outputs.
-    Lazy,
-    /// Evaluate each node as soon as it is built, so an error names it.
-    Eager,
-}
-
-/// Values an op writes back into one of the graph's params when the run
-/// ends (a recurrent layer's final states with `carry`, as rlx-cpu writes
-/// them into its arena): `(graph, param node, value)`. Only writes into the
-/// executable's own graph are applied; inputs are the caller's and
-/// read-only under the ABI.
-#[derive(Default)]
-pub struct ParamWrites(std::cell::RefCell<Vec<(usize, NodeId, A)>>);
-
-impl ParamWrites {
-    pub fn record(&self, graph: &Graph, id: NodeId, value: A) {
-        if matches!(graph.node(id).op, Op::Param { .. }) {
-            self.0
-                .borrow_mut()
-                .push((graph as *const Graph as usize, id, value));
-        }
-    }
-    /// The writes into `graph`'s params, in order (a later write to the
-    /// same param wins).
-    pub fn take_for(&self, graph: &Graph) -> Vec<(NodeId, A)> {
-        let key = graph as *const Graph as usize;
-        self.0
-            .borrow_mut()
-            .drain(..)
-            .filter(|(g, _, _)| *g == key)
-            .map(|(_, id, v)| (id, v))
-            .collect()
-    }
-}
 
 /// What every node of one evaluation shares.
 pub struct Env<'a> {
@@ -221,6 +182,7 @@ pub fn evaluate_select(
                     custom,
                     how,
                     writes: env.writes,
+                    nested,
                 };
                 let out = lower(&cx, &args).map_err(|e| {
                     PluginError::new(
@@ -260,6 +222,25 @@ pub fn evaluate_select(
             Ok(v.clone_handle())
         })
         .collect()
+}
+
+/// A nested graph (a loop's body, a composite's) built in the environment
+/// of the node that holds it (`lower::NestedFn`): without the observer and
+/// compiled mode's regions, which are the outer graph's.
+fn nested(
+    cx: &Ctx,
+    body: &Graph,
+    leaf: &dyn Fn(NodeId) -> PluginResult<A>,
+) -> PluginResult<Vec<A>> {
+    let env = Env {
+        rng: cx.rng,
+        custom: cx.custom,
+        how: cx.how,
+        writes: cx.writes,
+        observe: None,
+        fusion: None,
+    };
+    evaluate(body, &env, leaf)
 }
 
 /// Does the node read or make a float64 value?

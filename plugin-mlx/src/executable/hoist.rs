@@ -19,8 +19,9 @@
 //! came from (a bf16 model whose every weight is cast to f32 would double
 //! or triple its memory). `RLX_MLX_HOIST=0`, read once, turns it off.
 
-use super::evaluate::{evaluate, evaluate_select, Env, ParamWrites, Select};
-use crate::custom::CustomScope;
+use super::evaluate::{evaluate, evaluate_select, Env, Select};
+use crate::lower::custom_scope::CustomScope;
+use crate::lower::param_writes::ParamWrites;
 use crate::lower::A;
 use rlx_ir::{Graph, NodeId, OpKind};
 use rlx_mlx_shim::{array, ArrayList};

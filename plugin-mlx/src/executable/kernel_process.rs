@@ -25,6 +25,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The setting that chooses where compiled mode's kernels are built
+/// (`warmup::Where`): named here, where the builder child is told it too.
+pub(super) const ENV_BACKGROUND: &str = "RLX_MLX_BACKGROUND_COMPILE";
+
 /// The builder's file name in a plugin directory, as plugin-mlx's build
 /// script (`build/kernel_builder.rs`) names it there.
 const BUILDER: &str = env!("RLX_MLX_KERNEL_BUILDER_FILE");
@@ -118,7 +122,7 @@ impl Spawn {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             // The child builds in its one run, and must not start a child.
-            .env(super::warmup::ENV_BACKGROUND, "0");
+            .env(ENV_BACKGROUND, "0");
         // A setting the host may have set in its own process only, which
         // decides how kernels are generated: the child must see the same.
         let fmad = crate::contraction::ENV_ALLOW;

@@ -1,10 +1,12 @@
 //! A compiled graph: params bound by name, run many times with named
 //! inputs, in one of three modes (lazy, eager, compiled).
 
-use crate::custom::CustomScope;
 use crate::dtype::{ir_to_abi, ir_to_mx};
-use crate::graph_check::{leaves, parse_and_check, shape_str};
-use crate::lower::{static_dims, A};
+use crate::graph_check::parse_and_check;
+use crate::graph_text::{leaves, shape_str};
+use crate::lower::custom_scope::CustomScope;
+use crate::lower::param_writes::ParamWrites;
+use crate::lower::{static_dims, Eval, A};
 use crate::trace::RunTrace;
 use rlx_ir::{Graph, NodeId, OpKind};
 use rlx_mlx_shim::{array, ArrayList, Compiled};
@@ -46,7 +48,7 @@ mod warmup;
 use device::spin_us;
 pub use device::{on_device, OnDevice};
 use evaluate::zeros_like;
-pub use evaluate::{evaluate, Env, Eval, Observer, ParamWrites};
+pub use evaluate::{evaluate, Env, Observer};
 use hoist::{Hoisted, Hoisting};
 use plan::Plan;
 use state::States;
@@ -201,7 +203,7 @@ impl MlxExecutable {
                 )));
             }
         }
-        let custom = Arc::new(CustomScope::resolve(&graph)?);
+        let custom = Arc::new(crate::custom::resolve::resolve(&graph)?);
         let compiled_writes: Arc<std::sync::Mutex<Vec<NodeId>>> = Arc::default();
         // Build the whole MLX graph once on zeros, without evaluating: every
         // op variant, attribute and shape is checked now, with the node named.

@@ -17,9 +17,10 @@
 //! what is left, op by op, and no kernel is compiled. Otherwise compiled
 //! mode calls the compiled function.
 
-use super::evaluate::{zeros_like, Env, ParamWrites};
+use super::evaluate::{zeros_like, Env};
 use super::hoist::{self, Hoisting};
-use crate::custom::CustomScope;
+use crate::lower::custom_scope::CustomScope;
+use crate::lower::param_writes::ParamWrites;
 use rlx_ir::{Graph, NodeId};
 use rlx_mlx_shim::array::{self, InlinePlan};
 use rlx_mlx_shim::{ArrayList, Compiled, UniquePtr};

@@ -37,9 +37,8 @@
 use super::device::on_device;
 use super::evaluate::zeros_like;
 use super::hoist::Hoisting;
-use super::kernel_process::Spawn;
+use super::kernel_process::{Spawn, ENV_BACKGROUND};
 use super::{compile_graph, compiled_leaves, Compiled};
-use crate::custom::CustomScope;
 use rlx_ir::{Graph, NodeId};
 use rlx_mlx_shim::{array, ArrayList};
 use rlx_plugin_api::{CompileOptions, DeviceInfo, DeviceKind, PluginError, PluginResult};
@@ -55,9 +54,6 @@ enum Where {
     /// `process`: a process on every device.
     Process,
 }
-
-/// The setting that chooses [`Where`].
-pub(super) const ENV_BACKGROUND: &str = "RLX_MLX_BACKGROUND_COMPILE";
 
 fn setting() -> Where {
     static ON: std::sync::OnceLock<Where> = std::sync::OnceLock::new();
@@ -142,7 +138,8 @@ impl Warmup {
             if gpu && crate::devices::build() != crate::devices::Build::Cuda {
                 return Err("MLX keeps no Metal kernels on disk".to_string());
             }
-            let custom = Arc::new(CustomScope::resolve(graph).map_err(|e| e.to_string())?);
+            let custom =
+                Arc::new(crate::custom::resolve::resolve(graph).map_err(|e| e.to_string())?);
             // The build calls the graph on zeros: a custom op's kernel (the
             // host's code) would run on data no caller gave it, beside the
             // caller's own runs (a kernel that counts its calls or waits on

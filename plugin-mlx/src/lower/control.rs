@@ -17,9 +17,9 @@
 //!   per-step slices of the `xs`, the trajectory stacked (or the
 //!   checkpoint rows kept). The compile-time check builds one step.
 
+use super::Eval;
 use super::{arity, Ctx, LResult, Lowering, A};
-use crate::executable::{evaluate, Eval};
-use crate::graph_check::leaves;
+use crate::graph_text::leaves;
 use rlx_ir::{Graph, NodeId, Op};
 use rlx_mlx_shim::{array, ops, Array, ArrayList};
 use rlx_plugin_api::{PluginError, PluginResult};
@@ -63,7 +63,8 @@ fn call(cx: &Ctx, body: &Graph, args: &[&Array], what: &str) -> LResult<Vec<A>> 
             .map(|(_, a)| a.clone_handle())
             .ok_or_else(|| PluginError::internal(format!("{id} is not an input of the body")))
     };
-    evaluate(body, &cx.env(), &leaf).map_err(|e| format!("in the {what}: {}", e.message).into())
+    cx.evaluate(body, &leaf)
+        .map_err(|e| format!("in the {what}: {}", e.message).into())
 }
 
 fn if_(cx: &Ctx, a: &[&Array]) -> LResult {
@@ -329,7 +330,8 @@ fn call_bound(cx: &Ctx, g: &Graph, bound: &[(NodeId, &Array)], what: &str) -> LR
             .map(|(_, a)| a.clone_handle())
             .ok_or_else(|| PluginError::internal(format!("{id} of the {what} is not bound")))
     };
-    evaluate(g, &cx.env(), &leaf).map_err(|e| format!("in the {what}: {}", e.message).into())
+    cx.evaluate(g, &leaf)
+        .map_err(|e| format!("in the {what}: {}", e.message).into())
 }
 
 /// ScanBackward and ScanBackwardXs: walk `t = L-1 .. 0` through the body's

@@ -5,7 +5,7 @@
 //! an f32 tensor `[d0, …, dn, 2]`; data movement stays on the ordinary f32
 //! lowerings and only the arithmetic of [`DfOp`] comes here.
 //!
-//! One node of the MLX graph on the CPU stream (`custom::host_kernel`),
+//! One node of the MLX graph on the CPU stream (`lower::host_kernel`),
 //! whatever device the rest of the graph runs on: the error-free transforms
 //! need IEEE round-to-nearest with no reassociation or contraction, which
 //! Rust guarantees and MLX's fused kernels do not. The indexing is rlx-ir's
@@ -17,7 +17,7 @@
 //! independent, so splitting them across threads changes no bit.
 
 use super::{arity, Ctx, LResult, Lowering};
-use crate::custom::host_kernel::{self, Call};
+use crate::lower::host_kernel::{self, Call};
 use rlx_ir::double_single::{df_offset, logical_dims, DfOp, DfPlan};
 use rlx_mlx_shim::Array;
 use rlx_plugin_api::{CustomKernel, DType, PluginError};

@@ -2,8 +2,7 @@
 //! LoraMatMul. The expert gather and batched matmul also serve the
 //! quantized DequantGroupedMatMul (`quant`).
 
-use super::quant::{f32, numel, rows_of, scalar_of};
-use super::{arity, Ctx, LResult, Lowering};
+use super::{arity, numel, rows_of, scalar, to_f32, Ctx, LResult, Lowering};
 use crate::dtype::FLOATS;
 use crate::row;
 use rlx_mlx_shim::{ops, Array, DType as Mx};
@@ -44,12 +43,12 @@ fn lora_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
     let r = (numel(&cx.in_dims(2)) / k as i64) as i32;
     let am = ops::reshape(a[2], &[k, r])?;
     let bm = ops::reshape(a[3], &[r, n])?;
-    let base = ops::matmul(&x, &*f32(&w)?)?;
-    let mut t = ops::matmul(&x, &*f32(&am)?)?;
+    let base = ops::matmul(&x, &*to_f32(&w)?)?;
+    let mut t = ops::matmul(&x, &*to_f32(&am)?)?;
     if *scale != 1.0 {
-        t = ops::multiply(&t, &*scalar_of(*scale as f64, Mx::F32)?)?;
+        t = ops::multiply(&t, &*scalar(*scale as f64, Mx::F32)?)?;
     }
-    let low = ops::matmul(&t, &*f32(&bm)?)?;
+    let low = ops::matmul(&t, &*to_f32(&bm)?)?;
     Ok(ops::reshape(&*ops::add(&base, &low)?, &out)?)
 }
 
@@ -59,16 +58,13 @@ fn lora_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
 /// saturate to 0), clamped to the bank (rlx-cpu panics past the end).
 pub(super) fn expert_ids(idx: &Array, experts: i32) -> LResult {
     let i = ops::astype(&*ops::reshape(idx, &[-1])?, Mx::I32)?;
-    let i = ops::maximum(&i, &*scalar_of(0.0, Mx::I32)?)?;
-    Ok(ops::minimum(
-        &i,
-        &*scalar_of((experts - 1) as f64, Mx::I32)?,
-    )?)
+    let i = ops::maximum(&i, &*scalar(0.0, Mx::I32)?)?;
+    Ok(ops::minimum(&i, &*scalar((experts - 1) as f64, Mx::I32)?)?)
 }
 
 /// `out[i] = x[i] @ bank[ids[i]]` with `bank [E, K, N]`.
 pub(super) fn gather_matmul(x: &Array, bank: &Array, ids: &Array, k: i32, out: &[i32]) -> LResult {
-    let x = ops::reshape(&*f32(x)?, &[-1, 1, k])?;
+    let x = ops::reshape(&*to_f32(x)?, &[-1, 1, k])?;
     let w = ops::take(bank, ids, 0)?; // [M, K, N]
     let y = ops::matmul(&x, &w)?; // [M, 1, N]
     Ok(ops::reshape(&y, out)?)
@@ -81,5 +77,5 @@ fn grouped_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
         return Err(format!("GroupedMatMul: weight rank {} (want [E, K, N])", wd.len()).into());
     }
     let ids = expert_ids(a[2], wd[0])?;
-    gather_matmul(a[0], &*f32(a[1])?, &ids, wd[1], &cx.out_dims())
+    gather_matmul(a[0], &*to_f32(a[1])?, &ids, wd[1], &cx.out_dims())
 }

@@ -1,6 +1,6 @@
-//! The lowering table: rlx-ir op kind → MLX computation. It is data: one
-//! [`Lowering`] per op kind, gathered from one file per op family. The
-//! supported-op list the plugin registers is derived from it.
+//! The lowerings: rlx-ir op kind → MLX computation. Each is data: one
+//! [`Lowering`] per op kind, in one file per op family, which
+//! `crate::table` gathers into the lowering table.
 //!
 //! A lowering receives the node (its op, its declared output shape and
 //! dtype) and its input arrays, and returns one MLX array. The executable
@@ -11,16 +11,19 @@ pub mod attention;
 pub mod contract;
 pub mod control;
 pub mod conv;
+pub mod custom_scope;
 pub mod double_single;
 pub mod elementwise;
 pub mod fused;
 pub mod grouped;
+pub mod host_kernel;
 pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod norm;
 pub mod number_format;
 pub mod order;
+pub mod param_writes;
 pub mod pocketfft;
 pub mod quant;
 pub mod random;
@@ -40,7 +43,6 @@ pub mod train_norm;
 use rlx_ir::{DType as IrDType, Dim, Graph, Node, NodeId, OpKind};
 use rlx_mlx_shim::{Array, DType as MxDType, ShimError, UniquePtr};
 use rlx_plugin_api::Strategy;
-use std::sync::OnceLock;
 
 /// An owned MLX array.
 pub type A = UniquePtr<Array>;
@@ -91,6 +93,29 @@ pub fn cpu_steps() -> LResult<Option<rlx_mlx_shim::array::DeviceGuard>> {
     Ok(Some(DeviceGuard::set(Device::CPU)?))
 }
 
+/// How a graph is being built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eval {
+    /// Build every node once, on placeholder values, computing nothing:
+    /// the compile-time check. Loops build their bodies once.
+    Check,
+    /// Build the whole graph; the caller evaluates its outputs.
+    Lazy,
+    /// Evaluate each node as soon as it is built, so an error names it.
+    Eager,
+}
+
+/// Builds a nested graph (a loop's body, a composite's) in the
+/// environment of the node `Ctx` describes, its Inputs and Params from
+/// `leaf`: the executable's evaluator, handed down with each node so that
+/// the lowerings that hold bodies do not depend on the executable that
+/// calls them.
+pub type NestedFn = fn(
+    &Ctx,
+    &Graph,
+    &dyn Fn(NodeId) -> rlx_plugin_api::PluginResult<A>,
+) -> rlx_plugin_api::PluginResult<Vec<A>>;
+
 /// What a lowering knows about the node it lowers.
 pub struct Ctx<'a> {
     pub graph: &'a Graph,
@@ -98,25 +123,25 @@ pub struct Ctx<'a> {
     /// The RNG policy and global seed this graph was compiled with.
     pub rng: rlx_ir::RngOptions,
     /// The custom ops the executable resolved at compile.
-    pub custom: &'a crate::custom::CustomScope,
+    pub custom: &'a custom_scope::CustomScope,
     /// How the graph is being built (a check, lazily, eagerly): what a
     /// nested body is built with, and whether a loop may run.
-    pub how: crate::executable::Eval,
+    pub how: Eval,
     /// Where an op records values to write back into params.
-    pub writes: &'a crate::executable::ParamWrites,
+    pub writes: &'a param_writes::ParamWrites,
+    /// See [`NestedFn`].
+    pub nested: NestedFn,
 }
 
 impl<'a> Ctx<'a> {
-    /// The environment a nested body is built in: this one.
-    pub fn env(&self) -> crate::executable::Env<'a> {
-        crate::executable::Env {
-            rng: self.rng,
-            custom: self.custom,
-            how: self.how,
-            writes: self.writes,
-            observe: None,
-            fusion: None,
-        }
+    /// Build `body` as this node's nested graph, in this node's
+    /// environment (the RNG policy, custom ops, mode and param writes).
+    pub fn evaluate(
+        &self,
+        body: &Graph,
+        leaf: &dyn Fn(NodeId) -> rlx_plugin_api::PluginResult<A>,
+    ) -> rlx_plugin_api::PluginResult<Vec<A>> {
+        (self.nested)(self, body, leaf)
     }
     /// The declared output dims.
     pub fn out_dims(&self) -> Vec<i32> {
@@ -147,6 +172,21 @@ impl<'a> Ctx<'a> {
 /// A 0-d array.
 pub fn scalar(v: f64, dtype: MxDType) -> LResult {
     Ok(rlx_mlx_shim::array::full(&[], v, dtype)?)
+}
+
+/// `a` as float32.
+pub fn to_f32(a: &Array) -> LResult {
+    Ok(rlx_mlx_shim::ops::astype(a, MxDType::F32)?)
+}
+
+/// `x [..., k]` as float32 `[m, k]`.
+pub fn rows_of(x: &Array, k: i32) -> LResult {
+    Ok(rlx_mlx_shim::ops::reshape(&*to_f32(x)?, &[-1, k])?)
+}
+
+/// How many elements `dims` hold.
+pub fn numel(dims: &[i32]) -> i64 {
+    dims.iter().map(|&d| d as i64).product()
 }
 
 /// Dims as MLX wants them (shapes are static: checked at compile).
@@ -242,51 +282,4 @@ macro_rules! row {
             lower: Some($f),
         }
     };
-}
-
-/// The whole table, in family order.
-pub fn table() -> &'static [Lowering] {
-    static TABLE: OnceLock<Vec<Lowering>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut t = Vec::new();
-        for family in [
-            io::entries(),
-            elementwise::entries(),
-            linalg::entries(),
-            shape::entries(),
-            reduce::entries(),
-            norm::entries(),
-            attention::entries(),
-            fused::entries(),
-            order::entries(),
-            contract::entries(),
-            conv::entries(),
-            region::entries(),
-            index::entries(),
-            solve::entries(),
-            random::entries(),
-            signal::entries(),
-            pocketfft::entries(),
-            grouped::entries(),
-            quant::entries(),
-            control::entries(),
-            recurrent::entries(),
-            ssm::entries(),
-            splat::entries(),
-            train_act::entries(),
-            train_norm::entries(),
-            train_conv::entries(),
-            double_single::entries(),
-            number_format::entries(),
-            crate::custom::entries(),
-        ] {
-            t.extend(family);
-        }
-        t
-    })
-}
-
-/// The lowering for an op kind.
-pub fn find(kind: OpKind) -> Option<&'static Lowering> {
-    table().iter().find(|l| l.op_kind == kind)
 }

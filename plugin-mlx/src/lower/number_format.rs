@@ -4,7 +4,7 @@
 //! second input, the tensor's largest magnitude), or one scale per block of
 //! the last axis (power-of-two, or NVFP4's fine E4M3 scales).
 //!
-//! One node on MLX's CPU stream (`custom::host_kernel`): the rounding is
+//! One node on MLX's CPU stream (`lower::host_kernel`): the rounding is
 //! rlx-ir's `FloatFormat` (`round_scaled`, `pow2_scale`, `block_scale`,
 //! `fine_scale`, `round_fine`), which rlx-ir calls the reference for every
 //! backend, in rlx-cpu 0.2.19's loops (`thunk/ops/quant.rs`,
@@ -13,7 +13,7 @@
 //! graph of such a number format at each rounding.
 
 use super::{Ctx, LResult, Lowering};
-use crate::custom::host_kernel::{self, Call};
+use crate::lower::host_kernel::{self, Call};
 use rlx_ir::number_format::{fine_reciprocal, FloatFormat, FormatScaling};
 use rlx_mlx_shim::Array;
 use rlx_plugin_api::{CustomKernel, DType, PluginError};

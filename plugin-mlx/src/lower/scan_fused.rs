@@ -12,7 +12,7 @@
 //! anything else is built step by step as before.
 
 use super::{LResult, A};
-use crate::graph_check::leaves;
+use crate::graph_text::leaves;
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType, Graph, Op};
 use rlx_mlx_shim::{kernels, Array, ArrayList};

@@ -5,7 +5,7 @@
 //! an expand must be a numpy broadcast), and the executable checks every
 //! result against them.
 
-use super::{arity, Ctx, LResult, Lowering};
+use super::{arity, numel, Ctx, LResult, Lowering};
 use crate::row;
 use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
@@ -78,10 +78,6 @@ pub fn entries() -> Vec<Lowering> {
             gather
         ),
     ]
-}
-
-fn numel(d: &[i32]) -> i64 {
-    d.iter().map(|x| *x as i64).product()
 }
 
 fn reshape(cx: &Ctx, a: &[&Array]) -> LResult {

@@ -530,7 +530,7 @@ pub fn link_forward_scales(g: &mut Graph) -> PluginResult<()> {
         if !matches!(n.op, Op::FakeQuantizeBackward { .. }) {
             continue;
         }
-        let what = crate::graph_check::describe(g, n);
+        let what = crate::graph_text::describe(g, n);
         if n.inputs.len() != 2 {
             return Err(PluginError::invalid_argument(format!(
                 "{what}: takes exactly [x, dy], got {} inputs",

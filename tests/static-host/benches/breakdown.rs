@@ -22,8 +22,9 @@
 //! are in `docs/PERFORMANCE.md` ("Where a small graph's time goes").
 
 use rlx_ir::{Graph, NodeId, Op};
-use rlx_mlx::custom::CustomScope;
-use rlx_mlx::executable::{evaluate, Env, Eval, Observer, ParamWrites};
+use rlx_mlx::executable::{evaluate, Env, Observer};
+use rlx_mlx::lower::param_writes::ParamWrites;
+use rlx_mlx::lower::Eval;
 use rlx_mlx::lower::{static_dims, A};
 use rlx_mlx_shim::{array, Array, ArrayList};
 use std::cell::RefCell;
@@ -126,12 +127,12 @@ fn main() {
         .map(|n| (n.id.0, leaf_value(&g, n.id, &mut seed)))
         .collect();
     array::eval_list(&ArrayList::from_arrays(leaves.values().map(|a| &**a))).unwrap();
-    let custom = Arc::new(CustomScope::resolve(&g).unwrap());
+    let custom = Arc::new(rlx_mlx::custom::resolve::resolve(&g).unwrap());
     let rows: RefCell<Vec<NodeRow>> = RefCell::new(
         g.nodes()
             .iter()
             .map(|n| NodeRow {
-                label: rlx_mlx::graph_check::describe(&g, n),
+                label: rlx_mlx::graph_text::describe(&g, n),
                 kind: kind(n),
                 ..NodeRow::default()
             })

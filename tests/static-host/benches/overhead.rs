@@ -32,8 +32,9 @@
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
-use rlx_mlx::custom::CustomScope;
-use rlx_mlx::executable::{evaluate, Env, Eval, ParamWrites};
+use rlx_mlx::executable::{evaluate, Env};
+use rlx_mlx::lower::param_writes::ParamWrites;
+use rlx_mlx::lower::Eval;
 use rlx_mlx::lower::A;
 use rlx_mlx_shim::{array, Array, ArrayList};
 use rlx_plugin_api::{HostTensorRef, Mode};
@@ -145,7 +146,7 @@ fn main() {
     // then evaluated as MLX's eval does (spin 0) or polling (the plugin's
     // way).
     let g = std::sync::Arc::new(graph(len));
-    let custom = std::sync::Arc::new(CustomScope::resolve(&g).unwrap());
+    let custom = std::sync::Arc::new(rlx_mlx::custom::resolve::resolve(&g).unwrap());
     let lower = move |a: &Array| -> Result<A, String> {
         let writes = ParamWrites::default();
         let env = Env {

@@ -19,7 +19,9 @@
 mod gguf;
 
 use super::grouped::{expert_ids, gather_matmul};
+// Named as this family has always called them (gguf.rs too).
 use super::{arity, Ctx, LResult, Lowering, A};
+use super::{numel, rows_of, scalar as scalar_of, to_f32 as f32};
 use crate::row;
 use gguf::{gguf_bank, gguf_rows, gguf_slab_bytes, gguf_supported, GGUF_SCHEMES};
 use rlx_ir::quant::QuantScheme;
@@ -65,24 +67,12 @@ pub fn entries() -> Vec<Lowering> {
 
 // ── helpers ──────────────────────────────────────────────────────────────
 
-pub(super) fn f32(a: &Array) -> LResult {
-    Ok(ops::astype(a, Mx::F32)?)
-}
-
 fn const_i32(v: &[i32], shape: &[i32]) -> LResult {
     Ok(Array::from_slice(v, shape)?)
 }
 
 fn const_u32(v: &[u32], shape: &[i32]) -> LResult {
     Ok(Array::from_slice(v, shape)?)
-}
-
-pub(super) fn scalar_of(v: f64, d: Mx) -> LResult {
-    Ok(array::full(&[], v, d)?)
-}
-
-pub(super) fn numel(dims: &[i32]) -> i64 {
-    dims.iter().map(|&d| d as i64).product()
 }
 
 /// Unpack `cols` little-endian bit-packed codes of width `bits` (1..=8)
@@ -117,11 +107,6 @@ fn expand_rows(p: &Array, blocks: i32, n: i32, block: i32, k: i32) -> LResult {
 fn expand_cols(p: &Array, rows: i32, groups: i32, gs: i32) -> LResult {
     let p = ops::reshape(&*f32(p)?, &[rows, groups])?;
     Ok(ops::repeat(&p, gs, 1)?)
-}
-
-/// `x [..., k]` as `[m, k]`.
-pub(super) fn rows_of(x: &Array, k: i32) -> LResult {
-    Ok(ops::reshape(&*f32(x)?, &[-1, k])?)
 }
 
 fn const_f32(v: &[f32]) -> LResult {

@@ -3,7 +3,7 @@
 //! composited front to back. rlx-ir names the inputs, the settings and the
 //! packed gradient layout; the renderer itself is defined in docs/SPLAT.md
 //! and implemented here. It runs as one node of the MLX graph on the CPU
-//! stream (the plugin's kernel machinery, `custom::host_kernel`), in f64,
+//! stream (the plugin's kernel machinery, `host_kernel.rs`), in f64,
 //! whatever the device the rest of the graph runs on.
 //!
 //! `scene` projects one splat (smooth in its parameters), `raster` bins and
@@ -16,7 +16,7 @@ mod scalar;
 mod scene;
 
 use super::{arity, Ctx, LResult, Lowering};
-use crate::custom::host_kernel::{self, Call};
+use crate::lower::host_kernel::{self, Call};
 use raster::Settings;
 use rlx_mlx_shim::Array;
 use rlx_plugin_api::{CustomKernel, DType, PluginError, PluginResult, TensorView};

@@ -4,10 +4,10 @@
 //! MLX allocated (`rlx_mlx_shim::host_kernel`). An ABI 1.1 kernel returns
 //! its output instead; that one is copied into MLX's buffer.
 
-use super::{kernel_error, Failures};
+use super::custom_scope::Failures;
+use super::{Ctx, LResult};
 use crate::dtype::ir_to_abi;
-use crate::graph_check::describe;
-use crate::lower::{Ctx, LResult};
+use crate::graph_text::describe;
 use rlx_mlx_shim::host_kernel::{host_kernel_node, HostCall};
 use rlx_mlx_shim::Array;
 use rlx_plugin_api::{
@@ -131,4 +131,12 @@ pub fn node(cx: &Ctx, args: &[&Array], call: Call, attrs: &[u8], name: &str) -> 
         &cx.out_dims(),
         cx.out_dtype(),
     )?)
+}
+
+/// A kernel's error as the run reports it.
+pub fn kernel_error(what: &str, op: &str, e: PluginError) -> PluginError {
+    PluginError::new(
+        e.code,
+        format!("{what}: custom op {op:?} failed: {}", e.message),
+    )
 }

@@ -1,0 +1,55 @@
+//! The lowering table, gathered: one row per op kind from each family of
+//! `lower/`, and the `Custom` row of `custom/` (which lowers through the
+//! families' context). The supported-op list the plugin registers is
+//! derived from it.
+
+use crate::lower::{self, Lowering};
+use rlx_ir::OpKind;
+use std::sync::OnceLock;
+
+/// The whole table, in family order.
+pub fn table() -> &'static [Lowering] {
+    static TABLE: OnceLock<Vec<Lowering>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Vec::new();
+        for family in [
+            lower::io::entries(),
+            lower::elementwise::entries(),
+            lower::linalg::entries(),
+            lower::shape::entries(),
+            lower::reduce::entries(),
+            lower::norm::entries(),
+            lower::attention::entries(),
+            lower::fused::entries(),
+            lower::order::entries(),
+            lower::contract::entries(),
+            lower::conv::entries(),
+            lower::region::entries(),
+            lower::index::entries(),
+            lower::solve::entries(),
+            lower::random::entries(),
+            lower::signal::entries(),
+            lower::pocketfft::entries(),
+            lower::grouped::entries(),
+            lower::quant::entries(),
+            lower::control::entries(),
+            lower::recurrent::entries(),
+            lower::ssm::entries(),
+            lower::splat::entries(),
+            lower::train_act::entries(),
+            lower::train_norm::entries(),
+            lower::train_conv::entries(),
+            lower::double_single::entries(),
+            lower::number_format::entries(),
+            crate::custom::entries(),
+        ] {
+            t.extend(family);
+        }
+        t
+    })
+}
+
+/// The lowering for an op kind.
+pub fn find(kind: OpKind) -> Option<&'static Lowering> {
+    table().iter().find(|l| l.op_kind == kind)
+}
