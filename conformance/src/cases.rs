@@ -10,16 +10,7 @@ use rlx_ir::op::{Activation, BinaryOp, CmpOp, ReduceOp};
 use rlx_ir::{DType as IrDType, Graph, NodeId, Op, Shape};
 use rlx_plugin_api::DType;
 
-/// How a leaf's values are drawn.
-#[derive(Clone, Copy, Debug)]
-pub enum Fill {
-    /// Uniform in `[lo, hi)`.
-    Uniform(f32, f32),
-    /// Integers uniform in `[lo, hi)`.
-    Int(i32, i32),
-    /// 0 or 1.
-    Bool,
-}
+use crate::reference::Fill;
 
 /// One generated single-op graph.
 pub struct Case {

@@ -1,7 +1,8 @@
 //! Check 4: compile, signature, bind (copied and shared), run and destroy
 //! a small graph the plugin claims, in every mode, against the CPU.
 
-use super::cases::{case_leaves, cases_for, Fill};
+use super::cases::{case_leaves, cases_for};
+use super::reference::Fill;
 use super::reference::{compare, cpu_reference, leaves, static_dims, Leaf};
 use super::{code_name, Kit, Outcome};
 use rlx_ir::{Graph, Op};

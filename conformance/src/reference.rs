@@ -1,12 +1,22 @@
 //! Seeded data for a graph's leaves, rlx-runtime's CPU backend as the
 //! reference, and the comparison of a plugin's outputs with it.
 
-use super::cases::Fill;
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Dim, Graph, Op, Shape};
 use rlx_plugin_api::convert::{bytes_to_f32, f32_to_bytes};
 use rlx_plugin_api::{DType, HostTensor};
 use rlx_runtime::Device;
+
+/// How a leaf's values are drawn.
+#[derive(Clone, Copy, Debug)]
+pub enum Fill {
+    /// Uniform in `[lo, hi)`.
+    Uniform(f32, f32),
+    /// Integers uniform in `[lo, hi)`.
+    Int(i32, i32),
+    /// 0 or 1.
+    Bool,
+}
 
 /// The ABI dtype of an rlx-ir dtype, when the ABI has one.
 pub fn abi_dtype(d: IrDType) -> Option<DType> {
