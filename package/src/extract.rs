@@ -6,7 +6,6 @@ use crate::error::PackageError;
 use crate::manifest::{FileEntry, PackageManifest, MODE_PLAIN};
 use crate::members::{corrupt, Kind, Member, Members};
 use crate::paths::check_member;
-use crate::unpack::Limits;
 use crate::{MANIFEST_NAME, MAX_MANIFEST_BYTES};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +13,25 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, BufRead, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+/// Bounds on what one archive may make us read and write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most bytes of content (manifest.json and files together).
+    pub max_total_bytes: u64,
+    /// Most tar entries (directories, files, symlinks, long-name records).
+    pub max_entries: usize,
+}
+
+impl Default for Limits {
+    /// 16 GiB and 100 000 entries: far above any plugin, far below a full disk.
+    fn default() -> Self {
+        Limits {
+            max_total_bytes: 16 << 30,
+            max_entries: 100_000,
+        }
+    }
+}
 
 /// Mode of every unpacked directory.
 const DIR_MODE: u32 = 0o755;

@@ -32,13 +32,14 @@ mod walk;
 mod xz;
 
 pub use error::PackageError;
+pub use extract::Limits;
 pub use manifest::{FileEntry, PackageManifest, SystemLink};
 pub use pack::{pack, PackInput};
 pub use platform::{base_platform, host_platform, platform_fits};
 pub use sign::{generate_keypair, sign_file, verify};
 pub use sums::{parse_sums, sha256_file, write_sums, SUMS_NAME};
 pub use system_links::make_system_links;
-pub use unpack::{unpack_verified, unpack_verified_bytes, Limits};
+pub use unpack::{unpack_verified, unpack_verified_bytes};
 pub use verify_tree::verify_tree;
 
 /// The archive layout version written into, and required of, every manifest.

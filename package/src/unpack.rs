@@ -4,31 +4,12 @@
 
 use crate::durable::sync_dir;
 use crate::error::PackageError;
-use crate::extract::extract;
+use crate::extract::{extract, Limits};
 use crate::manifest::PackageManifest;
 use std::fs::{self, DirBuilder, File};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-/// Bounds on what one archive may make us read and write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Most bytes of content (manifest.json and files together).
-    pub max_total_bytes: u64,
-    /// Most tar entries (directories, files, symlinks, long-name records).
-    pub max_entries: usize,
-}
-
-impl Default for Limits {
-    /// 16 GiB and 100 000 entries: far above any plugin, far below a full disk.
-    fn default() -> Self {
-        Limits {
-            max_total_bytes: 16 << 30,
-            max_entries: 100_000,
-        }
-    }
-}
 
 /// Stream `archive` (a .tar.xz) into `dest` (must not exist; created, mode
 /// 0700 while unpacking, 0755 once complete), checking as it goes, and return
