@@ -1,9 +1,9 @@
 //! A compiled graph in a loaded plugin: params bound, runs made, outputs
 //! read in place and released, every status an error value.
 
-use super::plugin::{read_sized, read_written, LoadedPlugin};
+use super::plugin::{graph_opset, read_sized, read_written, LoadedPlugin};
 use crate::error::{PluginError, PluginResult};
-use crate::plugin::{DeviceInfo, DeviceKind, Role, ValueInfo};
+use crate::plugin::{CompileOptions, DeviceInfo, DeviceKind, Mode, Role, ValueInfo};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
@@ -113,6 +113,45 @@ pub(super) unsafe extern "C" fn collect_value(ctx: *mut c_void, info: *const Rlx
                 .map_err(|e| e.context(format!("signature value {name:?}"))),
         );
     }));
+}
+
+/// Compiling is where a loaded plugin makes an executable: here, beside the
+/// executable, so that the plugin's own file need not know it.
+impl LoadedPlugin {
+    /// Compile `.rlxmodel` text. A graph from an opset the plugin does not
+    /// read is refused here, before the plugin sees it.
+    pub fn compile(self: &Arc<Self>, graph: &str, mode: Mode) -> PluginResult<PluginExecutable> {
+        self.compile_with(graph, &CompileOptions::mode(mode))
+    }
+
+    /// Compile with every option (mode, RNG policy and seed).
+    pub fn compile_with(
+        self: &Arc<Self>,
+        graph: &str,
+        options: &CompileOptions,
+    ) -> PluginResult<PluginExecutable> {
+        if let Some(opset) = graph_opset(graph) {
+            if !self.descriptor.opsets.contains(&opset) {
+                return Err(PluginError::unsupported(format!(
+                    "the graph uses .rlxmodel opset {opset} but plugin {} {} reads opsets {:?}; \
+                     upgrade the plugin or re-export the model for an older opset",
+                    self.descriptor.name, self.descriptor.version, self.descriptor.opsets
+                )));
+            }
+        }
+        let opts = options.to_raw();
+        let mut exe: *mut RlxExecutable = std::ptr::null_mut();
+        // SAFETY: the graph text and options are borrowed for the call; `exe` is a writable out-pointer.
+        self.check(unsafe {
+            (self.api.compile.unwrap())(RlxStr::from_str(graph), &opts, &mut exe)
+        })?;
+        if exe.is_null() {
+            return Err(PluginError::internal(
+                "compile succeeded but returned no executable",
+            ));
+        }
+        PluginExecutable::adopt(self.clone(), exe)
+    }
 }
 
 impl PluginExecutable {

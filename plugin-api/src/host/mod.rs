@@ -7,6 +7,7 @@ mod elf_check;
 pub mod executable;
 mod host_memory;
 pub mod load;
+mod load_error;
 mod log_sink;
 pub mod manifest;
 pub mod model_plugins;

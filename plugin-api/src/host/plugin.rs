@@ -1,10 +1,9 @@
 //! A loaded plugin, used safely: its descriptor and tables copied into
 //! Rust values, its functions wrapped so statuses become `PluginError`s.
 
-use super::executable::PluginExecutable;
-use super::load::LoadError;
+use super::load_error::LoadError;
 use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
-use crate::plugin::{CompileOptions, Descriptor, DeviceInfo, DeviceKind, Mode, Strategy};
+use crate::plugin::{Descriptor, DeviceInfo, DeviceKind, Strategy};
 use crate::sized::AbiStruct;
 use crate::strings::RlxStr;
 use crate::tables::*;
@@ -12,7 +11,6 @@ use crate::tensor::{DType, HostTensor, RlxDataType, RlxTensor};
 use crate::version::RlxAbiVersion;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// One supported op kind and its dtypes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -520,41 +518,6 @@ impl LoadedPlugin {
             )
         })?;
         take_outputs(slots.into_iter().take(n))
-    }
-
-    /// Compile `.rlxmodel` text. A graph from an opset the plugin does not
-    /// read is refused here, before the plugin sees it.
-    pub fn compile(self: &Arc<Self>, graph: &str, mode: Mode) -> PluginResult<PluginExecutable> {
-        self.compile_with(graph, &CompileOptions::mode(mode))
-    }
-
-    /// Compile with every option (mode, RNG policy and seed).
-    pub fn compile_with(
-        self: &Arc<Self>,
-        graph: &str,
-        options: &CompileOptions,
-    ) -> PluginResult<PluginExecutable> {
-        if let Some(opset) = graph_opset(graph) {
-            if !self.descriptor.opsets.contains(&opset) {
-                return Err(PluginError::unsupported(format!(
-                    "the graph uses .rlxmodel opset {opset} but plugin {} {} reads opsets {:?}; \
-                     upgrade the plugin or re-export the model for an older opset",
-                    self.descriptor.name, self.descriptor.version, self.descriptor.opsets
-                )));
-            }
-        }
-        let opts = options.to_raw();
-        let mut exe: *mut RlxExecutable = std::ptr::null_mut();
-        // SAFETY: the graph text and options are borrowed for the call; `exe` is a writable out-pointer.
-        self.check(unsafe {
-            (self.api.compile.unwrap())(RlxStr::from_str(graph), &opts, &mut exe)
-        })?;
-        if exe.is_null() {
-            return Err(PluginError::internal(
-                "compile succeeded but returned no executable",
-            ));
-        }
-        PluginExecutable::adopt(self.clone(), exe)
     }
 }
 
