@@ -162,7 +162,7 @@ fn write_archive<W: Write>(
     out_path: &Path,
 ) -> Result<(), PackageError> {
     let at_out = |e: io::Error| PackageError::io(out_path, e);
-    let mut tar = tar::Builder::new(crate::xz::encoder(out));
+    let mut tar = tar::Builder::new(crate::xz::encoder(out)?);
     let json = manifest.to_json();
     let mut head = header(EntryType::Regular, json.len() as u64, MODE_PLAIN);
     tar.append_data(&mut head, MANIFEST_NAME, json.as_slice())
