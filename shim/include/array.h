@@ -112,6 +112,7 @@ std::size_t array_row_major_ptr(const Array& a);
 void eval(const Array& a);
 void eval_list(const ArrayList& l);
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us);
+void eval_spinning(const Array& a, uint32_t spin_us);
 bool last_eval_inline();
 void set_eval_inline(bool on);
 bool eval_inline_enabled();

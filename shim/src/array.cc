@@ -547,9 +547,29 @@ std::atomic<std::uint32_t> quiet_evaluations{0};
 // waiting before polling is tried again.
 constexpr std::uint32_t kBackOff = 256;
 
+namespace {
+
+// `xs` evaluated by MLX's streams (the caller's thread could not run the
+// graph): polling for up to `spin_us`, then waiting.
+void eval_on_streams(const std::vector<mx::array>& xs, uint32_t spin_us);
+
+}  // namespace
+
 void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
   // A graph the caller's thread can run needs neither thread nor wait.
   if (!thread_device_is_gpu() && eval_inline(l.v)) return;
+  eval_on_streams(l.v, spin_us);
+}
+
+void eval_spinning(const Array& a, uint32_t spin_us) {
+  // One node's graph (eager mode) is run here without a list made for it.
+  if (!thread_device_is_gpu() && eval_inline(&a.a, 1)) return;
+  eval_on_streams({a.a}, spin_us);
+}
+
+namespace {
+
+void eval_on_streams(const std::vector<mx::array>& xs, uint32_t spin_us) {
   // Polling pays only while the stream's thread gets a CPU at once. When a
   // window passed without the work done, the CPUs are taken (other
   // processes, busy loops): the two polling threads then only crowd the
@@ -561,11 +581,11 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
     spin_us = 0;
   }
   if (spin_us == 0) {
-    evaluate(l.v);
+    evaluate(xs);
     return;
   }
   const bool gpu = thread_device_is_gpu();
-  mx::async_eval(l.v);
+  mx::async_eval(xs);
   evaluations.fetch_add(1, std::memory_order_relaxed);
   // Queued behind this run's tasks, before they can finish: the stream's
   // thread goes from the run's last task straight into lingering, instead
@@ -578,17 +598,17 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
   }
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-  for (const auto& x : l.v) {
+  for (const auto& x : xs) {
     while (!x.is_available() && std::chrono::steady_clock::now() < deadline) {
       cpu_relax();
     }
   }
-  if (std::any_of(l.v.begin(), l.v.end(), [](const mx::array& x) { return !x.is_available(); })) {
+  if (std::any_of(xs.begin(), xs.end(), [](const mx::array& x) { return !x.is_available(); })) {
     quiet_evaluations.store(kBackOff, std::memory_order_relaxed);
   }
   std::exception_ptr failed;
   try {
-    mx::eval(l.v);
+    mx::eval(xs);
   } catch (...) {
     failed = std::current_exception();
   }
@@ -606,6 +626,8 @@ void eval_list_spinning(const ArrayList& l, uint32_t spin_us) {
     std::rethrow_exception(failed);
   }
 }
+
+}  // namespace
 
 void async_eval_list(const ArrayList& l) {
   if (std::any_of(l.v.begin(), l.v.end(), [](const mx::array& x) {

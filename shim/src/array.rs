@@ -131,6 +131,8 @@ pub mod ffi {
         /// `eval_list`): a small graph's run is not delayed by the wake-up of a
         /// sleeping thread.
         fn eval_list_spinning(l: &ArrayList, spin_us: u32) -> Result<()>;
+        /// `eval_list_spinning` of one array, without a list made for it.
+        fn eval_spinning(a: &Array, spin_us: u32) -> Result<()>;
         /// Starts evaluating all arrays of the list and returns without
         /// waiting (`mx::async_eval`); a later `eval_list*` of them waits
         /// and reports a failure.

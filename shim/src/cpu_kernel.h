@@ -26,6 +26,20 @@ inline bool& caller_runs_tasks() {
   return on;
 }
 
+// Sets `caller_runs_tasks` for a scope and restores what it was (on an
+// exception too): an evaluation nested in another (a host kernel that
+// evaluates a graph) leaves the outer one as it found it.
+class CallerRunsTasks {
+ public:
+  explicit CallerRunsTasks(bool on) : was_(caller_runs_tasks()) { caller_runs_tasks() = on; }
+  ~CallerRunsTasks() { caller_runs_tasks() = was_; }
+  CallerRunsTasks(const CallerRunsTasks&) = delete;
+  CallerRunsTasks& operator=(const CallerRunsTasks&) = delete;
+
+ private:
+  bool was_;
+};
+
 // What marks a primitive whose eval_cpu queues its work only through
 // `run_task`, so that the caller's thread can run it (inline_eval.cc).
 struct RunsInline {

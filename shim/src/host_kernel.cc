@@ -3,26 +3,28 @@
 // and of mx::compile's trace: nothing is split, and the kernel reads its
 // inputs in place and writes straight into the output MLX allocated.
 //
-// The work is dispatched on the CPU stream like MLX's own CPU kernels (at
+// The work is a task as the shim's own kernels' are (`run_task`): run on
+// the caller's thread when it evaluates the graph itself (inline_eval.cc),
+// else dispatched on the CPU stream like MLX's own CPU kernels (at
 // eval_cpu time the inputs may still be in flight). A C++ exception thrown
-// there would end the process, so the Rust side never throws: it reports a
-// failure through the HostCall's own error slot (read by the plugin after
-// evaluation) and the output is left zeroed.
+// on the stream would end the process, so the Rust side never throws: it
+// reports a failure through the HostCall's own error slot (read by the
+// plugin after evaluation) and the output is left zeroed.
 
 #include "rlx-mlx-shim/include/host_kernel.h"
 
 #include <cstring>
 
 #include "mlx/allocator.h"
-#include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
+#include "rlx-mlx-shim/src/cpu_kernel.h"
 #include "rlx-mlx-shim/src/host_kernel.rs.h"
 
 namespace rlx {
 
 namespace {
 
-class HostKernel : public mx::UnaryPrimitive {
+class HostKernel : public mx::UnaryPrimitive, public RunsInline {
  public:
   HostKernel(mx::Stream stream, rust::Box<HostCall> call)
       : mx::UnaryPrimitive(stream), call_(std::move(call)) {}
@@ -34,27 +36,26 @@ class HostKernel : public mx::UnaryPrimitive {
       }
     }
     out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) enc.set_input_array(in);
-    enc.set_output_array(out);
-    std::vector<const void*> srcs;
-    std::vector<std::size_t> lens;
-    for (const auto& in : inputs) {
-      srcs.push_back(in.data<void>());
-      lens.push_back(in.nbytes());
-    }
     // The task holds the primitive (and so the call): MLX may detach the
     // graph before the stream runs it.
-    enc.dispatch([prim = out.primitive_ptr(), srcs = std::move(srcs), lens = std::move(lens),
-                  dst = out.data<void>(), n = out.nbytes()]() {
-      const HostCall& call = *static_cast<const HostKernel&>(*prim).call_;
-      std::vector<std::size_t> addrs;
-      for (auto* p : srcs) addrs.push_back(reinterpret_cast<std::size_t>(p));
-      std::memset(dst, 0, n);
-      host_call_run(call, rust::Slice<const std::size_t>(addrs.data(), addrs.size()),
-                    rust::Slice<const std::size_t>(lens.data(), lens.size()),
-                    reinterpret_cast<std::size_t>(dst), n);
-    });
+    run_task(stream(), inputs, out,
+             [prim = out.primitive_ptr(), dst = out.data<void>(),
+              n = out.nbytes()](const std::vector<mx::array>& in) {
+               const HostCall& call = *static_cast<const HostKernel&>(*prim).call_;
+               std::vector<std::size_t> addrs;
+               std::vector<std::size_t> lens;
+               for (const auto& a : in) {
+                 addrs.push_back(reinterpret_cast<std::size_t>(a.data<void>()));
+                 lens.push_back(a.nbytes());
+               }
+               std::memset(dst, 0, n);
+               // The host's code is not part of this evaluation: a graph it
+               // evaluates queues its ops as any other caller's would.
+               CallerRunsTasks host_code(false);
+               host_call_run(call, rust::Slice<const std::size_t>(addrs.data(), addrs.size()),
+                             rust::Slice<const std::size_t>(lens.data(), lens.size()),
+                             reinterpret_cast<std::size_t>(dst), n);
+             });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {

@@ -25,7 +25,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -223,6 +225,12 @@ class Seen {
     return true;
   }
 
+  // Forget every id, keeping the memory for the next walk.
+  void clear() {
+    few_.clear();
+    if (!many_.empty()) many_.clear();
+  }
+
  private:
   static constexpr size_t kFew = 64;
   std::vector<std::uintptr_t> few_;
@@ -335,12 +343,6 @@ void negative(const mx::array& x, mx::array& out) {
   for (size_t i = 0, n = out.size(); i < n; ++i) y[i] = -src[i];
 }
 
-// Sets `caller_runs_tasks` for a scope (restored on an exception too).
-struct CallerRuns {
-  CallerRuns() { caller_runs_tasks() = true; }
-  ~CallerRuns() { caller_runs_tasks() = false; }
-};
-
 // `outs`: a one-element vector the caller keeps, so that a step does not
 // allocate one.
 void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
@@ -370,9 +372,10 @@ void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
       if (a.status() != mx::array::Status::unscheduled) return;
       // MLX's op, queued on its stream as MLX queues it (not by us).
       auto stream = a.primitive().stream();
-      caller_runs_tasks() = false;
-      mx::eval({a});
-      caller_runs_tasks() = true;
+      {
+        CallerRunsTasks mlx_queues(false);
+        mx::eval({a});
+      }
       // A task that failed leaves its error on the stream.
       mx::scheduler::check_error(stream);
       return;
@@ -407,19 +410,63 @@ bool eval_inline_enabled() { return enabled().load(std::memory_order_relaxed); }
 // another on MLX's thread.
 constexpr size_t kFewMlxOps = 4;
 
-bool eval_inline(const std::vector<mx::array>& xs) {
-  if (!enabled().load(std::memory_order_relaxed)) {
-    ran_inline() = false;
-    return false;
-  }
+namespace {
+
+// What one walk and run of a graph needs: kept per thread between
+// evaluations, so that evaluating one node at a time (eager mode: thousands
+// a run) allocates nothing for it.
+struct Scratch {
   // The arrays to compute in an order where inputs come first (a
   // depth-first post-order), and the computed arrays they read.
   std::vector<std::pair<mx::array, Step>> tape;
   std::vector<mx::array> ready;
   Seen seen;
   std::vector<std::pair<mx::array, size_t>> stack;
+  // A step's one output (see run_step).
+  std::vector<mx::array> outs;
+
+  // Let go of every array (so no buffer outlives the evaluation), keeping
+  // the memory.
+  void clear() {
+    tape.clear();
+    ready.clear();
+    seen.clear();
+    stack.clear();
+    outs.clear();
+  }
+};
+
+// This thread's spare scratch, taken for one evaluation and given back
+// after it: an evaluation inside another (a kernel that evaluates) takes
+// a fresh one instead of the one in use.
+class ScratchLease {
+ public:
+  ScratchLease() : s_(spare() ? std::move(spare()) : std::make_unique<Scratch>()) {}
+  ~ScratchLease() {
+    s_->clear();
+    if (!spare()) spare() = std::move(s_);
+  }
+  Scratch& operator*() { return *s_; }
+
+ private:
+  static std::unique_ptr<Scratch>& spare() {
+    thread_local std::unique_ptr<Scratch> s;
+    return s;
+  }
+  std::unique_ptr<Scratch> s_;
+};
+
+}  // namespace
+
+bool eval_inline(const mx::array* xs, size_t n) {
+  if (!enabled().load(std::memory_order_relaxed)) {
+    ran_inline() = false;
+    return false;
+  }
+  ScratchLease lease;
+  auto& [tape, ready, seen, stack, outs] = *lease;
   size_t by_mlx = 0;
-  for (const auto& x : xs) {
+  for (const auto& x : std::span(xs, n)) {
     if (!seen.insert(x.id())) continue;
     if (x.status() != mx::array::Status::unscheduled) {
       ready.push_back(x);
@@ -460,8 +507,8 @@ bool eval_inline(const std::vector<mx::array>& xs) {
   for (auto& r : ready) r.wait();
   if (tape.empty()) return true;
   ran_inline() = true;
-  CallerRuns here;
-  std::vector<mx::array> outs{tape.front().first};
+  CallerRunsTasks here(true);
+  outs.assign(1, tape.front().first);
   for (auto& [computed, step] : tape) {
     // Moved out: an intermediate is freed once its last reader has run.
     mx::array a = std::move(computed);
@@ -588,7 +635,7 @@ std::unique_ptr<ArrayList> run_inline_plan(const InlinePlan& plan, const ArrayLi
     }
     throw std::logic_error("[rlx inline plan] bad operand");
   };
-  CallerRuns here;
+  CallerRunsTasks here(true);
   std::vector<mx::array> outs;
   for (size_t k = 0; k < p.ops.size(); ++k) {
     const auto& op = p.ops[k];

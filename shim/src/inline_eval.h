@@ -13,6 +13,9 @@ namespace rlx {
 // evaluated by MLX alone, in its turn); returns false, having changed
 // nothing, when more are MLX's (MLX's eval then runs the graph).
 // `RLX_MLX_INLINE=0` turns it off.
-bool eval_inline(const std::vector<mlx::core::array>& xs);
+bool eval_inline(const mlx::core::array* xs, size_t n);
+inline bool eval_inline(const std::vector<mlx::core::array>& xs) {
+  return eval_inline(xs.data(), xs.size());
+}
 
 }  // namespace rlx

@@ -351,6 +351,61 @@ fn a_host_kernel_runs_inside_the_graph_in_every_mode_f32_and_f16() {
     }
 }
 
+/// On the CPU a host kernel runs on the thread that runs the graph, which
+/// the plugin evaluates itself (no hand-over to MLX's stream thread and
+/// wait per kernel), lazily and node by node; the values are the
+/// kernel's (an identity here, then tanh, against Rust's f32 tanh).
+#[test]
+fn a_host_kernel_runs_on_the_calling_thread_on_the_cpu() {
+    setup();
+    if mlx().descriptor().device_infos.first().map(|i| i.kind)
+        == Some(rlx_plugin_api::DeviceKind::Gpu)
+    {
+        eprintln!("skipped: the plugin evaluates on a GPU here, where kernels run on its CPU stream");
+        return;
+    }
+    let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = threads.clone();
+    let kernel: CustomKernel = Arc::new(move |ins, outs, _| {
+        seen.lock().unwrap().push(std::thread::current().id());
+        outs[0].data.copy_from_slice(ins[0].data);
+        Ok(())
+    });
+    let name = "test.identity_noting_its_thread";
+    register_host_op(
+        &mlx(),
+        CustomOp::new(
+            name,
+            "identity, noting the thread it runs on",
+            1,
+            Origin::Host,
+            CustomImpl::Kernel(kernel),
+        )
+        .with_shape(ShapeRule::SameAsInput(0)),
+    )
+    .unwrap();
+    let mut g = Graph::new("where_kernels_run");
+    let x = g.input("x", Shape::new(&[4, 6], IrDType::F32));
+    let y = g.custom_op(name, vec![], vec![x]);
+    let z = act(&mut g, Activation::Tanh, y);
+    g.set_outputs(vec![z]);
+    let feeds = random_feeds(&g, 9);
+    for mode in [Mode::Lazy, Mode::Eager] {
+        threads.lock().unwrap().clear();
+        let out = run_mlx(&g, &feeds, mode).unwrap();
+        let got = rlx_plugin_api::convert::bytes_to_f32(out[0].dtype, &out[0].data).unwrap();
+        for (g, x) in got.iter().zip(&feeds[0].values) {
+            assert!((g - x.tanh()).abs() <= 1e-6, "{mode:?}: {g} against tanh({x})");
+        }
+        let ran_on = threads.lock().unwrap().clone();
+        assert!(!ran_on.is_empty(), "{mode:?}: the kernel was not called");
+        assert!(
+            ran_on.iter().all(|t| *t == std::thread::current().id()),
+            "{mode:?}: the kernel ran on another thread than the run's"
+        );
+    }
+}
+
 /// tanh-GELU written as an rlx graph: the composite's body.
 fn gelu_body(g: &mut Graph, x: rlx_ir::NodeId) -> rlx_ir::NodeId {
     let dt = g.shape(x).dtype();

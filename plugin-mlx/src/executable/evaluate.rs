@@ -13,7 +13,7 @@ use crate::lower::custom_scope::CustomScope;
 use crate::lower::param_writes::ParamWrites;
 use crate::lower::{static_dims, Ctx, Eval, A};
 use rlx_ir::{Graph, NodeId, Op};
-use rlx_mlx_shim::{array, ops, Array, ArrayList};
+use rlx_mlx_shim::{array, ops, Array};
 use rlx_plugin_api::{PluginError, PluginResult};
 
 /// What every node of one evaluation shares.
@@ -198,9 +198,9 @@ pub fn evaluate_select(
             }
         };
         if eager {
-            array::eval_list_spinning(&ArrayList::from_arrays([&*v]), spin_us(on_gpu)).map_err(
-                |e| PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e))),
-            )?;
+            array::eval_spinning(&v, spin_us(on_gpu)).map_err(|e| {
+                PluginError::internal(format!("{}: {}", describe(graph, n), explain(graph, e)))
+            })?;
             custom.check()?;
         }
         if let Some(observe) = env.observe {
