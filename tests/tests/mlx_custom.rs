@@ -361,7 +361,9 @@ fn a_host_kernel_runs_on_the_calling_thread_on_the_cpu() {
     if mlx().descriptor().device_infos.first().map(|i| i.kind)
         == Some(rlx_plugin_api::DeviceKind::Gpu)
     {
-        eprintln!("skipped: the plugin evaluates on a GPU here, where kernels run on its CPU stream");
+        eprintln!(
+            "skipped: the plugin evaluates on a GPU here, where kernels run on its CPU stream"
+        );
         return;
     }
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -395,7 +397,10 @@ fn a_host_kernel_runs_on_the_calling_thread_on_the_cpu() {
         let out = run_mlx(&g, &feeds, mode).unwrap();
         let got = rlx_plugin_api::convert::bytes_to_f32(out[0].dtype, &out[0].data).unwrap();
         for (g, x) in got.iter().zip(&feeds[0].values) {
-            assert!((g - x.tanh()).abs() <= 1e-6, "{mode:?}: {g} against tanh({x})");
+            assert!(
+                (g - x.tanh()).abs() <= 1e-6,
+                "{mode:?}: {g} against tanh({x})"
+            );
         }
         let ran_on = threads.lock().unwrap().clone();
         assert!(!ran_on.is_empty(), "{mode:?}: the kernel was not called");
