@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 /// The help of MODEL (a test checks it names every `builtins::NAMES`).
-const MODEL_HELP: &str = "A `.rlxmodel` file, or a builtin model: mlp, mlp-bf16, matmuls, gelu, add-broadcast, exp4, transformer, decoder-s1, decoder-s128, lstm, scan1000, mlp-train, params-1g, pocketfft, pocketfft-op, transfer";
+const MODEL_HELP: &str = "A `.rlxmodel` file, or a builtin model: mlp, mlp-bf16, matmuls, gelu, add-broadcast, exp4, transformer, decoder-s1, decoder-s128, lstm, scan1000, mlp-train, params-1g, pocketfft, pocketfft-op, pocketfft-rows, transfer";
 
 /// `rlx-host bench MODEL [--runs N] [--warmup N] [--backends LIST] [--json] [--peers]`.
 #[derive(clap::Args, Clone, Debug)]

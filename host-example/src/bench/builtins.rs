@@ -11,7 +11,7 @@ use rlx_ir::{DType, Graph, Shape};
 use std::path::Path;
 
 /// The names `bench` accepts besides a file path.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "mlp",
     "mlp-bf16",
     "matmuls",
@@ -27,6 +27,7 @@ pub const NAMES: [&str; 16] = [
     "params-1g",
     "pocketfft",
     "pocketfft-op",
+    "pocketfft-rows",
     "transfer",
 ];
 
@@ -108,11 +109,18 @@ pub fn builtin(name: &str) -> Option<BenchModel> {
             ),
         ),
         "pocketfft-op" => (
-            pocketfft_op(),
+            pocketfft_op(POCKETFFT_ROWS, POCKETFFT_N),
             format!(
                 "pocketfft, rows={POCKETFFT_ROWS} n={POCKETFFT_N}, f32, as one Fft node with \
                  pocketfft's rounding (a backend with the kernel runs it whole; rlx-runtime \
                  replays it in elementwise nodes for one without)"
+            ),
+        ),
+        "pocketfft-rows" => (
+            pocketfft_op(POCKETFFT_BATCH_ROWS, POCKETFFT_BATCH_N),
+            format!(
+                "pocketfft, rows={POCKETFFT_BATCH_ROWS} n={POCKETFFT_BATCH_N}, f32, as one Fft node \
+                 (the example's batched case below the plugin's thread split)"
             ),
         ),
         "transfer" => (
@@ -322,6 +330,10 @@ fn scan1000() -> Graph {
 
 const POCKETFFT_ROWS: usize = 1;
 const POCKETFFT_N: usize = 4099;
+/// rlx-runtime's `fft_algo_bench` case rows=16 n=1000: rows the plugin's
+/// kernel runs on one thread, as the CPU backend's does.
+const POCKETFFT_BATCH_ROWS: usize = 16;
+const POCKETFFT_BATCH_N: usize = 1000;
 
 /// rlx's decomposed FFT (rlx-fusion's `lower_pocketfft`, the pass
 /// rlx-runtime applies for a backend without a pocketfft kernel): one node
@@ -330,15 +342,16 @@ const POCKETFFT_N: usize = 4099;
 fn pocketfft() -> Graph {
     rlx_fusion::rewriter::apply_match_rewrite(
         &rlx_fusion::lower_pocketfft::LowerPocketFft,
-        pocketfft_op(),
+        pocketfft_op(POCKETFFT_ROWS, POCKETFFT_N),
     )
     .graph
 }
 
-/// The same transform as one `Fft` node (`pocketfft` before lowering).
-fn pocketfft_op() -> Graph {
+/// The transform of `rows` rows of `n` points as one `Fft` node (`pocketfft`
+/// before lowering, for rows=1 n=4099).
+fn pocketfft_op(rows: usize, n: usize) -> Graph {
     let mut g = Graph::new("pocketfft");
-    let x = g.input("x", f32s(&[POCKETFFT_ROWS, 2 * POCKETFFT_N]));
+    let x = g.input("x", f32s(&[rows, 2 * n]));
     let y = g.fft_algo(
         x,
         false,
