@@ -2,8 +2,7 @@
 //! a small graph the plugin claims, in every mode, against the CPU.
 
 use super::cases::{case_leaves, cases_for};
-use super::reference::Fill;
-use super::reference::{compare, cpu_reference, leaves, static_dims, Leaf};
+use super::reference::{compare, cpu_reference, leaves, static_dims, Fill, Leaf};
 use super::{code_name, Kit, Outcome};
 use rlx_ir::{Graph, Op};
 use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};

@@ -4,7 +4,7 @@
 //! registry checks a registration.
 
 use crate::graph_check::parse_and_check;
-use crate::graph_text::leaves;
+use crate::graph_text::{describe, leaves};
 use crate::lower::static_dims;
 use rlx_ir::{DType as IrDType, Graph, NodeId, Op};
 use rlx_plugin_api::{DType, PluginError, PluginResult, TensorType};
@@ -15,7 +15,7 @@ pub fn parse_body(text: &str) -> PluginResult<Graph> {
     if let Some(n) = g.nodes().iter().find(|n| matches!(n.op, Op::Param { .. })) {
         return Err(PluginError::invalid_argument(format!(
             "a composite body takes its values as inputs; it has a param ({})",
-            crate::graph_text::describe(&g, n)
+            describe(&g, n)
         )));
     }
     if g.outputs.len() != 1 {

@@ -424,8 +424,6 @@ fn leaf_named(leaves: &[(String, NodeId)], name: &str) -> Option<NodeId> {
     leaves.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
 }
 
-/// `mx::compile` over the graph: inputs, then params, are the compiled
-/// function's arguments, so rebinding a param needs no recompilation.
 /// The compiled function's arguments, in order: the inputs, the params,
 /// then the hoisted values (see `hoist`). Its trace, a recorded plan, and
 /// a build of its kernels on zeros all call it with these.
@@ -442,6 +440,8 @@ fn compiled_leaves(
         .collect()
 }
 
+/// `mx::compile` over the graph: inputs, then params, are the compiled
+/// function's arguments, so rebinding a param needs no recompilation.
 fn compile_graph(
     graph: Arc<Graph>,
     rng: rlx_ir::RngOptions,

@@ -17,8 +17,9 @@ pub struct Resolved {
 }
 
 /// The first failure a kernel reported during an evaluation. Kernels run
-/// on MLX's CPU stream, where nothing can be returned; the executable reads
-/// this after each evaluation.
+/// inside MLX's evaluation (on the calling thread or MLX's CPU stream
+/// thread), where nothing can be returned; the executable reads this after
+/// each evaluation.
 #[derive(Default)]
 pub struct Failures(Mutex<Option<PluginError>>);
 

@@ -1,7 +1,8 @@
 //! A kernel (the host's, registered through the ABI, or any `CustomKernel`)
 //! as a node of the MLX graph: an MLX primitive on the CPU stream whose
 //! evaluation calls the kernel with the inputs read in place and the output
-//! MLX allocated (`rlx_mlx_shim::host_kernel`). An ABI 1.1 kernel returns
+//! MLX allocated (`rlx_mlx_shim::host_kernel`), on the calling thread when
+//! the plugin evaluates the graph itself, else on MLX's CPU stream thread. An ABI 1.1 kernel returns
 //! its output instead; that one is copied into MLX's buffer.
 
 use super::custom_scope::Failures;

@@ -19,8 +19,8 @@
 mod gguf;
 
 use super::grouped::{expert_ids, gather_matmul};
-// Named as this family has always called them (gguf.rs too).
 use super::{arity, Ctx, LResult, Lowering, A};
+// Named as this family has always called them (gguf.rs too).
 use super::{numel, rows_of, scalar as scalar_of, to_f32 as f32};
 use crate::row;
 use gguf::{gguf_bank, gguf_rows, gguf_slab_bytes, gguf_supported, GGUF_SCHEMES};
