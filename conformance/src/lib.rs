@@ -34,8 +34,9 @@
 //! registry), `devices` (1.4), and `abi19` (1.9: state, clones and shared
 //! params, submitted runs, param ranges, RNG, active extents, memory
 //! figures, skipped output slots; each part the plugin does not offer is
-//! one skipped "not offered" check), and `host_memory` (1.11: mapped host
-//! memory's refusals and runs over it).
+//! one skipped "not offered" check), `host_memory` (1.11: mapped host
+//! memory's refusals and runs over it), and `graph_forms` (1.12: a graph
+//! sent in a faster form than text runs as its text does).
 //!
 //! Checks are independent: each runs inside `catch_unwind`, so a failing
 //! or panicking check is recorded and the next one still runs. The kit
@@ -52,6 +53,7 @@ mod devices;
 mod eager;
 mod errors;
 mod exec;
+mod graph_forms;
 mod graphs;
 mod handshake;
 mod host_memory;
@@ -118,6 +120,7 @@ pub fn check_with(path: impl AsRef<Path>, on_check: &mut dyn FnMut(&Check)) -> R
     devices::run(&mut kit);
     abi19::run(&mut kit);
     host_memory::run(&mut kit);
+    graph_forms::run(&mut kit);
     report.checks = kit.checks;
     report
 }

@@ -115,11 +115,14 @@ fn the_mlx_plugin_directory_passes_with_its_eager_entries_checked() {
     assert!(skips
         .iter()
         .any(|c| c["detail"] == "no generated case for Conv"));
-    // The MLX plugin offers every part of 1.9 and 1.11's mapped host
-    // memory: each ran, none "not offered".
+    // The MLX plugin offers every part of 1.9, 1.11's mapped host memory
+    // and 1.12's graph forms: each ran, none "not offered".
     for name in ABI_1_9_CHECKS.iter().chain(&[
         "host memory: refusals change nothing",
         "host memory: runs read and write mapped memory",
+        "graph forms: names",
+        "graph forms: refusals",
+        "graph forms: a graph runs as its text does",
     ]) {
         assert_eq!(outcome(&v, name), "ok", "{name}: {v}");
     }
@@ -395,8 +398,10 @@ fn the_c_plugin_passes_in_every_minor_when_it_is_built() {
             }
             assert_eq!(outcome(&v, "state rows: not offered"), "skip");
             assert_eq!(outcome(&v, "submit: not offered"), "skip");
-            // 1.11's host_memory is NULL in the 1.11 build, absent before.
+            // 1.11's host_memory and 1.12's graph_forms are NULL in the
+            // builds that reach them, absent before.
             assert_eq!(outcome(&v, "host memory: not offered"), "skip");
+            assert_eq!(outcome(&v, "graph forms: not offered"), "skip");
         } else {
             // Before 1.9 nothing of it runs: "not offered", each part.
             assert_eq!(outcome(&v, "state: not offered"), "skip", "1.{minor}");

@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.11.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.12.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 11
+#define RLX_ABI_VERSION_MINOR 12
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -275,6 +275,7 @@ typedef struct RlxStateApi RlxStateApi;
 typedef struct RlxSharingApi RlxSharingApi;
 typedef struct RlxSubmitApi RlxSubmitApi;
 typedef struct RlxHostMemoryApi RlxHostMemoryApi;
+typedef struct RlxGraphFormApi RlxGraphFormApi;
 typedef struct RlxMemoryUsage RlxMemoryUsage;
 
 /* The plugin's root table. Plugin-owned, static. The first four fields
@@ -316,9 +317,10 @@ typedef struct RlxPluginApi {
     RlxStatus* (*supported_ops)(RlxOpList* out);
     /* Required. As supported_ops. */
     RlxStatus* (*lowering_table)(RlxLoweringTable* out);
-    /* Required. Compile .rlxmodel text (borrowed for the call); options
-     * borrowed for the call, NULL = defaults. On success *out is a new
-     * executable owned by the caller, released with executable_destroy. */
+    /* Required. Compile .rlxmodel text (borrowed for the call; other
+     * forms of a graph: graph_forms, 1.12); options borrowed for the call,
+     * NULL = defaults. On success *out is a new executable owned by the
+     * caller, released with executable_destroy. */
     RlxStatus* (*compile)(RlxStr graph, const RlxCompileOptions* options,
                           RlxExecutable** out);
     /* Required. NULL is a no-op. */
@@ -409,9 +411,14 @@ typedef struct RlxPluginApi {
     /* Host memory mapped for transfers (§12). Plugin-owned, static; NULL:
      * the plugin has no use for it. */
     const RlxHostMemoryApi* host_memory;
+
+    /* --- 1.12 --- */
+    /* Graph forms besides .rlxmodel text (§13). Plugin-owned, static;
+     * NULL: the plugin reads text only. */
+    const RlxGraphFormApi* graph_forms;
 } RlxPluginApi;
 #define RLX_PLUGIN_API_STRUCT_SIZE \
-    RLX_STRUCT_SIZE(RlxPluginApi, host_memory)
+    RLX_STRUCT_SIZE(RlxPluginApi, graph_forms)
 #define RLX_PLUGIN_API_HEADER_SIZE offsetof(RlxPluginApi, rust_layout_tag)
 /* The least struct_size a plugin claiming 1.minor may declare: every field
  * that minor defines (a smaller table is refused). */
@@ -426,6 +433,7 @@ typedef struct RlxPluginApi {
 /* 1.10 added no root-table field: such a plugin declares at least
  * RLX_PLUGIN_API_SIZE_1_9. */
 #define RLX_PLUGIN_API_SIZE_1_11 RLX_STRUCT_SIZE(RlxPluginApi, host_memory)
+#define RLX_PLUGIN_API_SIZE_1_12 RLX_STRUCT_SIZE(RlxPluginApi, graph_forms)
 
 /* (1.9) What the plugin's tensors hold, in bytes, across all its
  * executables (params, state, run buffers). An out-struct. */
@@ -1054,7 +1062,35 @@ struct RlxHostMemoryApi {
     RLX_STRUCT_SIZE(RlxHostMemoryApi, dma_unmap)
 
 /* ======================================================================
- * 13. The entry symbol                  ABI.md §1 (export/entry.rs)
+ * 13. Graph forms (1.12)                ABI.md §24 (tables/graph_forms.rs)
+ * ====================================================================== */
+
+/* Plugin-owned, static; NULL in the root table when the plugin reads no
+ * form but .rlxmodel text. Text is rlx's interchange form, read by any
+ * plugin of any rlx release; writing and parsing it costs a few
+ * microseconds a node. A plugin may also read forms that are cheaper to
+ * make and read but bind both sides tighter (ABI.md §24 names them: rlx-ir's
+ * own serialisation of a graph, for one rlx-ir release); a host that
+ * writes one of them may send it instead of the text. PJRT's PJRT_Program
+ * (code plus a format) is the model. */
+struct RlxGraphFormApi {
+    size_t struct_size;
+    /* The forms the plugin reads, n_forms names. Plugin-owned, static. */
+    const RlxStr* forms;
+    size_t n_forms;
+    /* As the root table's compile, for the len bytes at data (borrowed
+     * for the call) in the form named form. A form the plugin does not
+     * list is UNSUPPORTED; bytes that are not a graph in that form are
+     * INVALID_ARGUMENT. */
+    RlxStatus* (*compile)(RlxStr form, const void* data, size_t len,
+                          const RlxCompileOptions* options,
+                          RlxExecutable** out);
+};
+#define RLX_GRAPH_FORM_API_STRUCT_SIZE \
+    RLX_STRUCT_SIZE(RlxGraphFormApi, compile)
+
+/* ======================================================================
+ * 14. The entry symbol                  ABI.md §1 (export/entry.rs)
  * ====================================================================== */
 
 #define RLX_ENTRY_SYMBOL "rlx_plugin_entry"
@@ -1076,7 +1112,7 @@ RLX_PLUGIN_EXPORT const RlxPluginApi* rlx_plugin_entry(const RlxHostApi* host);
 #endif
 
 /* ======================================================================
- * 14. The manifest (optional)                ABI.md §19 (manifest/)
+ * 15. The manifest (optional)                ABI.md §19 (manifest/)
  * ====================================================================== */
 
 /* A manifest is data the build embeds in the library, in its own section

@@ -22,6 +22,8 @@ pub mod convert;
 pub mod custom_ops;
 pub mod error;
 pub mod export;
+#[cfg(feature = "graph-forms")]
+pub mod graph_forms;
 pub mod graph_text;
 pub mod log;
 pub mod machine;

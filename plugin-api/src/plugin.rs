@@ -624,4 +624,22 @@ pub trait Plugin: Send + Sync + 'static {
         let _ = data;
         Err(not_offered("host memory mapping"))
     }
+    /// (ABI 1.12) The graph forms the plugin reads besides `.rlxmodel`
+    /// text (docs/ABI.md §24 names them), published once at the handshake.
+    fn graph_forms(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// (ABI 1.12) Compile `graph`, bytes in `form` (one of
+    /// [`Plugin::graph_forms`]; the glue has checked that it is listed).
+    fn compile_form(
+        &self,
+        form: &str,
+        graph: &[u8],
+        options: &CompileOptions,
+    ) -> PluginResult<Box<dyn Executable>> {
+        let _ = (graph, options);
+        Err(PluginError::unsupported(format!(
+            "the plugin reads no graph form {form:?}"
+        )))
+    }
 }

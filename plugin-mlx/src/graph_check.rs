@@ -1,7 +1,8 @@
 //! Checking a graph against the lowering table before anything runs: every
 //! error names the node, its op and shapes.
 
-use crate::graph_text::{describe, read_graph};
+use crate::graph_source::GraphSource;
+use crate::graph_text::describe;
 use crate::lower::Lowering;
 use rlx_ir::{Graph, Node};
 use rlx_plugin_api::{PluginError, PluginResult};
@@ -10,11 +11,16 @@ use rlx_plugin_api::{PluginError, PluginResult};
 /// can carry to a host (`RLX_MAX_NDIM`, docs/ABI.md §7).
 pub const MAX_RANK: usize = 64;
 
-/// Parse text and check every node: a lowering exists, takes the node's
+/// Parse text and check every node ([`read_and_check`]).
+pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
+    read_and_check(GraphSource::Text(text))
+}
+
+/// Read a graph and check every node: a lowering exists, takes the node's
 /// dtype, shapes are static with at most [`MAX_RANK`] dimensions, and
 /// inputs come before their users.
-pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
-    let graph = read_graph(text)?;
+pub fn read_and_check(source: GraphSource) -> PluginResult<Graph> {
+    let graph = source.read()?;
     for n in graph.nodes() {
         let rank = graph.shape(n.id).dims().len();
         if rank > MAX_RANK {

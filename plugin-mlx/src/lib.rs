@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod eager;
 pub mod executable;
 pub mod graph_check;
+pub mod graph_source;
 pub mod graph_text;
 pub mod kernel_builder;
 pub mod kernel_cache;

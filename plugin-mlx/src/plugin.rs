@@ -1,6 +1,7 @@
 //! The plugin: descriptor, registration (the lowering table) and compile.
 
 use crate::executable::MlxExecutable;
+use crate::graph_source::GraphSource;
 use rlx_plugin_api::{
     CompileOptions, CustomOpRegistry, DType, Descriptor, Executable, LoweringEntry, MemoryUsage,
     Offers, Plugin, PluginError, PluginResult,
@@ -113,6 +114,20 @@ impl Plugin for MlxPlugin {
 
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>> {
         Ok(Box::new(MlxExecutable::compile(graph, options)?))
+    }
+
+    fn graph_forms(&self) -> Vec<String> {
+        crate::graph_source::forms()
+    }
+
+    fn compile_form(
+        &self,
+        form: &str,
+        graph: &[u8],
+        options: &CompileOptions,
+    ) -> PluginResult<Box<dyn Executable>> {
+        let source = GraphSource::from_form(form, graph)?;
+        Ok(Box::new(MlxExecutable::compile_source(source, options)?))
     }
 
     fn offers(&self) -> Offers {

@@ -46,7 +46,7 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxPluginApi, state) F(RlxPluginApi, sharing) F(RlxPluginApi, submits)
         F(RlxPluginApi, executable_bind_param_range) F(RlxPluginApi, executable_set_rng)
         F(RlxPluginApi, executable_set_active_extent) F(RlxPluginApi, memory_usage)
-        F(RlxPluginApi, host_memory)
+        F(RlxPluginApi, host_memory) F(RlxPluginApi, graph_forms)
     S(RlxMemoryUsage) F(RlxMemoryUsage, struct_size) F(RlxMemoryUsage, active_bytes)
         F(RlxMemoryUsage, peak_bytes) F(RlxMemoryUsage, cached_bytes)
     S(RlxPluginDescriptor) F(RlxPluginDescriptor, struct_size)
@@ -109,6 +109,8 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
     S(RlxSubmitApi) F(RlxSubmitApi, struct_size) F(RlxSubmitApi, submit) F(RlxSubmitApi, wait)
     S(RlxHostMemoryApi) F(RlxHostMemoryApi, struct_size) F(RlxHostMemoryApi, dma_map)
         F(RlxHostMemoryApi, dma_unmap)
+    S(RlxGraphFormApi) F(RlxGraphFormApi, struct_size) F(RlxGraphFormApi, forms)
+        F(RlxGraphFormApi, n_forms) F(RlxGraphFormApi, compile)
 };
 
 const size_t rlx_c_layout_len = sizeof(rlx_c_layout_rows) / sizeof(rlx_c_layout_rows[0]);

@@ -42,14 +42,30 @@ pub fn tensor(seed: u32) -> HostTensor {
     .unwrap()
 }
 
+/// How the graph reaches the plugin: `.rlxmodel` text, or the fastest
+/// form the plugin reads (ABI 1.12 graph forms), which a host sends.
+#[derive(Clone, Copy, Debug)]
+pub enum Sent {
+    Text,
+    Form,
+}
+
 /// Compile [`graph`] in compiled mode and run it until a run has switched
 /// from lazy evaluation to the compiled function, then twice more, every
 /// output bit-identical to the first run's (lazy). Returns the plugin's
-/// log lines.
-pub fn runs_switch_bit_identical() -> Vec<String> {
-    let logs = crate::capture_logs(log::LevelFilter::Debug);
-    let text = rlx_ir::rlxmodel::to_text(&graph()).unwrap();
-    let mut exe = mlx().compile(&text, Mode::Compiled).unwrap();
+/// log lines from this call.
+pub fn runs_switch_bit_identical(sent: Sent) -> Vec<String> {
+    let all_logs = crate::capture_logs(log::LevelFilter::Debug);
+    let start = all_logs().len();
+    let logs = move || all_logs().split_off(start);
+    let options = rlx_plugin_api::CompileOptions::mode(Mode::Compiled);
+    let mut exe = match sent {
+        Sent::Text => {
+            let text = rlx_ir::rlxmodel::to_text(&graph()).unwrap();
+            mlx().compile_with(&text, &options).unwrap()
+        }
+        Sent::Form => mlx().compile_graph(&graph(), &options).unwrap(),
+    };
     exe.bind_param("w", &tensor(2)).unwrap();
     exe.bind_param("b", &tensor(3)).unwrap();
     let x = tensor(1);

@@ -47,7 +47,8 @@ fn struct_sizes_and_header_are_as_documented() {
     // executable_device begins; 1.4-1.7 end where 1.8's
     // executable_run_into begins (1.5-1.7 added no root-table field); 1.8
     // ends where 1.9's state begins; 1.9 and 1.10 end where 1.11's
-    // host_memory begins; 1.11 is the whole table.
+    // host_memory begins; 1.11 ends where 1.12's graph_forms begins; 1.12
+    // is the whole table.
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
     assert_eq!(
         plugin_api_min_size(1),
@@ -69,7 +70,11 @@ fn struct_sizes_and_header_are_as_documented() {
     );
     // 1.10 added no root-table field (its one field is the host table's).
     assert_eq!(plugin_api_min_size(10), plugin_api_min_size(9));
-    assert_eq!(plugin_api_min_size(11), size_of::<RlxPluginApi>());
+    assert_eq!(
+        plugin_api_min_size(11),
+        offset_of!(RlxPluginApi, graph_forms)
+    );
+    assert_eq!(plugin_api_min_size(12), size_of::<RlxPluginApi>());
     assert_eq!(HOST_API_SIZE_1_0, offset_of!(RlxHostApi, setting));
     assert_eq!(
         RlxHostApi::STRUCT_SIZE,

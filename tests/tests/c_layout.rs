@@ -79,7 +79,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             executable_signature, executable_bind_param, executable_run, custom_ops,
             executable_device, executable_run_into, state, sharing, submits,
             executable_bind_param_range, executable_set_rng, executable_set_active_extent,
-            memory_usage, host_memory,
+            memory_usage, host_memory, graph_forms,
         },
         RlxMemoryUsage { struct_size, active_bytes, peak_bytes, cached_bytes },
         RlxPluginDescriptor {
@@ -118,6 +118,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
         RlxSharingApi { struct_size, clone, share_params },
         RlxSubmitApi { struct_size, submit, wait },
         RlxHostMemoryApi { struct_size, dma_map, dma_unmap },
+        RlxGraphFormApi { struct_size, forms, n_forms, compile },
     };
     for (t, listed, recorded) in &names {
         assert_eq!(
@@ -280,7 +281,7 @@ fn struct_size_is_the_end_of_the_last_field_with_no_tail_padding() {
     assert_eq!(RlxDeviceInfo::STRUCT_SIZE, 40);
     assert_eq!(
         RlxPluginApi::STRUCT_SIZE,
-        offset_of!(RlxPluginApi, host_memory) + 8
+        offset_of!(RlxPluginApi, graph_forms) + 8
     );
     assert_eq!(plugin_api_min_size(8), offset_of!(RlxPluginApi, state));
     // The host table: 1.10's `setting` starts where a 1.0-1.9 host's

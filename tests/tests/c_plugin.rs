@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.11).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.12).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -473,11 +473,12 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.11, this (1.11)
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.12, this (1.12)
     // host. 1.9's entries are absent on the plugin's side below 1.9 (its
-    // table ends before them) and, but for state, in the 1.9 to 1.11
-    // builds too (1.10 added no root-table field; 1.11's host_memory is
-    // NULL in the 1.11 build).
+    // table ends before them) and, but for state, in the 1.9 to 1.12
+    // builds too (1.10 added no root-table field; 1.11's host_memory and
+    // 1.12's graph_forms are NULL in those builds, so every build is sent
+    // text).
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -513,6 +514,7 @@ fn every_c_build_loads_into_this_host_and_runs() {
         };
         assert_eq!(p.offers(), offers, "1.{minor}");
         assert!(p.raw_sharing().is_none() && p.raw_submits().is_none());
+        assert!(p.graph_forms().is_empty(), "1.{minor}");
         assert_eq!(p.raw_state().is_some(), minor >= 9, "1.{minor}");
         for mode in MODES {
             let opts = CompileOptions {
@@ -522,7 +524,12 @@ fn every_c_build_loads_into_this_host_and_runs() {
                 device: None,
                 memory_limit: None,
             };
-            let mut exe = p.compile_with(&model, &opts).unwrap();
+            // What rlx-runtime's backend calls: text, to these builds.
+            let mut exe = if minor % 2 == 0 {
+                p.compile_graph(&g, &opts).unwrap()
+            } else {
+                p.compile_with(&model, &opts).unwrap()
+            };
             exe.bind_param("w", &t(&[3, 2], &W)).unwrap();
             exe.bind_param("b", &t(&[2], &B)).unwrap();
             if minor < 9 {
@@ -1112,6 +1119,7 @@ fn the_c_abi_by_hand_options_ownership_and_null_pointers() {
             4..=7 => std::mem::offset_of!(RlxPluginApi, executable_run_into),
             8 => std::mem::offset_of!(RlxPluginApi, state),
             9 | 10 => std::mem::offset_of!(RlxPluginApi, host_memory),
+            11 => std::mem::offset_of!(RlxPluginApi, graph_forms),
             _ => std::mem::size_of::<RlxPluginApi>(),
         };
         assert_eq!(api.struct_size, want_size, "1.{minor}");
@@ -2459,7 +2467,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.11 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.12 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {

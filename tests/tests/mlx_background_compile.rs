@@ -13,7 +13,7 @@
 //! each case runs in a process of its own: this test binary, started again
 //! for one test with [`ENV_CASE`] and the case's environment set.
 
-use rlx_plugin_tests::warmup;
+use rlx_plugin_tests::warmup::{self, Sent};
 use std::path::{Path, PathBuf};
 
 /// Set in the process that runs a case.
@@ -67,7 +67,7 @@ fn a_thread_builds_the_kernels_and_runs_switch_bit_identical() {
     ) {
         return;
     }
-    let logs = warmup::runs_switch_bit_identical();
+    let logs = warmup::runs_switch_bit_identical(Sent::Form);
     assert!(
         logs.iter()
             .any(|m| m.contains("kernels built in the background in")
@@ -84,18 +84,21 @@ fn a_child_process_builds_the_kernels_and_runs_switch_bit_identical() {
     ) {
         return;
     }
-    let logs = warmup::runs_switch_bit_identical();
-    assert!(
-        logs.iter()
-            .any(|m| m.contains("ms (in a process of their own, rlx-mlx-kernel-builder)")),
-        "{logs:?}"
-    );
-    assert!(
-        !logs
-            .iter()
-            .any(|m| m.contains("building compiled mode's kernels in the background")),
-        "{logs:?}"
-    );
+    // The child is handed the graph in the form the compile received.
+    for sent in [Sent::Text, Sent::Form] {
+        let logs = warmup::runs_switch_bit_identical(sent);
+        assert!(
+            logs.iter()
+                .any(|m| m.contains("ms (in a process of their own, rlx-mlx-kernel-builder)")),
+            "{sent:?}: {logs:?}"
+        );
+        assert!(
+            !logs
+                .iter()
+                .any(|m| m.contains("building compiled mode's kernels in the background")),
+            "{sent:?}: {logs:?}"
+        );
+    }
     // MLX's CPU kernels are shared libraries in its cache directory
     // ($TMPDIR, which the child inherited); the child wrote them.
     let cache = std::env::temp_dir();
@@ -117,7 +120,7 @@ fn a_failing_builder_leaves_the_build_to_the_switching_run() {
     ) {
         return;
     }
-    let logs = warmup::runs_switch_bit_identical();
+    let logs = warmup::runs_switch_bit_identical(Sent::Text);
     assert!(
         logs.iter()
             .any(|m| m.contains("kernels in the background failed")

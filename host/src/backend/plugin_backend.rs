@@ -124,11 +124,12 @@ impl PluginBackend {
         let name = &self.pipeline.label;
         crate::cpu_bridge::bridge_graph(&self.reg.plugin, &graph)
             .unwrap_or_else(|e| self.pipeline.fail(e));
-        let text = rlx_ir::rlxmodel::to_text(&graph).unwrap_or_else(|e| {
-            self.pipeline
-                .fail(format!("cannot write the graph as .rlxmodel: {e}"))
-        });
-        log::trace!("graph sent to plugin {name}:\n{text}");
+        if log::log_enabled!(log::Level::Trace) {
+            match rlx_ir::rlxmodel::to_text(&graph) {
+                Ok(text) => log::trace!("graph sent to plugin {name}:\n{text}"),
+                Err(e) => log::trace!("graph sent to plugin {name}: no text ({e})"),
+            }
+        }
         let mode = plugin_mode(self.pipeline.device).unwrap_or(self.reg.mode);
         log::debug!(
             "compiling {} nodes on plugin {name} in {} mode",
@@ -154,7 +155,7 @@ impl PluginBackend {
         let exe = self
             .reg
             .plugin
-            .compile_with(&text, &options)
+            .compile_graph(&graph, &options)
             .unwrap_or_else(|e| self.pipeline.fail(e));
         Box::new(
             PluginGraph::new(exe, name.clone())

@@ -1,9 +1,9 @@
-//! Header §13: the entry symbol. `export_plugin!` writes it; [`entry`] is
+//! Header §14: the entry symbol. `export_plugin!` writes it; [`entry`] is
 //! its body: the handshake, the plugin's state and its root table.
 
 use super::loaded::{self, Loaded};
 use super::{custom_ops::CUSTOM_OP_API, executable, handle, registration, run, status};
-use super::{host_memory, memory, sharing, state, submit};
+use super::{graph_forms, host_memory, memory, sharing, state, submit};
 use crate::custom_ops::CustomOpRegistry;
 use crate::error::{panic_message, PluginError, PluginResult, StatusCode};
 use crate::plugin::{Descriptor, DeviceInfo, Plugin};
@@ -149,6 +149,7 @@ unsafe fn handshake(
     let desc = plugin.descriptor();
     let descriptor: &'static RlxPluginDescriptor = Box::leak(Box::new(raw_descriptor(&desc)));
     let offers = plugin.offers();
+    let forms = plugin.graph_forms();
     loaded::set(Loaded {
         plugin,
         registry: CustomOpRegistry::new(),
@@ -193,6 +194,8 @@ unsafe fn handshake(
     t.memory_usage = offers.memory_usage.then_some(memory::memory_usage as _);
     // 1.11
     t.host_memory = host_memory::table(&offers);
+    // 1.12
+    t.graph_forms = graph_forms::table(forms);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,
         None => &CUSTOM_OP_API,

@@ -5,8 +5,8 @@ use super::args::{non_null_mut, read_arg, visit_values, write_out};
 use super::handle::{self, enter};
 use super::loaded::loaded;
 use super::status::guard;
-use crate::error::{PluginError, RlxStatus};
-use crate::plugin::{BoundParam, DeviceKind, Mode, ParamBytes};
+use crate::error::{PluginError, PluginResult, RlxStatus};
+use crate::plugin::{BoundParam, CompileOptions, DeviceKind, Executable, Mode, ParamBytes, Plugin};
 use crate::strings::RlxStr;
 use crate::tables::*;
 use crate::tensor::{ownership, RlxTensor, TensorRef};
@@ -18,62 +18,78 @@ pub(super) unsafe extern "C" fn compile(
     out: *mut *mut RlxExecutable,
 ) -> *mut RlxStatus {
     guard(|| {
-        let out = non_null_mut(out, "out")?;
-        *out = std::ptr::null_mut();
-        let st = loaded()?;
-        crate::log::sync_max_level();
-        // Fields an older host did not send keep their defaults (the 1.3
-        // reading rule, in RlxCompileOptions::read).
-        let raw = RlxCompileOptions::read(options);
-        let mode = Mode::from_raw(raw.mode).ok_or_else(|| {
-            PluginError::unsupported(format!("unknown execution mode {}", raw.mode))
-        })?;
-        let device = match raw.device_kind {
-            device_kind::DEFAULT => None,
-            k => Some((
-                DeviceKind::from_raw(k)
-                    .ok_or_else(|| PluginError::unsupported(format!("unknown device kind {k}")))?,
-                raw.device_ordinal,
-            )),
-        };
-        let opts = crate::plugin::CompileOptions {
-            mode,
-            rng_policy: raw.rng_policy,
-            rng_seed: raw.rng_seed,
-            device,
-            memory_limit: (raw.memory_limit_bytes > 0).then_some(raw.memory_limit_bytes),
-        };
-        let text = graph
-            .to_str()
-            .map_err(|e| PluginError::invalid_argument(format!("graph text is not UTF-8: {e}")))?;
-        // A device the descriptor does not list is refused here, for every
-        // plugin alike.
-        let listed =
-            |k: DeviceKind, o: u32| st.devices.iter().find(|d| d.kind == k && d.ordinal == o);
-        if let Some((k, o)) = opts.device {
-            if !st.devices.is_empty() && listed(k, o).is_none() {
-                return Err(PluginError::unsupported(format!(
-                    "no device {}:{o} in plugin {}; it has {}",
-                    k.name(),
-                    st.plugin.descriptor().name,
-                    st.devices
-                        .iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
-        let exe = st.plugin.compile(text, &opts)?;
-        // A plugin that does not say where an executable runs runs it where
-        // it was asked to, or on its default device.
-        let device = exe.device().or_else(|| match opts.device {
-            Some((k, o)) => listed(k, o).cloned(),
-            None => st.devices.first().cloned(),
-        });
-        *out = handle::adopt(exe, device);
-        Ok(())
+        compile_into(options, out, |plugin, opts| {
+            let text = graph.to_str().map_err(|e| {
+                PluginError::invalid_argument(format!("graph text is not UTF-8: {e}"))
+            })?;
+            plugin.compile(text, opts)
+        })
     })
+}
+
+/// What every compile does around the plugin's own, whatever form the
+/// graph came in (text here, others in `graph_forms.rs`): read the
+/// options, refuse a device the descriptor does not list, and hand the
+/// executable out through `out`.
+///
+/// # Safety
+/// `options` is null or a readable `RlxCompileOptions`; `out` is null or
+/// writable.
+pub(super) unsafe fn compile_into(
+    options: *const RlxCompileOptions,
+    out: *mut *mut RlxExecutable,
+    compile: impl FnOnce(&dyn Plugin, &CompileOptions) -> PluginResult<Box<dyn Executable>>,
+) -> PluginResult<()> {
+    let out = non_null_mut(out, "out")?;
+    *out = std::ptr::null_mut();
+    let st = loaded()?;
+    crate::log::sync_max_level();
+    // Fields an older host did not send keep their defaults (the 1.3
+    // reading rule, in RlxCompileOptions::read).
+    let raw = RlxCompileOptions::read(options);
+    let mode = Mode::from_raw(raw.mode)
+        .ok_or_else(|| PluginError::unsupported(format!("unknown execution mode {}", raw.mode)))?;
+    let device = match raw.device_kind {
+        device_kind::DEFAULT => None,
+        k => Some((
+            DeviceKind::from_raw(k)
+                .ok_or_else(|| PluginError::unsupported(format!("unknown device kind {k}")))?,
+            raw.device_ordinal,
+        )),
+    };
+    let opts = CompileOptions {
+        mode,
+        rng_policy: raw.rng_policy,
+        rng_seed: raw.rng_seed,
+        device,
+        memory_limit: (raw.memory_limit_bytes > 0).then_some(raw.memory_limit_bytes),
+    };
+    // A device the descriptor does not list is refused here, for every
+    // plugin alike.
+    let listed = |k: DeviceKind, o: u32| st.devices.iter().find(|d| d.kind == k && d.ordinal == o);
+    if let Some((k, o)) = opts.device {
+        if !st.devices.is_empty() && listed(k, o).is_none() {
+            return Err(PluginError::unsupported(format!(
+                "no device {}:{o} in plugin {}; it has {}",
+                k.name(),
+                st.plugin.descriptor().name,
+                st.devices
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let exe = compile(&*st.plugin, &opts)?;
+    // A plugin that does not say where an executable runs runs it where
+    // it was asked to, or on its default device.
+    let device = exe.device().or_else(|| match opts.device {
+        Some((k, o)) => listed(k, o).cloned(),
+        None => st.devices.first().cloned(),
+    });
+    *out = handle::adopt(exe, device);
+    Ok(())
 }
 
 pub(super) unsafe extern "C" fn executable_destroy(exe: *mut RlxExecutable) {

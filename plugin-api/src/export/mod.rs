@@ -7,6 +7,7 @@ mod args;
 mod custom_ops;
 mod entry;
 mod executable;
+mod graph_forms;
 mod handle;
 mod host_memory;
 mod loaded;

@@ -145,16 +145,24 @@ impl LoadedPlugin {
         self.check(unsafe {
             (self.api.compile.unwrap())(RlxStr::from_str(graph), &opts, &mut exe)
         })?;
+        PluginExecutable::adopt_compiled(self.clone(), exe)
+    }
+}
+
+impl PluginExecutable {
+    /// Owns what a compile that succeeded wrote to its `out`.
+    pub(super) fn adopt_compiled(
+        plugin: Arc<LoadedPlugin>,
+        exe: *mut RlxExecutable,
+    ) -> PluginResult<PluginExecutable> {
         if exe.is_null() {
             return Err(PluginError::internal(
                 "compile succeeded but returned no executable",
             ));
         }
-        PluginExecutable::adopt(self.clone(), exe)
+        PluginExecutable::adopt(plugin, exe)
     }
-}
 
-impl PluginExecutable {
     /// Owns `exe`, a handle `plugin` just compiled, and reads its signature.
     pub(super) fn adopt(
         plugin: Arc<LoadedPlugin>,

@@ -5,6 +5,7 @@ pub mod deps;
 pub mod discover;
 mod elf_check;
 pub mod executable;
+mod graph_forms;
 mod host_memory;
 pub mod load;
 mod load_error;
@@ -25,6 +26,7 @@ pub use discover::{
     ENV_PLUGINS,
 };
 pub use executable::{LentBuffer, OutputDest, PluginExecutable};
+pub use graph_forms::ENV_GRAPH_FORM;
 pub use host_memory::DmaMapping;
 pub use load::{load_plugin, load_plugin_with, load_static, LoadError};
 pub use manifest::{read_manifest, read_manifest_file, ManifestReadError};

@@ -46,6 +46,8 @@ pub struct LoadedPlugin {
     pub(super) submits: Option<RlxSubmitApi>,
     /// (1.11) The host-memory table, as read at load.
     pub(super) host_memory: Option<RlxHostMemoryApi>,
+    /// (1.12) The graph forms the plugin reads, as read at load.
+    pub(super) graph_forms: Option<super::graph_forms::GraphForms>,
 }
 
 // SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
@@ -69,7 +71,11 @@ pub const MAX_TABLE_LEN: usize = 1 << 20;
 /// # Safety
 /// A non-null `p` with `n <= MAX_TABLE_LEN` points at `n` readable `T`s
 /// that live for `'a`.
-unsafe fn table_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], String> {
+pub(super) unsafe fn table_slice<'a, T>(
+    p: *const T,
+    n: usize,
+    what: &str,
+) -> Result<&'a [T], String> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -87,7 +93,7 @@ unsafe fn table_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T
 
 /// # Safety
 /// As for [`table_slice`].
-unsafe fn strs(p: *const RlxStr, n: usize, what: &str) -> Result<Vec<String>, String> {
+pub(super) unsafe fn strs(p: *const RlxStr, n: usize, what: &str) -> Result<Vec<String>, String> {
     // SAFETY: the caller's promise; each RlxStr is the plugin's static data.
     Ok(unsafe { table_slice(p, n, what)? }
         .iter()
@@ -233,6 +239,8 @@ impl LoadedPlugin {
             read_sized(api.submits),
         );
         let host_memory = read_sized(api.host_memory);
+        let graph_forms =
+            super::graph_forms::GraphForms::read(read_sized(api.graph_forms)).map_err(invalid)?;
         Ok(LoadedPlugin {
             path,
             api,
@@ -244,6 +252,7 @@ impl LoadedPlugin {
             sharing,
             submits,
             host_memory,
+            graph_forms,
         })
     }
 

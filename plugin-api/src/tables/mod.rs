@@ -1,6 +1,6 @@
 //! The function tables: every struct that crosses the ABI besides strings,
 //! versions, statuses and tensors, one file per section of
-//! `include/rlx_plugin.h` (§4 to §12).
+//! `include/rlx_plugin.h` (§4 to §13).
 //!
 //! Each struct starts with `struct_size` (the end of the last field the
 //! writer knows) and only ever grows at the end; `crate::abi_struct!`
@@ -12,6 +12,7 @@
 
 pub mod custom_ops;
 pub mod executable;
+pub mod graph_forms;
 pub mod host;
 pub mod host_memory;
 pub mod registration;
@@ -22,6 +23,7 @@ pub mod submit;
 
 pub use custom_ops::*;
 pub use executable::*;
+pub use graph_forms::*;
 pub use host::*;
 pub use host_memory::*;
 pub use registration::*;

@@ -2,6 +2,7 @@
 
 use super::custom_ops::RlxCustomOpApi;
 use super::executable::{RlxCompileOptions, RlxExecutable, RlxValueVisitor};
+use super::graph_forms::RlxGraphFormApi;
 use super::host::RlxHostApi;
 use super::host_memory::RlxHostMemoryApi;
 use super::registration::{RlxLoweringTable, RlxOpList};
@@ -72,7 +73,8 @@ pub struct RlxPluginApi {
     pub supported_ops: Option<unsafe extern "C" fn(out: *mut RlxOpList) -> *mut RlxStatus>,
     /// The lowering table; as for `supported_ops`. Required.
     pub lowering_table: Option<unsafe extern "C" fn(out: *mut RlxLoweringTable) -> *mut RlxStatus>,
-    /// Compile `.rlxmodel` text (borrowed for the call). On success `*out`
+    /// Compile `.rlxmodel` text (borrowed for the call; other forms of a
+    /// graph: `graph_forms`, 1.12). On success `*out`
     /// is a new executable owned by the caller, released with
     /// `executable_destroy`. Required.
     pub compile: Option<
@@ -193,6 +195,11 @@ pub struct RlxPluginApi {
     /// Host memory mapped for transfers (header §12). Plugin-owned,
     /// static. Null: the plugin has no use for it.
     pub host_memory: *const RlxHostMemoryApi,
+
+    // --- 1.12 ---
+    /// Graph forms besides `.rlxmodel` text (header §13). Plugin-owned,
+    /// static. Null: the plugin reads text only.
+    pub graph_forms: *const RlxGraphFormApi,
 }
 
 /// (1.9) What the plugin's tensors hold, in bytes, across all its
@@ -229,6 +236,7 @@ pub fn plugin_api_min_size(minor: u32) -> usize {
         4..=7 => offset_of!(RlxPluginApi, executable_run_into),
         8 => offset_of!(RlxPluginApi, state),
         9 | 10 => offset_of!(RlxPluginApi, host_memory),
+        11 => offset_of!(RlxPluginApi, graph_forms),
         _ => <RlxPluginApi as crate::sized::AbiStruct>::STRUCT_SIZE,
     }
 }
@@ -284,7 +292,7 @@ pub struct RlxDeviceInfo {
     pub memory_bytes: u64,
 }
 
-crate::abi_struct!(RlxPluginApi, host_memory: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxPluginApi, graph_forms: usize); // an Option<fn> is pointer-sized
 crate::abi_struct!(RlxMemoryUsage, cached_bytes: u64);
 crate::abi_struct!(RlxPluginDescriptor, n_device_infos: usize);
 crate::abi_struct!(RlxDeviceInfo, memory_bytes: u64);
@@ -325,6 +333,7 @@ impl RlxPluginApi {
             executable_set_active_extent: None,
             memory_usage: None,
             host_memory: std::ptr::null(),
+            graph_forms: std::ptr::null(),
         }
     }
 }

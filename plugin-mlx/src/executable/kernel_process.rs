@@ -8,9 +8,9 @@
 //! thread's build would hold the GPU from the lazy runs it is meant to let
 //! through (and MLX 0.32.4 has no call that builds the kernels without
 //! evaluating). Another process has a GPU turn of its own: it compiles the
-//! same graph text with the same options and evaluates its compiled
-//! function once on zeros, so that MLX writes every kernel into its
-//! on-disk cache (`MLX_PTX_CACHE_DIR`, which this process set and the
+//! same graph (in the form this process received it) with the same
+//! options and evaluates its compiled function once on zeros, so that MLX
+//! writes every kernel into its on-disk cache (`MLX_PTX_CACHE_DIR`, which this process set and the
 //! child inherits). When the child has exited, this process's compiled
 //! function finds the kernels there instead of compiling them in a run.
 //!
@@ -18,6 +18,7 @@
 //! its own values, and a child that fails (or builds kernels under other
 //! names) leaves the first compiled run to build them, as without it.
 
+use crate::graph_source::GraphSource;
 use rlx_ir::{Graph, NodeId};
 use rlx_plugin_api::{CompileOptions, DeviceInfo, DeviceKind};
 use std::io::Write;
@@ -43,10 +44,10 @@ const ENV_BUILDER: &str = "RLX_MLX_KERNEL_BUILDER";
 /// fail. A larger graph's first compiled run builds its kernels itself.
 const MAX_LEAF_BYTES: u64 = 512 << 20;
 
-/// The most graph text a child is handed (and an executable keeps until
-/// its second run hands it over): constants travel in it, and the child
-/// would hold its own copy of them on the same device.
-const MAX_TEXT_BYTES: usize = 64 << 20;
+/// The most bytes of graph a child is handed (and an executable keeps
+/// until its second run hands it over): constants travel in it, and the
+/// child would hold its own copy of them on the same device.
+const MAX_GRAPH_BYTES: usize = 64 << 20;
 
 /// The longest a child may take: NVRTC builds a large graph's kernels in
 /// minutes, not hours.
@@ -54,7 +55,8 @@ const MAX_BUILD: Duration = Duration::from_secs(20 * 60);
 
 /// What a child needs to build one graph's kernels.
 pub(super) struct Spawn {
-    text: String,
+    /// The graph in the form the compile received it.
+    graph: Vec<u8>,
     args: Vec<String>,
     builder: PathBuf,
     library: PathBuf,
@@ -67,7 +69,7 @@ impl Spawn {
     pub(super) fn prepare(
         graph: &Graph,
         leaves: &[NodeId],
-        text: &str,
+        source: GraphSource,
         options: &CompileOptions,
         device: &DeviceInfo,
     ) -> Result<Spawn, String> {
@@ -81,11 +83,12 @@ impl Spawn {
                  process may allocate ({MAX_LEAF_BYTES})"
             ));
         }
-        if text.len() > MAX_TEXT_BYTES {
+        let bytes = source.bytes();
+        if bytes.len() > MAX_GRAPH_BYTES {
             return Err(format!(
-                "its {} bytes of graph text are more than a kernel builder process is \
-                 handed ({MAX_TEXT_BYTES})",
-                text.len()
+                "its {} bytes of graph are more than a kernel builder process is \
+                 handed ({MAX_GRAPH_BYTES})",
+                bytes.len()
             ));
         }
         if device.kind == DeviceKind::Gpu && !crate::contraction::same_in_a_child() {
@@ -101,12 +104,13 @@ impl Spawn {
             _ => "cpu",
         };
         Ok(Spawn {
-            text: text.into(),
+            graph: bytes.to_vec(),
             args: vec![
                 kind.into(),
                 device.ordinal.to_string(),
                 options.rng_policy.to_string(),
                 options.rng_seed.to_string(),
+                source.form(),
             ],
             builder,
             library,
@@ -136,7 +140,7 @@ impl Spawn {
         // A child that exits before reading it all closes the pipe: its
         // exit status and message say why, not the write's error.
         if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(self.text.as_bytes());
+            let _ = stdin.write_all(&self.graph);
         }
         // Its messages, read while it runs (a full pipe would stop it).
         let stderr = child.stderr.take().map(|mut e| {

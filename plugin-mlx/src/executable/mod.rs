@@ -2,7 +2,8 @@
 //! inputs, in one of three modes (lazy, eager, compiled).
 
 use crate::dtype::{ir_to_abi, ir_to_mx};
-use crate::graph_check::parse_and_check;
+use crate::graph_check::read_and_check;
+use crate::graph_source::GraphSource;
 use crate::graph_text::{leaves, shape_str};
 use crate::lower::custom_scope::CustomScope;
 use crate::lower::param_writes::ParamWrites;
@@ -178,12 +179,21 @@ pub struct MlxExecutable {
 unsafe impl Send for MlxExecutable {}
 
 impl MlxExecutable {
+    /// Compile `.rlxmodel` text.
     pub fn compile(text: &str, options: &CompileOptions) -> PluginResult<MlxExecutable> {
+        Self::compile_source(GraphSource::Text(text), options)
+    }
+
+    /// Compile a graph in any form the plugin reads.
+    pub fn compile_source(
+        source: GraphSource,
+        options: &CompileOptions,
+    ) -> PluginResult<MlxExecutable> {
         let device = crate::devices::resolve(options.device)?.clone();
         let _on = on_device(&device)?;
         let mode = options.mode;
         let rng = rng_options(options)?;
-        let mut graph = parse_and_check(text)?;
+        let mut graph = read_and_check(source)?;
         crate::lower::train_act::link_forward_scales(&mut graph)?;
         // Before any MLX array exists: a tensor that cannot fit is an
         // error here, not an abort later.
@@ -268,7 +278,7 @@ impl MlxExecutable {
                 &params,
                 hoisting.as_ref(),
                 &device,
-                text,
+                source,
                 options,
             ),
             _ => None,

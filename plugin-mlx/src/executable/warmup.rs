@@ -39,6 +39,7 @@ use super::evaluate::zeros_like;
 use super::hoist::Hoisting;
 use super::kernel_process::{Spawn, ENV_BACKGROUND};
 use super::{compile_graph, compiled_leaves, Compiled};
+use crate::graph_source::GraphSource;
 use rlx_ir::{Graph, NodeId};
 use rlx_mlx_shim::{array, ArrayList};
 use rlx_plugin_api::{CompileOptions, DeviceInfo, DeviceKind, PluginError, PluginResult};
@@ -113,7 +114,7 @@ pub(super) struct Warmup {
 }
 
 impl Warmup {
-    /// Queue the build of `graph`'s compiled function's kernels (`text`
+    /// Queue the build of `graph`'s compiled function's kernels (`source`
     /// compiled with `options`, for a child process); None where that does
     /// not apply (Metal, custom-op kernels, or switched off: the debug log
     /// says why), and the first compiled run builds them.
@@ -125,7 +126,7 @@ impl Warmup {
         params: &[(String, NodeId)],
         hoisting: Option<&Arc<Hoisting>>,
         device: &DeviceInfo,
-        text: &str,
+        source: GraphSource,
         options: &CompileOptions,
     ) -> Option<Warmup> {
         let setting = setting();
@@ -149,7 +150,7 @@ impl Warmup {
             }
             if gpu || setting == Where::Process {
                 return Ok(Work::Process(Spawn::prepare(
-                    graph, &leaves, text, options, device,
+                    graph, &leaves, source, options, device,
                 )?));
             }
             let f = compile_graph(

@@ -26,7 +26,7 @@
  * its process environment) and logs it when set.
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..=11): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=12): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
@@ -3371,7 +3371,13 @@ static RlxStatus* c_executable_device(const RlxExecutable* exe, RlxDeviceInfo* o
  * had no custom_ops, so its struct_size stops before that field. */
 static const RlxPluginApi g_api = {
 #if RLX_C_PLUGIN_MINOR >= 9
-#if RLX_C_PLUGIN_MINOR >= 11
+#if RLX_C_PLUGIN_MINOR >= 12
+    /* 1.12: the table reaches graph_forms, left NULL: this plugin reads
+     * .rlxmodel text only, and a host then sends text. */
+    .struct_size = RLX_PLUGIN_API_SIZE_1_12,
+    .host_memory = NULL,
+    .graph_forms = NULL,
+#elif RLX_C_PLUGIN_MINOR >= 11
     /* 1.11: the table reaches host_memory, left NULL: an interpreter on
      * the CPU has no use for mapped host memory, and a host then uses its
      * memory unmapped. */

@@ -1,0 +1,195 @@
+//! Graph forms (ABI 1.12, docs/ABI.md §24): a graph in a form both sides
+//! read faster than `.rlxmodel` text, for plugins (feature `graph-forms`)
+//! and hosts alike, so that the two ends share one definition.
+//!
+//! The one form so far, [`rlx_ir_bincode`]: rlx-ir's own serde form of a
+//! graph written by bincode. rlx-ir leaves four fields of a graph out of
+//! its serde form (variables, output names, symbolic attributes and
+//! derived dims); the first two travel beside it here, one entry per graph
+//! (the graph, then every body of its nodes' ops, depth first), and a
+//! graph with either of the last two is not encoded at all: it goes as
+//! text, which carries them.
+
+use rlx_ir::{Graph, NodeId};
+use serde::{Deserialize, Serialize};
+
+/// The form's name for rlx-ir `rlx_ir_version`. rlx-ir's serde layout is
+/// that release's and no other's, so both sides must be built against the
+/// same release; `v1` is this module's layout around it.
+pub fn rlx_ir_bincode(rlx_ir_version: &str) -> String {
+    format!("rlx-ir {rlx_ir_version} bincode v1")
+}
+
+/// [`rlx_ir_bincode`] for the rlx-ir this crate is built with.
+pub fn this_rlx_ir_bincode() -> String {
+    rlx_ir_bincode(rlx_ir::rlxmodel::RLX_VERSION)
+}
+
+/// What rlx-ir's serde form leaves out of one graph and this form keeps.
+#[derive(Serialize, Deserialize)]
+struct Side {
+    vars: Vec<(NodeId, usize)>,
+    output_names: Vec<(usize, String)>,
+}
+
+#[derive(Serialize)]
+struct Encoding<'a> {
+    graph: &'a Graph,
+    sides: Vec<Side>,
+}
+
+#[derive(Deserialize)]
+struct Decoding {
+    graph: Graph,
+    sides: Vec<Side>,
+}
+
+/// Every graph in `g`, `g` first, then its nodes' bodies depth first.
+fn each_graph<'a>(g: &'a Graph, f: &mut impl FnMut(&'a Graph)) {
+    f(g);
+    for n in g.nodes() {
+        for body in n.op.subgraphs() {
+            each_graph(body, f);
+        }
+    }
+}
+
+fn each_graph_mut(g: &mut Graph, f: &mut impl FnMut(&mut Graph)) {
+    f(g);
+    for n in g.nodes_mut() {
+        for body in n.op.subgraphs_mut() {
+            each_graph_mut(body, f);
+        }
+    }
+}
+
+/// `graph` in [`rlx_ir_bincode`]'s form, or why it cannot be (a symbolic
+/// graph, which only text carries whole).
+pub fn encode(graph: &Graph) -> Result<Vec<u8>, String> {
+    let mut sides = Vec::new();
+    let mut symbolic = false;
+    each_graph(graph, &mut |g| {
+        symbolic |= !g.sym_attrs().is_empty() || !g.sym_defs().is_empty();
+        sides.push(Side {
+            vars: g.vars().to_vec(),
+            output_names: g.output_names().to_vec(),
+        });
+    });
+    if symbolic {
+        return Err("the graph has symbolic attributes or derived dims".into());
+    }
+    bincode::serialize(&Encoding { graph, sides }).map_err(|e| e.to_string())
+}
+
+/// The graph [`encode`] wrote. Errors (never a panic or an allocation
+/// larger than `bytes`) on anything else.
+pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
+    use bincode::Options;
+    // `bincode::serialize`'s encoding, reading no more than is there.
+    let d: Decoding = bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_limit(bytes.len() as u64)
+        .reject_trailing_bytes()
+        .deserialize(bytes)
+        .map_err(|e| format!("not a graph in the form {}: {e}", this_rlx_ir_bincode()))?;
+    let (mut graph, sides) = (d.graph, d.sides);
+    let mut count = 0;
+    each_graph(&graph, &mut |_| count += 1);
+    if count != sides.len() {
+        return Err(format!(
+            "the graph holds {count} graphs but {} entries of variables and output names",
+            sides.len()
+        ));
+    }
+    let mut sides = sides.into_iter();
+    each_graph_mut(&mut graph, &mut |g| {
+        if let Some(s) = sides.next() {
+            g.set_vars(s.vars);
+            g.set_output_names(s.output_names);
+        }
+    });
+    Ok(graph)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::op::BinaryOp;
+    use rlx_ir::{DType, Op, Shape};
+
+    /// A constant with values text must spell out (-0, -inf, NaN), a Scan
+    /// whose body names its output, a variable and an output name.
+    fn graph() -> Graph {
+        let s = Shape::new(&[2, 3], DType::F32);
+        let mut body = Graph::new("body");
+        let c = body.input("c", s.clone());
+        let next = body.binary(BinaryOp::Mul, c, c, s.clone());
+        body.set_outputs(vec![next]);
+        body.name_output(0, "next");
+        let mut g = Graph::new("g");
+        let x = g.input("x", s.clone());
+        let data = [1.5f32, -0.0, f32::NEG_INFINITY, 2.0, 3.0, f32::NAN]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let k = g.add_node(Op::Constant { data }, vec![], s.clone());
+        let y = g.binary(BinaryOp::Add, x, k, s.clone());
+        let z = g.scan(y, body, 4);
+        g.set_outputs(vec![y, z]);
+        g.name_output(1, "z");
+        g.set_vars(vec![(x, 0)]);
+        g
+    }
+
+    fn names(g: &Graph) -> Vec<Vec<(usize, String)>> {
+        let mut out = Vec::new();
+        each_graph(g, &mut |g| out.push(g.output_names().to_vec()));
+        out
+    }
+
+    #[test]
+    fn a_graph_comes_back_whole() {
+        let g = graph();
+        let back = decode(&encode(&g).unwrap()).unwrap();
+        assert_eq!(
+            rlx_ir::rlxmodel::to_text(&back).unwrap(),
+            rlx_ir::rlxmodel::to_text(&g).unwrap()
+        );
+        assert_eq!(back.vars(), g.vars());
+        assert_eq!(names(&back), names(&g));
+        assert_eq!(names(&g)[1], vec![(0, "next".to_string())]);
+    }
+
+    #[test]
+    fn a_symbolic_graph_is_left_to_text() {
+        let mut g = graph();
+        g.set_sym_defs(vec![rlx_ir::dynamic::SymDef {
+            sym: 2,
+            of: 1,
+            times: None,
+            scale: 16,
+            linear: 0,
+            inner: 1,
+            div: 1,
+            plus: None,
+            plus_scale: 0,
+            offset: 0,
+        }]);
+        assert!(encode(&g).unwrap_err().contains("symbolic"));
+    }
+
+    #[test]
+    fn anything_else_is_an_error() {
+        let bytes = encode(&graph()).unwrap();
+        for cut in [0, 1, 8, bytes.len() / 2, bytes.len() - 1] {
+            assert!(decode(&bytes[..cut]).is_err(), "{cut} bytes");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_err());
+        // A huge length where the name's length is: refused, not allocated.
+        let mut huge = bytes;
+        huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode(&huge).is_err());
+    }
+}

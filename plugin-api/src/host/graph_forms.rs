@@ -1,0 +1,107 @@
+//! (ABI 1.12, header §13) Graph forms: a graph sent in a form both sides
+//! read faster than `.rlxmodel` text. The text is rlx-ir's interchange
+//! form (any opset a plugin lists, any rlx release); writing and parsing
+//! it goes through a tree of values per node and per constant byte, a few
+//! microseconds a node, which was most of the compile of a graph of
+//! thousands of small nodes. When the plugin reads this host's rlx-ir
+//! release's own serialisation (`crate::graph_forms`), a graph crosses in it.
+
+use super::executable::PluginExecutable;
+use super::plugin::{strs, LoadedPlugin};
+use crate::error::{PluginError, PluginResult, RlxStatus};
+use crate::graph_forms::{encode, this_rlx_ir_bincode};
+use crate::plugin::CompileOptions;
+use crate::strings::RlxStr;
+use crate::tables::{RlxCompileOptions, RlxExecutable, RlxGraphFormApi};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A setting that makes every compile send `.rlxmodel` text: `text`.
+pub const ENV_GRAPH_FORM: &str = "RLX_PLUGIN_GRAPH_FORM";
+
+type CompileFormFn = unsafe extern "C" fn(
+    RlxStr,
+    *const c_void,
+    usize,
+    *const RlxCompileOptions,
+    *mut *mut RlxExecutable,
+) -> *mut RlxStatus;
+
+/// The plugin's graph-form table, as read at load.
+pub(super) struct GraphForms {
+    names: Vec<String>,
+    compile: CompileFormFn,
+}
+
+impl GraphForms {
+    /// # Safety
+    /// `t` was read from the plugin's static table.
+    pub(super) unsafe fn read(t: Option<RlxGraphFormApi>) -> Result<Option<GraphForms>, String> {
+        let Some(t) = t else { return Ok(None) };
+        // SAFETY: the plugin's static array; count and pointer checked.
+        let names = unsafe { strs(t.forms, t.n_forms, "graph_forms.forms")? };
+        let compile = t
+            .compile
+            .ok_or("the graph-form table lists forms but its `compile` is null")?;
+        Ok(Some(GraphForms { names, compile }))
+    }
+}
+
+impl LoadedPlugin {
+    /// The graph forms the plugin reads besides `.rlxmodel` text.
+    pub fn graph_forms(&self) -> &[String] {
+        self.graph_forms.as_ref().map_or(&[], |f| &f.names)
+    }
+
+    /// Compile `graph`, bytes in `form` (one of [`Self::graph_forms`]; the
+    /// plugin refuses another with `UNSUPPORTED`).
+    pub fn compile_form(
+        self: &Arc<Self>,
+        form: &str,
+        graph: &[u8],
+        options: &CompileOptions,
+    ) -> PluginResult<PluginExecutable> {
+        let forms = self.graph_forms.as_ref().ok_or_else(|| {
+            PluginError::unsupported(format!(
+                "plugin {} reads no graph form but .rlxmodel text (no ABI 1.12 graph_forms)",
+                self.descriptor.name
+            ))
+        })?;
+        let opts = options.to_raw();
+        let mut exe: *mut RlxExecutable = std::ptr::null_mut();
+        // SAFETY: form, bytes and options are borrowed for the call; `exe` is a writable out-pointer.
+        self.check(unsafe {
+            (forms.compile)(
+                RlxStr::from_str(form),
+                graph.as_ptr().cast(),
+                graph.len(),
+                &opts,
+                &mut exe,
+            )
+        })?;
+        PluginExecutable::adopt_compiled(self.clone(), exe)
+    }
+
+    /// Compile `graph` in the fastest form both sides read: this host's
+    /// rlx-ir release's own serialisation when the plugin reads it, the
+    /// graph fits it and [`ENV_GRAPH_FORM`] is not `text`; else
+    /// `.rlxmodel` text. The two give the plugin the same graph.
+    pub fn compile_graph(
+        self: &Arc<Self>,
+        graph: &rlx_ir::Graph,
+        options: &CompileOptions,
+    ) -> PluginResult<PluginExecutable> {
+        let form = this_rlx_ir_bincode();
+        let text_only = super::settings::host_value(ENV_GRAPH_FORM).as_deref() == Some("text");
+        if !text_only && self.graph_forms().contains(&form) {
+            // A graph the form cannot carry (a symbolic one) goes as text.
+            if let Ok(bytes) = encode(graph) {
+                return self.compile_form(&form, &bytes, options);
+            }
+        }
+        let text = rlx_ir::rlxmodel::to_text(graph).map_err(|e| {
+            PluginError::invalid_argument(format!("cannot write the graph as .rlxmodel: {e}"))
+        })?;
+        self.compile_with(&text, options)
+    }
+}
