@@ -69,6 +69,7 @@ enum class Step : uint8_t {
   Kernel,
   View,
   Reshape,
+  Contiguous,
   Concatenate,
   Negative,
   Add,
@@ -98,6 +99,9 @@ Step step_for(const mx::array& a) {
     if (named(n, v)) return Step::View;
   }
   if (named(n, "Reshape")) return Step::Reshape;
+  // What a kernel's inputs pass through (a host kernel reads them
+  // row-major): most are row-major already and only share the buffer.
+  if (named(n, "Contiguous")) return Step::Contiguous;
   // Copies of bytes: any dtype, its inputs already of the output's (MLX
   // casts them first, as ops of their own).
   if (named(n, "Concatenate")) {
@@ -278,22 +282,41 @@ bool reshape_shares(const mx::array& in, const mx::array& out) {
   return true;
 }
 
-// `in`'s elements, row-major, written to `dst` (in.nbytes() bytes).
+// `len` elements of `Item` bytes, read every `st` elements from `src`,
+// written one after another to `dst`.
+template <size_t Item>
+void copy_strided(const char* src, int64_t st, char* dst, int64_t len) {
+  if (st == 1) {
+    std::memcpy(dst, src, size_t(len) * Item);
+    return;
+  }
+  for (int64_t j = 0; j < len; ++j) std::memcpy(dst + j * Item, src + j * st * int64_t(Item), Item);
+}
+
+// `in`'s elements, row-major, written to `dst` (in.nbytes() bytes): a row
+// of the view's collapsed axes at a time, as the elementwise kernels walk
+// it (an element at a time, with its index carried across every axis,
+// this was most of a run whose concatenation read strided halves).
 void gather_row_major(const mx::array& in, char* dst) {
   if (in.size() == 0) return;
-  const size_t item = in.itemsize();
-  const int nd = static_cast<int>(in.ndim());
+  const int64_t item = int64_t(in.itemsize());
   const auto* src = static_cast<const char*>(in.data<void>());
-  std::vector<int64_t> idx(nd, 0);
-  for (size_t k = 0; k < in.size(); ++k) {
-    int64_t off = 0;
-    for (int d = 0; d < nd; ++d) off += idx[d] * in.strides()[d];
-    std::memcpy(dst + k * item, src + off * int64_t(item), item);
-    for (int d = nd - 1; d >= 0; --d) {
-      if (++idx[d] < in.shape(d)) break;
-      idx[d] = 0;
-    }
-  }
+  for_elementwise(in.shape(), in.size(), {&in}, kBinaryPerPart,
+                  [&](const int64_t* off, const int64_t* st, size_t first, int64_t len) {
+                    const char* s = src + off[0] * item;
+                    char* d = dst + int64_t(first) * item;
+                    switch (item) {
+                      case 1: return copy_strided<1>(s, st[0], d, len);
+                      case 2: return copy_strided<2>(s, st[0], d, len);
+                      case 4: return copy_strided<4>(s, st[0], d, len);
+                      case 8: return copy_strided<8>(s, st[0], d, len);
+                      case 16: return copy_strided<16>(s, st[0], d, len);
+                      default:
+                        for (int64_t j = 0; j < len; ++j) {
+                          std::memcpy(d + j * item, s + j * st[0] * item, size_t(item));
+                        }
+                    }
+                  });
 }
 
 // `out` (of `in`'s elements, any shape) as a row-major copy of the view `in`.
@@ -309,6 +332,27 @@ const char* bytes_row_major(const mx::array& a, std::vector<char>& tmp) {
   tmp.resize(a.nbytes());
   gather_row_major(a, tmp.data());
   return tmp.data();
+}
+
+// `outer` blocks of `row` bytes, read one after another from `src`, each
+// written `dst_step` bytes after the last. A block of a few bytes (an
+// interleaving: the real and imaginary halves of a complex value) is a
+// move of that size, not a call to memcpy.
+template <size_t Row>
+void copy_fixed_blocks(char* dst, size_t dst_step, const char* src, size_t outer) {
+  for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * dst_step, src + o * Row, Row);
+}
+
+void copy_blocks(char* dst, size_t dst_step, const char* src, size_t row, size_t outer) {
+  switch (row) {
+    case 1: return copy_fixed_blocks<1>(dst, dst_step, src, outer);
+    case 2: return copy_fixed_blocks<2>(dst, dst_step, src, outer);
+    case 4: return copy_fixed_blocks<4>(dst, dst_step, src, outer);
+    case 8: return copy_fixed_blocks<8>(dst, dst_step, src, outer);
+    case 16: return copy_fixed_blocks<16>(dst, dst_step, src, outer);
+    default:
+      for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * dst_step, src + o * row, row);
+  }
 }
 
 // MLX's Concatenate along `axis`: each input's block of rows copied into
@@ -329,7 +373,7 @@ void concatenate(int axis, const std::vector<mx::array>& in, mx::array& out) {
     const size_t row = static_cast<size_t>(x.shape(axis)) * after;
     if (row == 0) continue;
     const char* src = bytes_row_major(x, tmp);
-    for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + at, src + o * row, row);
+    copy_blocks(dst + at, out_row, src, row, outer);
     at += row;
   }
 }
@@ -341,6 +385,44 @@ void negative(const mx::array& x, mx::array& out) {
   const float* src = row_major(x, tmp);
   float* y = out.data<float>();
   for (size_t i = 0, n = out.size(); i < n; ++i) y[i] = -src[i];
+}
+
+// MLX's own evaluation of `a` (its inputs computed), queued on its stream
+// as MLX queues it, waited for.
+void eval_by_mlx(mx::array& a) {
+  // An op of several outputs is evaluated with its first: the others
+  // are computed (and let go of their graph) by then.
+  if (a.status() != mx::array::Status::unscheduled) return;
+  auto stream = a.primitive().stream();
+  {
+    CallerRunsTasks mlx_queues(false);
+    mx::eval({a});
+  }
+  // A task that failed leaves its error on the stream.
+  mx::scheduler::check_error(stream);
+}
+
+// MLX 0.32.4's Contiguous::eval_cpu (backend/cpu/primitives.cpp) shares a
+// row-major input's buffer when it is at most 16 KiB larger than the
+// output (a view of a few rows of a large buffer is copied, so the rest
+// can be freed), and otherwise copies on the stream's encoder. The same
+// here, the copy of a row-major input a memcpy on this thread; another
+// layout goes to MLX's copy (a hand-over to its thread, as before).
+void contiguous(mx::array& a, std::vector<mx::array>& outs) {
+  const auto& in = a.inputs()[0];
+  if (!in.flags().row_contiguous) {
+    eval_by_mlx(a);
+    // Done before the caller marks it computed, as a step of its own is.
+    a.wait();
+    return;
+  }
+  if (in.buffer_size() <= a.nbytes() + 16384) {
+    outs[0] = a;
+    a.primitive().eval_cpu(a.inputs(), outs);
+    return;
+  }
+  a.set_data(mx::allocator::malloc(a.nbytes()));
+  if (a.nbytes() > 0) std::memcpy(a.data<void>(), in.data<void>(), a.nbytes());
 }
 
 // `outs`: a one-element vector the caller keeps, so that a step does not
@@ -366,20 +448,8 @@ void run_step(Step step, mx::array& a, std::vector<mx::array>& outs) {
       // encoder of the thread that made the op's stream).
       copy_row_major(in[0], a);
       return;
-    case Step::Mlx: {
-      // An op of several outputs is evaluated with its first: the others
-      // are computed (and let go of their graph) by then.
-      if (a.status() != mx::array::Status::unscheduled) return;
-      // MLX's op, queued on its stream as MLX queues it (not by us).
-      auto stream = a.primitive().stream();
-      {
-        CallerRunsTasks mlx_queues(false);
-        mx::eval({a});
-      }
-      // A task that failed leaves its error on the stream.
-      mx::scheduler::check_error(stream);
-      return;
-    }
+    case Step::Mlx: return eval_by_mlx(a);
+    case Step::Contiguous: return contiguous(a, outs);
     case Step::Concatenate:
       // The name told it apart (step_for); the class is not exported
       // from libmlx, but its axis accessor is inline.

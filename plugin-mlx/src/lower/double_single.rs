@@ -180,10 +180,7 @@ const PAR_GRAIN: usize = 1 << 14;
 /// elements, on several threads when the work (`cost` per element) is large.
 fn par_chunks(out: &mut [f32], cost: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
     let len = out.len() / 2;
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(16);
+    let threads = super::host_kernel::cores().min(16);
     let parts = (len.saturating_mul(cost.max(1)) / PAR_GRAIN)
         .clamp(1, threads)
         .min(len.max(1));

@@ -2,8 +2,9 @@
 //! as a node of the MLX graph: an MLX primitive on the CPU stream whose
 //! evaluation calls the kernel with the inputs read in place and the output
 //! MLX allocated (`rlx_mlx_shim::host_kernel`), on the calling thread when
-//! the plugin evaluates the graph itself, else on MLX's CPU stream thread. An ABI 1.1 kernel returns
-//! its output instead; that one is copied into MLX's buffer.
+//! the plugin evaluates the graph itself, else on MLX's CPU stream thread.
+//! An ABI 1.1 kernel returns its output instead; that one is copied into
+//! MLX's buffer.
 
 use super::custom_scope::Failures;
 use super::{Ctx, LResult};
@@ -15,7 +16,15 @@ use rlx_plugin_api::{
     CustomKernel, DType, OwnedKernel, PluginError, PluginResult, StatusCode, TensorView,
     TensorViewMut,
 };
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// The cores a host kernel of the plugin's own may split its work over.
+/// Asked once: `available_parallelism` reads the process's cgroup files
+/// on Linux each time, which was a tenth of a 150 µs pocketfft run.
+pub fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |t| t.get()))
+}
 
 pub enum Call {
     Into(CustomKernel),

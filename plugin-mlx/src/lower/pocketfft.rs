@@ -149,7 +149,7 @@ fn rows<T: Real + Send + Sync + 'static>(
             }
         }
     };
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let threads = super::host_kernel::cores();
     if outer >= 8 && outer * n >= 1 << 15 && threads > 1 {
         let per = outer.div_ceil(threads.min(outer));
         std::thread::scope(|s| {

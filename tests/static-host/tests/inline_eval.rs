@@ -1,6 +1,7 @@
 //! On the CPU the plugin evaluates a graph on the calling thread when every
 //! op left to compute is one it runs itself (its kernels, float32 add,
-//! subtract, multiply, divide and negation, concatenations, views), instead of handing each op to
+//! subtract, multiply, divide and negation, concatenations, views, a
+//! kernel's input made row-major), instead of handing each op to
 //! MLX's stream thread; a graph with any other op goes to MLX as before.
 //! Neither way may change a value: every builtin model of `rlx-host bench`
 //! small enough for a test (the graph as rlx-runtime hands it to the
@@ -109,6 +110,35 @@ fn concat_and_negate() -> Graph {
     g
 }
 
+/// Kernels' inputs made row-major (MLX's `Contiguous`, which the calling
+/// thread runs): pocketfft's row kernel on a few rows of a large input (a
+/// copy, the buffer being much larger) and on a transposed view (MLX's
+/// copy, in its turn); and MLX's own FFT, whose result is interleaved
+/// back into `[re, im]` pairs by a concatenation of 4-byte blocks.
+fn kernel_inputs_and_interleaving() -> Graph {
+    use rlx_ir::fft::{FftAlgo, FftNorm};
+    use rlx_ir::Op;
+    let mut g = Graph::new("fft_views");
+    let x = g.input("x", s(&[64, 2000]));
+    let rows = g.add_node(
+        Op::Narrow {
+            axis: 0,
+            start: 1,
+            len: 2,
+        },
+        vec![x],
+        s(&[2, 2000]),
+    );
+    let a = g.fft_algo(rows, false, FftNorm::Backward, FftAlgo::SCIPY);
+    let y = g.input("y", s(&[2000, 3]));
+    let t = g.transpose_(y, vec![1, 0]);
+    let b = g.fft_algo(t, true, FftNorm::Ortho, FftAlgo::SCIPY);
+    let z = g.input("z", s(&[4, 16]));
+    let c = g.fft_algo(z, false, FftNorm::Backward, FftAlgo::Native);
+    g.set_outputs(vec![a, b, c]);
+    g
+}
+
 /// Arithmetic and Fma on 8 Mi elements with a broadcast scalar: flat rows
 /// split over the plugin's threads.
 fn large_flat() -> Graph {
@@ -156,6 +186,15 @@ fn inline_evaluation_changes_no_value_and_runs_where_it_can() {
     cases.push(("cumsum".into(), with_an_mlx_op(), ALL));
     cases.push(("concat".into(), concat_and_negate(), ALL));
     cases.push(("large".into(), large_flat(), ALL));
+    cases.push((
+        "fft_views".into(),
+        kernel_inputs_and_interleaving(),
+        [Some(true), None, None],
+    ));
+    for name in ["pocketfft-op", "pocketfft-rows"] {
+        let m = rlx_host::bench::builtins::builtin(name).unwrap();
+        cases.push((name.into(), m.graph, ALL));
+    }
     for (name, graph, expected) in &cases {
         for (mode, expect) in [Mode::Lazy, Mode::Eager, Mode::Compiled]
             .into_iter()
