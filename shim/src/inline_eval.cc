@@ -419,6 +419,8 @@ void contiguous(mx::array& a, std::vector<mx::array>& outs) {
   if (in.buffer_size() <= a.nbytes() + 16384) {
     outs[0] = a;
     a.primitive().eval_cpu(a.inputs(), outs);
+    // (Had it copied after all, the copy was queued: wait for it.)
+    if (a.data<void>() != in.data<void>()) mx::synchronize(a.primitive().stream());
     return;
   }
   a.set_data(mx::allocator::malloc(a.nbytes()));
