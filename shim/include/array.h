@@ -119,6 +119,7 @@ bool eval_inline_enabled();
 std::unique_ptr<InlinePlan> inline_plan(const ArrayList& leaves, const ArrayList& outs);
 std::unique_ptr<ArrayList> run_inline_plan(const InlinePlan& plan, const ArrayList& leaves);
 std::size_t inline_plan_len(const InlinePlan& plan);
+std::size_t inline_plan_fusable(const InlinePlan& plan);
 void async_eval_list(const ArrayList& l);
 void array_copy_into(const Array& a, rust::Slice<uint8_t> out);
 void array_copy_to(const Array& a, uint8_t* out, std::size_t len);

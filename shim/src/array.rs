@@ -159,6 +159,11 @@ pub mod ffi {
         fn run_inline_plan(plan: &InlinePlan, leaves: &ArrayList) -> Result<UniquePtr<ArrayList>>;
         /// How many ops the plan runs.
         fn inline_plan_len(plan: &InlinePlan) -> usize;
+        /// How many of them MLX's compile could fuse into a kernel or
+        /// drop: its elementwise arithmetic, broadcasts and no-op copies
+        /// (the plugin's own kernels, concatenations, slices and reshapes
+        /// it leaves as they are).
+        fn inline_plan_fusable(plan: &InlinePlan) -> usize;
         /// Evaluates and copies the array, row-major and contiguous, into
         /// `out` (whose length must equal `array_nbytes`).
         fn array_copy_into(a: &Array, out: &mut [u8]) -> Result<()>;
@@ -473,8 +478,8 @@ pub fn default_device_is_cpu() -> bool {
 }
 
 pub use ffi::{
-    eval_inline_enabled, gpu_backend, gpu_device_count, inline_plan_len, last_eval_inline,
-    set_eval_inline, thread_device_index, thread_device_is_gpu,
+    eval_inline_enabled, gpu_backend, gpu_device_count, inline_plan_fusable, inline_plan_len,
+    last_eval_inline, set_eval_inline, thread_device_index, thread_device_is_gpu,
 };
 
 /// A device shim ops can run on.

@@ -690,6 +690,32 @@ std::unique_ptr<InlinePlan> inline_plan(const ArrayList& leaves, const ArrayList
 
 std::size_t inline_plan_len(const InlinePlan& plan) { return plan.impl->ops.size(); }
 
+// MLX 0.32.4's compile fuses unary, binary and ternary elementwise ops and
+// broadcasts (compile.cpp, is_fusable) and drops no-op copies: of what a
+// plan runs, the arithmetic steps and those views.
+std::size_t inline_plan_fusable(const InlinePlan& plan) {
+  std::size_t n = 0;
+  for (const auto& op : plan.impl->ops) {
+    switch (op.step) {
+      case Step::Negative:
+      case Step::Add:
+      case Step::Subtract:
+      case Step::Multiply:
+      case Step::Divide:
+        ++n;
+        break;
+      case Step::View: {
+        const char* name = op.prim->name();
+        n += named(name, "Broadcast") || named(name, "Copy") || named(name, "StopGradient");
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return n;
+}
+
 std::unique_ptr<ArrayList> run_inline_plan(const InlinePlan& plan, const ArrayList& leaves) {
   const auto& p = *plan.impl;
   if (leaves.v.size() != p.n_leaves) {

@@ -8,14 +8,15 @@
 //! Recorded from the graph built on zeros, with the compiled function's
 //! arguments (inputs, params, hoisted values) as its leaves, when every op
 //! is one the shim runs itself, nothing is written back into a param, and
-//! either the compiled function fused none of them (its trace on the same
-//! zeros holds no `Compiled` kernel: a fused chain is one pass over memory
-//! where the plan would make several) or its fusion left at least half as
-//! many ops as the plan has (MLX's fuser cuts at every slice and
-//! concatenation) and every value is small ([`SMALL_VALUE_BYTES`]): then
-//! passes over cache-resident values cost less than MLX's evaluation of
-//! what is left, op by op, and no kernel is compiled. Otherwise compiled
-//! mode calls the compiled function.
+//! either the compiled function fuses none of them (the plan holds no op
+//! MLX's compile fuses, or its trace on the same zeros holds no `Compiled`
+//! kernel: a fused chain is one pass over memory where the plan would make
+//! several) or its fusion leaves at least half as many ops as the plan has
+//! (MLX's fuser cuts at every slice and concatenation; known without the
+//! trace when at most half the plan is fusable) and every value is small
+//! ([`SMALL_VALUE_BYTES`]): then passes over cache-resident values cost
+//! less than MLX's evaluation of what is left, op by op, and no kernel is
+//! compiled. Otherwise compiled mode calls the compiled function.
 
 use super::evaluate::{zeros_like, Env};
 use super::hoist::{self, Hoisting};
@@ -49,10 +50,6 @@ impl Plan {
             .collect::<PluginResult<Vec<_>>>()
             .ok()?;
         let args = ArrayList::from_arrays(zeros.iter().map(|z| &**z));
-        let fused = fused_ops(compiled, &args)?;
-        if fused.is_some() && !values_small(graph) {
-            return None;
-        }
         let slot: HashMap<NodeId, usize> =
             leaves.iter().enumerate().map(|(i, id)| (*id, i)).collect();
         let writes = ParamWrites::default();
@@ -65,34 +62,50 @@ impl Plan {
             return None;
         }
         let plan = array::inline_plan(&args, &ArrayList::from_arrays(outs.iter().map(|o| &**o)));
-        match plan {
-            // Fusion that removes most of the ops is worth MLX's
-            // evaluation of what is left.
-            Ok(p) if fused.is_some_and(|n| 2 * n < array::inline_plan_len(&p)) => {
-                log::debug!(
-                    "graph {:?}: compiled mode calls MLX's compiled function ({} ops where the plan has {})",
-                    graph.name,
-                    fused.unwrap_or(0),
-                    array::inline_plan_len(&p)
-                );
-                None
-            }
-            Ok(p) => {
-                log::debug!(
-                    "graph {:?}: compiled mode runs a recorded plan of {} ops",
-                    graph.name,
-                    array::inline_plan_len(&p)
-                );
-                Some(Plan(p))
-            }
+        let p = match plan {
+            Ok(p) => p,
             Err(e) => {
                 log::debug!(
                     "graph {:?}: compiled mode calls MLX's compiled function: {e}",
                     graph.name
                 );
-                None
+                return None;
             }
-        }
+        };
+        let len = array::inline_plan_len(&p);
+        // Whether MLX's fusion could pay is known without tracing the
+        // compiled function (the trace cost more than the rest of such a
+        // compile) where the plan has nothing it could fuse, or, for small
+        // values, where what it could fuse is at most half the plan: the
+        // ops it leaves are then at least half (short of what its tracing
+        // finds written twice, which rlx's optimiser has merged already).
+        let fusable = array::inline_plan_fusable(&p);
+        let small = values_small(graph);
+        let why = if fusable == 0 {
+            "nothing MLX could fuse"
+        } else if small && 2 * fusable <= len {
+            "at most half of them MLX could fuse"
+        } else {
+            match fused_ops(compiled, &args)? {
+                Some(_) if !small => return None,
+                // Fusion that removes most of the ops is worth MLX's
+                // evaluation of what is left.
+                Some(n) if 2 * n < len => {
+                    log::debug!(
+                        "graph {:?}: compiled mode calls MLX's compiled function ({n} ops where the plan has {len})",
+                        graph.name
+                    );
+                    return None;
+                }
+                Some(_) => "MLX's fusion leaves at least half",
+                None => "MLX fuses none of them",
+            }
+        };
+        log::debug!(
+            "graph {:?}: compiled mode runs a recorded plan of {len} ops ({why})",
+            graph.name
+        );
+        Some(Plan(p))
     }
 
     /// The outputs computed from `args` on this thread (None when
