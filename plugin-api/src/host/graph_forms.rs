@@ -7,50 +7,21 @@
 //! release's own serialisation (`crate::graph_forms`), a graph crosses in it.
 
 use super::executable::PluginExecutable;
-use super::plugin::{strs, LoadedPlugin};
-use crate::error::{PluginError, PluginResult, RlxStatus};
+use super::plugin::LoadedPlugin;
+use crate::error::{PluginError, PluginResult};
 use crate::graph_forms::{encode, this_rlx_ir_bincode};
 use crate::plugin::CompileOptions;
 use crate::strings::RlxStr;
-use crate::tables::{RlxCompileOptions, RlxExecutable, RlxGraphFormApi};
-use std::ffi::c_void;
+use crate::tables::RlxExecutable;
 use std::sync::Arc;
 
 /// A setting that makes every compile send `.rlxmodel` text: `text`.
 pub const ENV_GRAPH_FORM: &str = "RLX_PLUGIN_GRAPH_FORM";
 
-type CompileFormFn = unsafe extern "C" fn(
-    RlxStr,
-    *const c_void,
-    usize,
-    *const RlxCompileOptions,
-    *mut *mut RlxExecutable,
-) -> *mut RlxStatus;
-
-/// The plugin's graph-form table, as read at load.
-pub(super) struct GraphForms {
-    names: Vec<String>,
-    compile: CompileFormFn,
-}
-
-impl GraphForms {
-    /// # Safety
-    /// `t` was read from the plugin's static table.
-    pub(super) unsafe fn read(t: Option<RlxGraphFormApi>) -> Result<Option<GraphForms>, String> {
-        let Some(t) = t else { return Ok(None) };
-        // SAFETY: the plugin's static array; count and pointer checked.
-        let names = unsafe { strs(t.forms, t.n_forms, "graph_forms.forms")? };
-        let compile = t
-            .compile
-            .ok_or("the graph-form table lists forms but its `compile` is null")?;
-        Ok(Some(GraphForms { names, compile }))
-    }
-}
-
 impl LoadedPlugin {
     /// The graph forms the plugin reads besides `.rlxmodel` text.
     pub fn graph_forms(&self) -> &[String] {
-        self.graph_forms.as_ref().map_or(&[], |f| &f.names)
+        &self.graph_form_names
     }
 
     /// Compile `graph`, bytes in `form` (one of [`Self::graph_forms`]; the
@@ -61,17 +32,21 @@ impl LoadedPlugin {
         graph: &[u8],
         options: &CompileOptions,
     ) -> PluginResult<PluginExecutable> {
-        let forms = self.graph_forms.as_ref().ok_or_else(|| {
-            PluginError::unsupported(format!(
-                "plugin {} reads no graph form but .rlxmodel text (no ABI 1.12 graph_forms)",
-                self.descriptor.name
-            ))
-        })?;
+        let compile = self
+            .graph_forms
+            .as_ref()
+            .and_then(|t| t.compile)
+            .ok_or_else(|| {
+                PluginError::unsupported(format!(
+                    "plugin {} reads no graph form but .rlxmodel text (no ABI 1.12 graph_forms)",
+                    self.descriptor.name
+                ))
+            })?;
         let opts = options.to_raw();
         let mut exe: *mut RlxExecutable = std::ptr::null_mut();
         // SAFETY: form, bytes and options are borrowed for the call; `exe` is a writable out-pointer.
         self.check(unsafe {
-            (forms.compile)(
+            compile(
                 RlxStr::from_str(form),
                 graph.as_ptr().cast(),
                 graph.len(),

@@ -46,8 +46,10 @@ pub struct LoadedPlugin {
     pub(super) submits: Option<RlxSubmitApi>,
     /// (1.11) The host-memory table, as read at load.
     pub(super) host_memory: Option<RlxHostMemoryApi>,
-    /// (1.12) The graph forms the plugin reads, as read at load.
-    pub(super) graph_forms: Option<super::graph_forms::GraphForms>,
+    /// (1.12) The graph-form table and the names of its forms, as read
+    /// at load.
+    pub(super) graph_forms: Option<RlxGraphFormApi>,
+    pub(super) graph_form_names: Vec<String>,
 }
 
 // SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
@@ -71,11 +73,7 @@ pub const MAX_TABLE_LEN: usize = 1 << 20;
 /// # Safety
 /// A non-null `p` with `n <= MAX_TABLE_LEN` points at `n` readable `T`s
 /// that live for `'a`.
-pub(super) unsafe fn table_slice<'a, T>(
-    p: *const T,
-    n: usize,
-    what: &str,
-) -> Result<&'a [T], String> {
+unsafe fn table_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], String> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -93,7 +91,7 @@ pub(super) unsafe fn table_slice<'a, T>(
 
 /// # Safety
 /// As for [`table_slice`].
-pub(super) unsafe fn strs(p: *const RlxStr, n: usize, what: &str) -> Result<Vec<String>, String> {
+unsafe fn strs(p: *const RlxStr, n: usize, what: &str) -> Result<Vec<String>, String> {
     // SAFETY: the caller's promise; each RlxStr is the plugin's static data.
     Ok(unsafe { table_slice(p, n, what)? }
         .iter()
@@ -239,8 +237,16 @@ impl LoadedPlugin {
             read_sized(api.submits),
         );
         let host_memory = read_sized(api.host_memory);
-        let graph_forms =
-            super::graph_forms::GraphForms::read(read_sized(api.graph_forms)).map_err(invalid)?;
+        let graph_forms = read_sized(api.graph_forms);
+        let graph_form_names = match &graph_forms {
+            Some(t) if t.compile.is_none() => {
+                return Err(invalid(
+                    "the graph-form table's `compile` is null".to_string(),
+                ))
+            }
+            Some(t) => strs(t.forms, t.n_forms, "graph_forms.forms").map_err(invalid)?,
+            None => Vec::new(),
+        };
         Ok(LoadedPlugin {
             path,
             api,
@@ -253,6 +259,7 @@ impl LoadedPlugin {
             submits,
             host_memory,
             graph_forms,
+            graph_form_names,
         })
     }
 
