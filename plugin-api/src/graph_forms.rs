@@ -91,7 +91,13 @@ pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
         .with_limit(bytes.len() as u64)
         .reject_trailing_bytes()
         .deserialize(bytes)
-        .map_err(|e| format!("not a graph in the form {}: {e}", this_rlx_ir_bincode()))?;
+        .map_err(|e| {
+            format!(
+                "not a graph in the form {}: {e} (a host and plugin built from different \
+                 rlx-ir sources under one version? RLX_PLUGIN_GRAPH_FORM=text sends text)",
+                this_rlx_ir_bincode()
+            )
+        })?;
     let (mut graph, sides) = (d.graph, d.sides);
     let mut count = 0;
     each_graph(&graph, &mut |_| count += 1);
