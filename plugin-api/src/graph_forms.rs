@@ -81,16 +81,63 @@ pub fn encode(graph: &Graph) -> Result<Vec<u8>, String> {
     bincode::serialize(&Encoding { graph, sides }).map_err(|e| e.to_string())
 }
 
-/// The graph [`encode`] wrote. Errors (never a panic or an allocation
-/// larger than `bytes`) on anything else.
+/// The deepest nesting of bodies (a Scan's inside a While's inside an
+/// If's: three) a decoded graph may have: what `.rlxmodel` text's bracket
+/// limit (`graph_text::MAX_NESTING`) allows, about, so that a plugin's
+/// lowering, which recurses into each body, meets no deeper graph this way
+/// than as text.
+pub const MAX_BODY_DEPTH: usize = 64;
+
+/// `DeserializeSeed` for [`Decoding`] that grows the stack on the heap as
+/// nested bodies need it (bincode recurses once per level, with no limit
+/// of its own).
+struct Stacked;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Stacked {
+    type Value = Decoding;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Decoding, D::Error> {
+        Decoding::deserialize(serde_stacker::Deserializer::new(d))
+    }
+}
+
+/// How deep `g`'s bodies nest (0: none), walked without recursion.
+fn body_depth(g: &Graph) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(g, 0usize)];
+    while let Some((g, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        for n in g.nodes() {
+            stack.extend(n.op.subgraphs().into_iter().map(|b| (b, depth + 1)));
+        }
+    }
+    deepest
+}
+
+/// Drop `g` a body at a time: a graph nested deeper than the stack allows
+/// a recursive drop must not take the process down with it.
+fn drop_flat(g: Graph) {
+    let mut stack = vec![g];
+    while let Some(mut g) = stack.pop() {
+        for n in g.nodes_mut() {
+            for body in n.op.subgraphs_mut() {
+                stack.push(std::mem::replace(body, Graph::new("")));
+            }
+        }
+    }
+}
+
+/// The graph [`encode`] wrote. Errors (never a panic, a stack overflow or
+/// an allocation much larger than `bytes`) on anything else, and on a
+/// graph whose bodies nest deeper than [`MAX_BODY_DEPTH`].
 pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
     use bincode::Options;
-    // `bincode::serialize`'s encoding, reading no more than is there.
+    // `bincode::serialize`'s encoding; a slice is read no further than
+    // its end, and serde allocates a sequence's claimed length only as
+    // its elements arrive.
     let d: Decoding = bincode::DefaultOptions::new()
         .with_fixint_encoding()
-        .with_limit(bytes.len() as u64)
         .reject_trailing_bytes()
-        .deserialize(bytes)
+        .deserialize_seed(Stacked, bytes)
         .map_err(|e| {
             format!(
                 "not a graph in the form {}: {e} (a host and plugin built from different \
@@ -98,6 +145,13 @@ pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
                 this_rlx_ir_bincode()
             )
         })?;
+    let depth = body_depth(&d.graph);
+    if depth > MAX_BODY_DEPTH {
+        drop_flat(d.graph);
+        return Err(format!(
+            "the graph's bodies nest {depth} deep, more than the {MAX_BODY_DEPTH} allowed"
+        ));
+    }
     let (mut graph, sides) = (d.graph, d.sides);
     let mut count = 0;
     each_graph(&graph, &mut |_| count += 1);
@@ -182,6 +236,48 @@ mod tests {
             offset: 0,
         }]);
         assert!(encode(&g).unwrap_err().contains("symbolic"));
+    }
+
+    /// `levels` Scans, each the body of the next.
+    fn nested(levels: usize) -> Graph {
+        let s = Shape::new(&[2], DType::F32);
+        let mut g = Graph::new("innermost");
+        let c = g.input("c", s.clone());
+        g.set_outputs(vec![c]);
+        for _ in 0..levels {
+            let mut outer = Graph::new("level");
+            let c = outer.input("c", s.clone());
+            let y = outer.scan(c, g, 1);
+            outer.set_outputs(vec![y]);
+            g = outer;
+        }
+        g
+    }
+
+    #[test]
+    fn bodies_nested_too_deep_are_refused_not_a_stack_overflow() {
+        let ok = nested(MAX_BODY_DEPTH);
+        let back = decode(&encode(&ok).unwrap()).unwrap();
+        assert_eq!(body_depth(&back), MAX_BODY_DEPTH);
+        drop_flat(back);
+        drop_flat(ok);
+        // Deeper than a thread's stack takes recursively: encoded (rlx-ir's
+        // serde recurses) on a thread with a stack to match, decoded here.
+        let deep = std::thread::Builder::new()
+            .stack_size(1 << 30)
+            .spawn(|| {
+                let g = nested(20_000);
+                let bytes = encode(&g).unwrap();
+                drop_flat(g);
+                bytes
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let e = decode(&deep).unwrap_err();
+        assert!(e.contains("nest 20000 deep"), "{e}");
+        let e = decode(&encode(&nested(MAX_BODY_DEPTH + 1)).unwrap()).unwrap_err();
+        assert!(e.contains("nest 65 deep"), "{e}");
     }
 
     #[test]
