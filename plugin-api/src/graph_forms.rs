@@ -126,9 +126,57 @@ fn drop_flat(g: Graph) {
     }
 }
 
+/// What `.rlxmodel` text guarantees by its grammar and rlx-ir's serde form
+/// does not: in every graph, node `i` has id `i` and reads only nodes
+/// before it, outputs are nodes, a variable is an input fed by an output,
+/// and a name is an output's. Walked without recursion.
+fn check_structure(g: &Graph) -> Result<(), String> {
+    let mut stack = vec![g];
+    while let Some(g) = stack.pop() {
+        let len = g.nodes().len();
+        for (i, n) in g.nodes().iter().enumerate() {
+            if n.id.0 as usize != i {
+                return Err(format!("graph {:?}: node {i} has id {}", g.name, n.id));
+            }
+            if let Some(bad) = n.inputs.iter().find(|x| x.0 as usize >= i) {
+                return Err(format!(
+                    "graph {:?}: {} reads {bad}, which is not defined before it",
+                    g.name, n.id
+                ));
+            }
+            stack.extend(n.op.subgraphs());
+        }
+        if let Some(bad) = g.outputs.iter().find(|o| o.0 as usize >= len) {
+            return Err(format!("graph {:?}: output {bad} is not a node", g.name));
+        }
+        let n_out = g.outputs.len();
+        for (input, out) in g.vars() {
+            let is_input = g
+                .nodes()
+                .get(input.0 as usize)
+                .is_some_and(|n| matches!(n.op, rlx_ir::Op::Input { .. }));
+            if !is_input || *out >= n_out {
+                return Err(format!(
+                    "graph {:?}: variable {input} fed by output {out} is not an input fed by \
+                     one of its {n_out} outputs",
+                    g.name
+                ));
+            }
+        }
+        if let Some((i, name)) = g.output_names().iter().find(|(i, _)| *i >= n_out) {
+            return Err(format!(
+                "graph {:?}: the name {name:?} is given to output {i} of {n_out}",
+                g.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The graph [`encode`] wrote. Errors (never a panic, a stack overflow or
-/// an allocation much larger than `bytes`) on anything else, and on a
-/// graph whose bodies nest deeper than [`MAX_BODY_DEPTH`].
+/// an allocation much larger than `bytes`) on anything else, on a graph
+/// whose bodies nest deeper than [`MAX_BODY_DEPTH`], and on one that text
+/// could not have written ([`check_structure`]).
 pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
     use bincode::Options;
     // `bincode::serialize`'s encoding; a slice is read no further than
@@ -168,6 +216,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
             g.set_output_names(s.output_names);
         }
     });
+    check_structure(&graph)?;
     Ok(graph)
 }
 
@@ -278,6 +327,29 @@ mod tests {
         assert!(e.contains("nest 20000 deep"), "{e}");
         let e = decode(&encode(&nested(MAX_BODY_DEPTH + 1)).unwrap()).unwrap_err();
         assert!(e.contains("nest 65 deep"), "{e}");
+    }
+
+    #[test]
+    fn a_graph_text_could_not_have_written_is_refused() {
+        let cases: [(&str, fn(&mut Graph)); 5] = [
+            ("has id", |g| g.nodes_mut()[1].id = rlx_ir::NodeId(7)),
+            ("not defined before it", |g| {
+                g.nodes_mut()[0].inputs = vec![rlx_ir::NodeId(2)]
+            }),
+            ("is not a node", |g| g.outputs[0] = rlx_ir::NodeId(99)),
+            ("is not an input fed", |g| {
+                g.set_vars(vec![(rlx_ir::NodeId(3), 0)])
+            }),
+            ("is given to output", |g| {
+                g.set_output_names(vec![(5, "z".into())])
+            }),
+        ];
+        for (want, spoil) in cases {
+            let mut g = graph();
+            spoil(&mut g);
+            let e = decode(&encode(&g).unwrap()).unwrap_err();
+            assert!(e.contains(want), "{want}: {e}");
+        }
     }
 
     #[test]

@@ -112,16 +112,29 @@ pub fn tensor_bytes(shape: &rlx_ir::Shape) -> Option<u64> {
 
 /// Every node's output (leaves included) must fit in `limit`.
 pub fn check_graph(g: &Graph, limit: &Limit) -> PluginResult<()> {
-    for n in g.nodes() {
-        let bytes = tensor_bytes(&n.shape);
-        if bytes.is_none_or(|b| b > limit.bytes) {
-            let needs = bytes.map_or_else(|| "more than 2^64 bytes".to_string(), human);
-            return Err(PluginError::resource_exhausted(format!(
-                "{}: its output needs {needs}, more than {} ({}) allows",
-                describe(g, n),
-                human(limit.bytes),
-                limit.source
-            )));
+    // The bodies of its ops too (a Scan's step, a While's cond): their
+    // values are built as the graph's are.
+    let mut graphs = vec![g];
+    while let Some(g) = graphs.pop() {
+        for n in g.nodes() {
+            let bytes = tensor_bytes(&n.shape);
+            // (A dynamic dim: the graph check has refused it in the graph
+            // itself; a body's is left to the op that binds it.)
+            let dynamic = n
+                .shape
+                .dims()
+                .iter()
+                .any(|d| matches!(d, rlx_ir::Dim::Dynamic(_)));
+            if bytes.map_or(!dynamic, |b| b > limit.bytes) {
+                let needs = bytes.map_or_else(|| "more than 2^64 bytes".to_string(), human);
+                return Err(PluginError::resource_exhausted(format!(
+                    "{}: its output needs {needs}, more than {} ({}) allows",
+                    describe(g, n),
+                    human(limit.bytes),
+                    limit.source
+                )));
+            }
+            graphs.extend(n.op.subgraphs());
         }
     }
     Ok(())

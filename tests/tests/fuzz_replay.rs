@@ -1,6 +1,6 @@
 //! The fuzzers' committed corpora replayed as ordinary tests: every input
 //! of `fuzz/corpus/<target>/` goes through the same steps as the fuzz
-//! target (`fuzz/src/exercise.rs` for `compile_run`,
+//! target (`fuzz/src/exercise.rs` for `compile_run` and `graph_form`,
 //! `fuzz/src/descriptors.rs` for `descriptors`, `fuzz/src/sequences.rs`
 //! with its ABI 1.9 steps, `fuzz/src/state_steps.rs`, for `sequences`,
 //! included here), on the
@@ -73,6 +73,64 @@ fn the_compile_run_corpus_replays_without_a_finding() {
         "only {compiled} of {} inputs compiled",
         inputs.len()
     );
+}
+
+#[test]
+fn the_graph_form_corpus_replays_without_a_finding() {
+    std::env::set_var("RLX_MLX_MEMORY_LIMIT", "64M");
+    std::env::set_var("RLX_MLX_WHILE_LIMIT", "10000");
+    let plugin = mlx();
+    let inputs = inputs("graph_form");
+    assert!(inputs.len() >= 10, "{} inputs", inputs.len());
+    let mut decoded = 0;
+    for (path, data) in &inputs {
+        for mode in exercise::FUZZ_MODES {
+            if let Err(f) = exercise::exercise_form(&plugin, data, mode) {
+                panic!("{} [{}]: {}", path.display(), mode.name(), f.0);
+            }
+        }
+        decoded += rlx_plugin_api::graph_forms::decode(data).is_ok() as usize;
+    }
+    // The seeds decode; mutants mostly do not.
+    assert!(
+        decoded >= 8,
+        "only {decoded} of {} inputs decoded",
+        inputs.len()
+    );
+}
+
+/// Writes the seed corpus of `graph_form`: every graph of the
+/// `compile_run` corpus that rlx-ir reads, in the graph form (the form's
+/// fuzzer starts from the graphs the text fuzzer kept). Run by hand:
+/// `cargo test -p rlx-plugin-tests --test fuzz_replay write_graph_form_seed_corpus -- --ignored`.
+#[test]
+#[ignore]
+fn write_graph_form_seed_corpus() {
+    let dir = fuzz_dir("corpus", "graph_form");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut written = 0;
+    for (path, data) in inputs("compile_run") {
+        let Ok(text) = std::str::from_utf8(&data) else {
+            continue;
+        };
+        // (Text nested deeper than rlx-ir's reader takes is not a graph.)
+        if rlx_plugin_api::graph_text::check_nesting(text).is_err() {
+            continue;
+        }
+        let Ok(g) = rlx_ir::rlxmodel::from_text(text) else {
+            continue;
+        };
+        let Ok(bytes) = rlx_plugin_api::graph_forms::encode(&g) else {
+            continue;
+        };
+        if bytes.len() > 64 << 10 {
+            continue;
+        }
+        let name = path.file_name().unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
+        written += 1;
+    }
+    eprintln!("{written} seeds in {}", dir.display());
 }
 
 #[test]

@@ -107,8 +107,14 @@ fn at(v: &[usize], i: usize, default: usize) -> i32 {
 /// (begin, end) pair per axis), each at least `min` (1 for strides,
 /// dilations and kernel sizes: a 0 would divide by zero).
 fn check_len(what: &str, v: &[usize], nsp: usize, allow_pairs: bool, min: usize) -> LResult<()> {
-    if let Some(bad) = v.iter().find(|x| **x < min) {
-        return Err(format!("{what} {v:?} holds {bad}: each must be at least {min}").into());
+    // At most i32::MAX: MLX takes them as `int` (`at` casts; a larger one
+    // wrapped to 0 and divided by it).
+    if let Some(bad) = v.iter().find(|x| **x < min || **x > i32::MAX as usize) {
+        return Err(format!(
+            "{what} {v:?} holds {bad}: each must be at least {min} and at most {}",
+            i32::MAX
+        )
+        .into());
     }
     if v.len() <= nsp || (allow_pairs && v.len() == 2 * nsp) {
         Ok(())

@@ -23,11 +23,16 @@ pub fn entries() -> Vec<Lowering> {
 fn constant(cx: &Ctx, _args: &[&Array]) -> LResult {
     crate::op_fields!(cx, Constant { data });
     let dims = cx.out_dims();
-    let want = dims.iter().map(|d| *d as usize).product::<usize>() * cx.out_ir_dtype().size_bytes();
-    if data.len() != want {
+    let want = dims
+        .iter()
+        .try_fold(cx.out_ir_dtype().size_bytes(), |n, d| {
+            usize::try_from(*d).ok().and_then(|d| n.checked_mul(d))
+        });
+    if want != Some(data.len()) {
         return Err(format!(
-            "constant holds {} bytes, its shape needs {want}",
-            data.len()
+            "constant holds {} bytes, its shape needs {}",
+            data.len(),
+            want.map_or_else(|| "more than 2^64".to_string(), |w| w.to_string())
         )
         .into());
     }

@@ -145,6 +145,20 @@ fn recurrent(
         return Err("num_layers and hidden_size must be at least 1".into());
     }
     let g = cell.gates();
+    // The recurrent weights hold every layer's and direction's
+    // [gates * hidden, hidden] block: the attributes must fit them (the
+    // offsets below are products of them, which could otherwise overflow).
+    let w_hh_len: usize = cx.in_dims(2).iter().map(|x| *x as usize).product();
+    let need = [d.layers, d.dirs, g, d.hidden, d.hidden]
+        .iter()
+        .try_fold(1usize, |n, x| n.checked_mul(*x));
+    if need.is_none_or(|n| n > w_hh_len) {
+        return Err(format!(
+            "num_layers {} and hidden_size {} need more recurrent weights than w_hh's {w_hh_len} values",
+            d.layers, d.hidden
+        )
+        .into());
+    }
     // Read once per lowering: every step, layer and direction of this
     // node computes in the same dtype.
     let io_dt = a[0].dtype();
