@@ -331,7 +331,8 @@ mod tests {
 
     #[test]
     fn a_graph_text_could_not_have_written_is_refused() {
-        let cases: [(&str, fn(&mut Graph)); 5] = [
+        type Spoil = fn(&mut Graph);
+        let cases: [(&str, Spoil); 5] = [
             ("has id", |g| g.nodes_mut()[1].id = rlx_ir::NodeId(7)),
             ("not defined before it", |g| {
                 g.nodes_mut()[0].inputs = vec![rlx_ir::NodeId(2)]
