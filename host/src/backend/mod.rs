@@ -15,8 +15,10 @@
 //!    conditionals the plugin claims, backward-op decomposition, the
 //!    backend rewrite/legalize probe, cleanup);
 //! 3. it is checked once more against the claim set (so an op the plugin
-//!    does not claim is reported here, counted per kind), written as
-//!    `.rlxmodel` text and compiled by the plugin;
+//!    does not claim is reported here, counted per kind), and compiled by
+//!    the plugin, sent in rlx-ir's own serialisation where the plugin reads
+//!    this host's release's (ABI 1.12 graph forms), else as `.rlxmodel`
+//!    text (`LoadedPlugin::compile_graph`);
 //! 4. the plugin executable is wrapped in an [`ExecutableGraph`]
 //!    ([`PluginGraph`]) that converts rlx-runtime's f32 (or typed) buffers
 //!    to and from the dtypes the executable's signature declares.
