@@ -100,17 +100,19 @@ impl<'de> serde::de::DeserializeSeed<'de> for Stacked {
     }
 }
 
-/// How deep `g`'s bodies nest (0: none), walked without recursion.
-fn body_depth(g: &Graph) -> usize {
-    let mut deepest = 0;
+/// How deep `g`'s bodies nest (0: none) and how many graphs it holds
+/// (itself and every body), walked without recursion.
+fn bodies(g: &Graph) -> (usize, usize) {
+    let (mut deepest, mut graphs) = (0, 0);
     let mut stack = vec![(g, 0usize)];
     while let Some((g, depth)) = stack.pop() {
         deepest = deepest.max(depth);
+        graphs += 1;
         for n in g.nodes() {
             stack.extend(n.op.subgraphs().into_iter().map(|b| (b, depth + 1)));
         }
     }
-    deepest
+    (deepest, graphs)
 }
 
 /// Drop `g` a body at a time: a graph nested deeper than the stack allows
@@ -193,7 +195,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
                 this_rlx_ir_bincode()
             )
         })?;
-    let depth = body_depth(&d.graph);
+    let (depth, count) = bodies(&d.graph);
     if depth > MAX_BODY_DEPTH {
         drop_flat(d.graph);
         return Err(format!(
@@ -201,8 +203,6 @@ pub fn decode(bytes: &[u8]) -> Result<Graph, String> {
         ));
     }
     let (mut graph, sides) = (d.graph, d.sides);
-    let mut count = 0;
-    each_graph(&graph, &mut |_| count += 1);
     if count != sides.len() {
         return Err(format!(
             "the graph holds {count} graphs but {} entries of variables and output names",
@@ -307,7 +307,7 @@ mod tests {
     fn bodies_nested_too_deep_are_refused_not_a_stack_overflow() {
         let ok = nested(MAX_BODY_DEPTH);
         let back = decode(&encode(&ok).unwrap()).unwrap();
-        assert_eq!(body_depth(&back), MAX_BODY_DEPTH);
+        assert_eq!(bodies(&back).0, MAX_BODY_DEPTH);
         drop_flat(back);
         drop_flat(ok);
         // Deeper than a thread's stack takes recursively: encoded (rlx-ir's

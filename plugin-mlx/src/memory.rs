@@ -118,14 +118,16 @@ pub fn check_graph(g: &Graph, limit: &Limit) -> PluginResult<()> {
     while let Some(g) = graphs.pop() {
         for n in g.nodes() {
             let bytes = tensor_bytes(&n.shape);
-            // (A dynamic dim: the graph check has refused it in the graph
-            // itself; a body's is left to the op that binds it.)
-            let dynamic = n
-                .shape
-                .dims()
-                .iter()
-                .any(|d| matches!(d, rlx_ir::Dim::Dynamic(_)));
-            if bytes.map_or(!dynamic, |b| b > limit.bytes) {
+            // No size: past 2^64 bytes, or a dynamic dim (which the graph
+            // check has refused in the graph itself; a body's is left to
+            // the op that binds it).
+            let static_dims = || {
+                n.shape
+                    .dims()
+                    .iter()
+                    .all(|d| matches!(d, rlx_ir::Dim::Static(_)))
+            };
+            if bytes.map_or_else(static_dims, |b| b > limit.bytes) {
                 let needs = bytes.map_or_else(|| "more than 2^64 bytes".to_string(), human);
                 return Err(PluginError::resource_exhausted(format!(
                     "{}: its output needs {needs}, more than {} ({}) allows",

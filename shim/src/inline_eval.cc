@@ -282,15 +282,32 @@ bool reshape_shares(const mx::array& in, const mx::array& out) {
   return true;
 }
 
-// `len` elements of `Item` bytes, read every `st` elements from `src`,
-// written one after another to `dst`.
+// `count` items of `Item` bytes, read every `src_step` bytes from `src`
+// and written every `dst_step` bytes to `dst`: one memcpy where both lie
+// packed, else a move of that size per item, not a call to memcpy (a
+// strided view's elements; the real and imaginary halves of complex
+// values interleaved by a concatenation).
 template <size_t Item>
-void copy_strided(const char* src, int64_t st, char* dst, int64_t len) {
-  if (st == 1) {
-    std::memcpy(dst, src, size_t(len) * Item);
+void copy_items(const char* src, int64_t src_step, char* dst, int64_t dst_step, int64_t count) {
+  if (src_step == int64_t(Item) && dst_step == int64_t(Item)) {
+    std::memcpy(dst, src, size_t(count) * Item);
     return;
   }
-  for (int64_t j = 0; j < len; ++j) std::memcpy(dst + j * Item, src + j * st * int64_t(Item), Item);
+  for (int64_t j = 0; j < count; ++j) std::memcpy(dst + j * dst_step, src + j * src_step, Item);
+}
+
+// copy_items for items of `item` bytes.
+void copy_items(size_t item, const char* src, int64_t src_step, char* dst, int64_t dst_step,
+                int64_t count) {
+  switch (item) {
+    case 1: return copy_items<1>(src, src_step, dst, dst_step, count);
+    case 2: return copy_items<2>(src, src_step, dst, dst_step, count);
+    case 4: return copy_items<4>(src, src_step, dst, dst_step, count);
+    case 8: return copy_items<8>(src, src_step, dst, dst_step, count);
+    case 16: return copy_items<16>(src, src_step, dst, dst_step, count);
+    default:
+      for (int64_t j = 0; j < count; ++j) std::memcpy(dst + j * dst_step, src + j * src_step, item);
+  }
 }
 
 // `in`'s elements, row-major, written to `dst` (in.nbytes() bytes): a row
@@ -303,19 +320,8 @@ void gather_row_major(const mx::array& in, char* dst) {
   const auto* src = static_cast<const char*>(in.data<void>());
   for_elementwise(in.shape(), in.size(), {&in}, kBinaryPerPart,
                   [&](const int64_t* off, const int64_t* st, size_t first, int64_t len) {
-                    const char* s = src + off[0] * item;
-                    char* d = dst + int64_t(first) * item;
-                    switch (item) {
-                      case 1: return copy_strided<1>(s, st[0], d, len);
-                      case 2: return copy_strided<2>(s, st[0], d, len);
-                      case 4: return copy_strided<4>(s, st[0], d, len);
-                      case 8: return copy_strided<8>(s, st[0], d, len);
-                      case 16: return copy_strided<16>(s, st[0], d, len);
-                      default:
-                        for (int64_t j = 0; j < len; ++j) {
-                          std::memcpy(d + j * item, s + j * st[0] * item, size_t(item));
-                        }
-                    }
+                    copy_items(size_t(item), src + off[0] * item, st[0] * item,
+                               dst + int64_t(first) * item, item, len);
                   });
 }
 
@@ -332,27 +338,6 @@ const char* bytes_row_major(const mx::array& a, std::vector<char>& tmp) {
   tmp.resize(a.nbytes());
   gather_row_major(a, tmp.data());
   return tmp.data();
-}
-
-// `outer` blocks of `row` bytes, read one after another from `src`, each
-// written `dst_step` bytes after the last. A block of a few bytes (an
-// interleaving: the real and imaginary halves of a complex value) is a
-// move of that size, not a call to memcpy.
-template <size_t Row>
-void copy_fixed_blocks(char* dst, size_t dst_step, const char* src, size_t outer) {
-  for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * dst_step, src + o * Row, Row);
-}
-
-void copy_blocks(char* dst, size_t dst_step, const char* src, size_t row, size_t outer) {
-  switch (row) {
-    case 1: return copy_fixed_blocks<1>(dst, dst_step, src, outer);
-    case 2: return copy_fixed_blocks<2>(dst, dst_step, src, outer);
-    case 4: return copy_fixed_blocks<4>(dst, dst_step, src, outer);
-    case 8: return copy_fixed_blocks<8>(dst, dst_step, src, outer);
-    case 16: return copy_fixed_blocks<16>(dst, dst_step, src, outer);
-    default:
-      for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * dst_step, src + o * row, row);
-  }
 }
 
 // MLX's Concatenate along `axis`: each input's block of rows copied into
@@ -373,7 +358,7 @@ void concatenate(int axis, const std::vector<mx::array>& in, mx::array& out) {
     const size_t row = static_cast<size_t>(x.shape(axis)) * after;
     if (row == 0) continue;
     const char* src = bytes_row_major(x, tmp);
-    copy_blocks(dst + at, out_row, src, row, outer);
+    copy_items(row, src, int64_t(row), dst + at, int64_t(out_row), int64_t(outer));
     at += row;
   }
 }

@@ -45,16 +45,26 @@ fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-#[test]
-fn the_compile_run_corpus_replays_without_a_finding() {
-    // As in the fuzzer: tensors capped at 64 MiB, While loops at 10,000
-    // iterations. Only this test binary's process reads them, and only this
-    // test sets them.
+/// The fuzzers' limits (`fuzz/src/load.rs`): tensors capped at 64 MiB,
+/// While loops at 10,000 iterations, for the tests that compile the
+/// corpora's graphs. Only this test binary's process reads them.
+fn fuzzer_limits() {
     std::env::set_var("RLX_MLX_MEMORY_LIMIT", "64M");
     std::env::set_var("RLX_MLX_WHILE_LIMIT", "10000");
+}
+
+/// [`inputs`] of a target whose corpus is committed (at least ten).
+fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let inputs = inputs(target);
+    assert!(inputs.len() >= 10, "{target}: {} inputs", inputs.len());
+    inputs
+}
+
+#[test]
+fn the_compile_run_corpus_replays_without_a_finding() {
+    fuzzer_limits();
     let plugin = mlx();
-    let inputs = inputs("compile_run");
-    assert!(inputs.len() >= 10, "{} inputs", inputs.len());
+    let inputs = corpus("compile_run");
     let mut compiled = 0;
     for (path, data) in &inputs {
         let Ok(text) = std::str::from_utf8(data) else {
@@ -77,11 +87,9 @@ fn the_compile_run_corpus_replays_without_a_finding() {
 
 #[test]
 fn the_graph_form_corpus_replays_without_a_finding() {
-    std::env::set_var("RLX_MLX_MEMORY_LIMIT", "64M");
-    std::env::set_var("RLX_MLX_WHILE_LIMIT", "10000");
+    fuzzer_limits();
     let plugin = mlx();
-    let inputs = inputs("graph_form");
-    assert!(inputs.len() >= 10, "{} inputs", inputs.len());
+    let inputs = corpus("graph_form");
     let mut decoded = 0;
     for (path, data) in &inputs {
         for mode in exercise::FUZZ_MODES {
@@ -136,8 +144,7 @@ fn write_graph_form_seed_corpus() {
 #[test]
 fn the_descriptors_corpus_replays_without_a_finding() {
     let plugin = mlx();
-    let inputs = inputs("descriptors");
-    assert!(inputs.len() >= 10, "{} inputs", inputs.len());
+    let inputs = corpus("descriptors");
     for (path, data) in &inputs {
         if let Err(f) = descriptors::one_input(&plugin, data) {
             panic!("{}: {}", path.display(), f.0);
@@ -148,8 +155,7 @@ fn the_descriptors_corpus_replays_without_a_finding() {
 #[test]
 fn the_sequences_corpus_replays_without_a_finding() {
     let plugin = mlx();
-    let inputs = inputs("sequences");
-    assert!(inputs.len() >= 10, "{} inputs", inputs.len());
+    let inputs = corpus("sequences");
     for (path, data) in &inputs {
         if let Err(f) = sequences::one_input(&plugin, data) {
             panic!("{}: {}", path.display(), f.0);

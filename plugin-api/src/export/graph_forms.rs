@@ -8,6 +8,10 @@ use crate::sized::AbiStruct;
 use crate::strings::{leak_str, RlxStr};
 use crate::tables::{RlxCompileOptions, RlxExecutable, RlxGraphFormApi};
 use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// The names `table` published, which `compile_form` accepts.
+static PUBLISHED: OnceLock<Vec<String>> = OnceLock::new();
 
 /// The table published for the forms the plugin reads (null: text only).
 /// Made once, at the handshake, and kept for the rest of the process.
@@ -15,6 +19,7 @@ pub(super) fn table(forms: Vec<String>) -> *const RlxGraphFormApi {
     if forms.is_empty() {
         return std::ptr::null();
     }
+    let _ = PUBLISHED.set(forms.clone());
     let names: &'static [RlxStr] = Box::leak(forms.into_iter().map(leak_str).collect());
     Box::leak(Box::new(RlxGraphFormApi {
         struct_size: RlxGraphFormApi::STRUCT_SIZE,
@@ -36,7 +41,7 @@ unsafe extern "C" fn compile_form(
             let form = form
                 .to_str()
                 .map_err(|e| PluginError::invalid_argument(format!("form is not UTF-8: {e}")))?;
-            if !plugin.graph_forms().iter().any(|f| f == form) {
+            if !PUBLISHED.get().is_some_and(|f| f.iter().any(|f| f == form)) {
                 return Err(PluginError::unsupported(format!(
                     "plugin {} reads no graph form {form:?}",
                     plugin.descriptor().name

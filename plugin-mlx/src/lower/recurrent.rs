@@ -148,7 +148,7 @@ fn recurrent(
     // The recurrent weights hold every layer's and direction's
     // [gates * hidden, hidden] block: the attributes must fit them (the
     // offsets below are products of them, which could otherwise overflow).
-    let w_hh_len: usize = cx.in_dims(2).iter().map(|x| *x as usize).product();
+    let w_hh_len = usize::try_from(super::numel(&cx.in_dims(2))).unwrap_or(0);
     let need = [d.layers, d.dirs, g, d.hidden, d.hidden]
         .iter()
         .try_fold(1usize, |n, x| n.checked_mul(*x));
