@@ -11,6 +11,8 @@
 //! - [`run`]: seeded data, safetensors params, running on a device and
 //!   parity against rlx-runtime's CPU backend (`rlx-host run`);
 //! - [`demo`]: `rlx-host demo`;
+//! - [`generate`]: `rlx-host generate` and `rlx-host checkpoint` (language
+//!   models, `rlx_lm`);
 //! - [`build_tree`]: the MLX plugin directory of a cargo build tree (for
 //!   examples and tests run from a checkout);
 //! - [`bench`]: `rlx-host bench` (timing backends side by side);
@@ -30,6 +32,7 @@ pub mod conformance;
 pub mod demo;
 pub mod digits;
 pub mod distributed;
+pub mod generate;
 pub mod model_data;
 pub mod models;
 pub mod run;

@@ -109,6 +109,15 @@ pub enum Command {
     /// compile, first run, median and min of the timed runs, peak RSS and
     /// max abs error against the CPU backend.
     Bench(crate::bench::BenchArgs),
+    /// Generate text with a Llama or Qwen3 checkpoint directory
+    /// (mlx-community or Hugging Face layout: config.json, *.safetensors,
+    /// tokenizer.json for a text prompt) on a plugin or the CPU backend,
+    /// streaming the tokens, then prefill and decode speed, compiles and
+    /// peak memory.
+    Generate(crate::generate::GenerateArgs),
+    /// Write a random-weight checkpoint (Llama or Qwen3; tiny, small or
+    /// medium; f32, bf16 or mlx-lm's quantized layout) to try `generate` on.
+    Checkpoint(crate::generate::CheckpointArgs),
     /// Be a worker of rlx-runtime's distributed engine on the plugin:
     /// join the group from RANK, WORLD, PEERS and TOPOLOGY, install the
     /// plugin, and serve the coordinator's stages and training jobs until
@@ -309,6 +318,16 @@ pub fn dispatch(cli: Cli) -> CliResult {
             model,
         } => crate::demo::demo(cli.plugins, &backend, model, runs, seed),
         Command::Bench(args) => crate::bench::run(args, cli.plugins, cli.verbose),
+        Command::Generate(args) => {
+            let report = crate::generate::run(&args, &cli.plugins)?;
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                eprintln!("{}", report.summary());
+            }
+            Ok(())
+        }
+        Command::Checkpoint(args) => crate::generate::checkpoint(&args),
         Command::Worker(args) => dist::worker(args, cli.plugins),
         Command::Dist { action } => dist::dist(action, cli.plugins),
     }

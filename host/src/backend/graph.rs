@@ -130,6 +130,12 @@ impl PluginGraph {
         self.exe.signature()
     }
 
+    /// What the plugin's tensors hold now, process-wide (its
+    /// `memory_usage`), where it gives the figures.
+    pub fn memory_usage(&self) -> Option<rlx_plugin_api::MemoryUsage> {
+        self.exe.plugin().memory_usage().ok()
+    }
+
     pub(super) fn fail(&self, msg: impl std::fmt::Display) -> ! {
         panic!("{} plugin: {msg}", self.plugin)
     }

@@ -323,6 +323,7 @@ fn factory_for(device: Device) -> rlx_runtime::registry::BackendFactory {
     TABLE[i]
 }
 
+mod direct;
 mod executable_graph;
 mod graph;
 mod handles;
@@ -332,6 +333,7 @@ mod pipeline;
 mod plugin_backend;
 mod submitted;
 
+pub use direct::compile_on_plugin;
 pub use graph::*;
 pub use handles::{state_counters, StateCounters};
 pub use observe::{set_compile_observer, CompileObserver};

@@ -121,6 +121,11 @@ impl PluginBackend {
     }
 
     pub(super) fn build(&self, graph: Graph, rng: rlx_ir::RngOptions) -> Box<dyn ExecutableGraph> {
+        Box::new(self.build_graph(graph, rng))
+    }
+
+    /// [`Self::build`]'s executable as the plugin's own.
+    pub(super) fn build_graph(&self, graph: Graph, rng: rlx_ir::RngOptions) -> PluginGraph {
         let name = &self.pipeline.label;
         crate::cpu_bridge::bridge_graph(&self.reg.plugin, &graph)
             .unwrap_or_else(|e| self.pipeline.fail(e));
@@ -157,11 +162,9 @@ impl PluginBackend {
             .plugin
             .compile_graph(&graph, &options)
             .unwrap_or_else(|e| self.pipeline.fail(e));
-        Box::new(
-            PluginGraph::new(exe, name.clone())
-                .with_rng(rng)
-                .with_state(self.reg.resident),
-        )
+        PluginGraph::new(exe, name.clone())
+            .with_rng(rng)
+            .with_state(self.reg.resident)
     }
 }
 

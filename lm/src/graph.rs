@@ -1,0 +1,386 @@
+//! The two graphs a generation runs, for Llama and Qwen3 (batch 1):
+//!
+//! - **prefill** (`len` prompt rows, padded by the caller to a bucket):
+//!   inputs `x [len, hidden]` (the prompt's embeddings) and `last [1]` (the
+//!   row whose logits are wanted); outputs the logits and greedy token of
+//!   that row and every layer's K and V caches, `[1, cap, kv_heads,
+//!   head_dim]`, holding the prompt's rows (the rest zero);
+//! - **decode** (one token at position `pos` of a cache of `cap` rows):
+//!   inputs `x [1, hidden]` and `pos [1]`, and the caches `k_cache_{l}`,
+//!   `v_cache_{l}`; the new token's K and V are written into them at row
+//!   `pos` (`DynamicUpdateSlice`), attention reads rows `0 ..= pos` (a key
+//!   mask computed from `pos` on the device), and the updated caches are
+//!   outputs of the same names, so an executable that holds them as state
+//!   feeds each run's into the next without a copy to the host.
+//!
+//! The decode graph is the same for every position: one compile serves a
+//! whole generation. Token ids never enter a graph: the embedding rows are
+//! looked up on the host (`Weights::embedding_row`), which keeps a packed
+//! embedding packed. Linear layers are `MatMul` against the transposed
+//! checkpoint weight, or `DequantMatMul` (MLX affine) on the packed one.
+//!
+//! Outputs, in order: `logits [1, vocab]`, `next_token [1]` (the arg max,
+//! f32-encoded as rlx encodes indices), then `k_cache_0, v_cache_0, ...`.
+
+use crate::config::ModelConfig;
+use crate::weights::{layer_linears, layer_name, Tensor, Weights, EMBED, FINAL_NORM, LM_HEAD};
+use rlx_ir::op::{Activation, BinaryOp, CmpOp, MaskKind, PadMode, RopeStyle};
+use rlx_ir::{DType, Graph, NodeId, Op, QuantScheme, Shape};
+use std::collections::HashMap;
+
+/// Output positions shared by both graphs.
+pub const LOGITS: usize = 0;
+pub const NEXT_TOKEN: usize = 1;
+
+/// The output (and, in the decode graph, the state input) holding layer
+/// `l`'s K or V cache.
+pub fn k_cache(l: usize) -> String {
+    format!("k_cache_{l}")
+}
+pub fn v_cache(l: usize) -> String {
+    format!("v_cache_{l}")
+}
+
+/// The rotary tables' params: `[cap, head_dim / 2]` each.
+pub const ROPE_COS: &str = "rope_cos";
+pub const ROPE_SIN: &str = "rope_sin";
+
+/// Whether an Attention node over these Q and K sequence lengths could be
+/// read in either of rlx's layouts (`[B, S, H, D]` and `[B, H, S, D]` are
+/// told apart by which axis holds the head count): a prefill of exactly
+/// `num_heads` rows. The prefill bucket avoids that length.
+pub fn ambiguous_prefill(c: &ModelConfig, len: usize) -> bool {
+    len == c.num_heads
+}
+
+struct Builder<'a> {
+    g: Graph,
+    c: &'a ModelConfig,
+    w: &'a Weights,
+    /// One zero vector per length (RmsNorm's beta input).
+    zeros: HashMap<usize, NodeId>,
+}
+
+fn f32s(dims: &[usize]) -> Shape {
+    Shape::new(dims, DType::F32)
+}
+
+fn le_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl<'a> Builder<'a> {
+    fn new(name: &str, c: &'a ModelConfig, w: &'a Weights) -> Builder<'a> {
+        Builder {
+            g: Graph::new(name),
+            c,
+            w,
+            zeros: HashMap::new(),
+        }
+    }
+
+    fn node(&mut self, op: Op, inputs: Vec<NodeId>, dims: &[usize]) -> NodeId {
+        self.g.add_node(op, inputs, f32s(dims))
+    }
+
+    fn constant(&mut self, values: &[f32], dims: &[usize]) -> NodeId {
+        self.node(
+            Op::Constant {
+                data: le_bytes(values),
+            },
+            vec![],
+            dims,
+        )
+    }
+
+    fn reshape(&mut self, x: NodeId, dims: &[usize]) -> NodeId {
+        let new_shape = dims.iter().map(|&d| d as i64).collect();
+        self.node(Op::Reshape { new_shape }, vec![x], dims)
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: NodeId, b: NodeId, dims: &[usize]) -> NodeId {
+        self.node(Op::Binary(op), vec![a, b], dims)
+    }
+
+    /// RMSNorm over the last axis with the checkpoint's weight `name`.
+    fn norm(&mut self, x: NodeId, name: &str, dims: &[usize]) -> NodeId {
+        let n = *dims.last().unwrap();
+        let gamma = self.g.param(name, f32s(&[n]));
+        let beta = match self.zeros.get(&n) {
+            Some(&z) => z,
+            None => {
+                let z = self.constant(&vec![0.0; n], &[n]);
+                self.zeros.insert(n, z);
+                z
+            }
+        };
+        let eps = self.c.rms_norm_eps as f32;
+        self.node(Op::RmsNorm { axis: -1, eps }, vec![x, gamma, beta], dims)
+    }
+
+    /// `x [rows, in] @ W^T` for the checkpoint's linear layer `name`
+    /// (`[out, in]`).
+    fn linear(&mut self, x: NodeId, name: &str, rows: usize) -> NodeId {
+        match self.w.get(name) {
+            Tensor::Dense { shape, .. } => {
+                let (out, inp) = (shape[0], shape[1]);
+                let w = self.g.param(name, f32s(&[out, inp]));
+                let wt = self.node(Op::Transpose { perm: vec![1, 0] }, vec![w], &[inp, out]);
+                self.node(Op::MatMul, vec![x, wt], &[rows, out])
+            }
+            Tensor::Packed(p) => {
+                let base = name.trim_end_matches(".weight");
+                let (out, groups) = (p.out_shape[0], p.n_groups());
+                let w = self.g.param(name, Shape::new(&[p.w_q.len()], DType::U8));
+                let s = self.g.param(format!("{base}.scales"), f32s(&[out, groups]));
+                let b = self.g.param(format!("{base}.biases"), f32s(&[out, groups]));
+                let scheme: QuantScheme = p.scheme;
+                self.node(Op::DequantMatMul { scheme }, vec![x, w, s, b], &[rows, out])
+            }
+        }
+    }
+
+    /// Rotary embedding of `x [1, t, heads, hd]` with tables `[t, hd/2]`.
+    fn rope(&mut self, x: NodeId, cos: NodeId, sin: NodeId, t: usize, heads: usize) -> NodeId {
+        let hd = self.c.head_dim;
+        let flat = self.reshape(x, &[1, t, heads * hd]);
+        let style = if self.c.rope_traditional {
+            RopeStyle::GptJ
+        } else {
+            RopeStyle::NeoX
+        };
+        let r = self.node(
+            Op::Rope {
+                head_dim: hd,
+                n_rot: hd,
+                style,
+            },
+            vec![flat, cos, sin],
+            &[1, t, heads * hd],
+        );
+        self.reshape(r, &[1, t, heads, hd])
+    }
+
+    /// One decoder layer over `t` rows; `kv` turns this layer's rotated K
+    /// and its V (`[1, t, kv_heads, hd]`) into the caches attention reads
+    /// and the graph outputs, and returns them with the mask kind and
+    /// mask input attention takes.
+    fn layer(
+        &mut self,
+        l: usize,
+        x: NodeId,
+        t: usize,
+        rope: (NodeId, NodeId),
+        kv: &mut dyn FnMut(&mut Self, usize, NodeId, NodeId) -> Caches,
+    ) -> NodeId {
+        let c = self.c;
+        let (h, nh, nkv, hd) = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim);
+        let linears = layer_linears(c);
+        let name = |i: usize| layer_name(l, linears[i].0);
+        let n1 = self.norm(x, &layer_name(l, "input_layernorm.weight"), &[t, h]);
+        let q = self.linear(n1, &name(0), t);
+        let k = self.linear(n1, &name(1), t);
+        let v = self.linear(n1, &name(2), t);
+        let mut q = self.reshape(q, &[1, t, nh, hd]);
+        let mut k = self.reshape(k, &[1, t, nkv, hd]);
+        let v = self.reshape(v, &[1, t, nkv, hd]);
+        if c.arch.qk_norm() {
+            q = self.norm(
+                q,
+                &layer_name(l, "self_attn.q_norm.weight"),
+                &[1, t, nh, hd],
+            );
+            k = self.norm(
+                k,
+                &layer_name(l, "self_attn.k_norm.weight"),
+                &[1, t, nkv, hd],
+            );
+        }
+        let q = self.rope(q, rope.0, rope.1, t, nh);
+        let k = self.rope(k, rope.0, rope.1, t, nkv);
+        let caches = kv(self, l, k, v);
+        let mut inputs = vec![q, caches.k, caches.v];
+        inputs.extend(caches.mask);
+        let attn = self.node(
+            Op::Attention {
+                num_heads: nh,
+                head_dim: hd,
+                v_head_dim: None,
+                mask_kind: caches.mask_kind,
+                score_scale: None,
+                attn_logit_softcap: None,
+            },
+            inputs,
+            &[1, t, nh, hd],
+        );
+        let attn = self.reshape(attn, &[t, nh * hd]);
+        let o = self.linear(attn, &name(3), t);
+        let h1 = self.binary(BinaryOp::Add, x, o, &[t, h]);
+        let n2 = self.norm(
+            h1,
+            &layer_name(l, "post_attention_layernorm.weight"),
+            &[t, h],
+        );
+        let i = c.intermediate_size;
+        let gate = self.linear(n2, &name(4), t);
+        let up = self.linear(n2, &name(5), t);
+        let gate = self.node(Op::Activation(Activation::Silu), vec![gate], &[t, i]);
+        let ff = self.binary(BinaryOp::Mul, gate, up, &[t, i]);
+        let down = self.linear(ff, &name(6), t);
+        self.binary(BinaryOp::Add, h1, down, &[t, h])
+    }
+
+    /// Final norm, LM head (the tied embedding or `lm_head`) and arg max of
+    /// one row `x [1, hidden]`.
+    fn head(&mut self, x: NodeId) -> (NodeId, NodeId) {
+        let (h, v) = (self.c.hidden_size, self.c.vocab_size);
+        let n = self.norm(x, FINAL_NORM, &[1, h]);
+        let head = if self.c.tie_word_embeddings {
+            EMBED
+        } else {
+            LM_HEAD
+        };
+        let logits = self.linear(n, head, 1);
+        let next = self.node(
+            Op::ArgMax {
+                axis: 1,
+                keep_dim: false,
+            },
+            vec![logits],
+            &[1],
+        );
+        let _ = v;
+        (logits, next)
+    }
+
+    fn rope_params(&mut self, cap: usize) -> (NodeId, NodeId) {
+        let half = self.c.head_dim / 2;
+        (
+            self.g.param(ROPE_COS, f32s(&[cap, half])),
+            self.g.param(ROPE_SIN, f32s(&[cap, half])),
+        )
+    }
+
+    fn finish(mut self, logits: NodeId, next: NodeId, caches: Vec<(NodeId, NodeId)>) -> Graph {
+        let mut outs = vec![
+            ("logits".to_string(), logits),
+            ("next_token".to_string(), next),
+        ];
+        for (l, (k, v)) in caches.into_iter().enumerate() {
+            outs.push((k_cache(l), k));
+            outs.push((v_cache(l), v));
+        }
+        self.g.set_named_outputs(outs);
+        self.g
+    }
+}
+
+/// What attention reads in one layer.
+struct Caches {
+    k: NodeId,
+    v: NodeId,
+    mask_kind: MaskKind,
+    mask: Option<NodeId>,
+}
+
+/// The prefill graph: `len` rows (a bucket: the prompt padded at its end,
+/// which causal attention keeps from touching the real rows) into caches
+/// of `cap` rows.
+pub fn prefill(c: &ModelConfig, w: &Weights, len: usize, cap: usize) -> Graph {
+    assert!(len <= cap, "prefill of {len} rows into a cache of {cap}");
+    let (h, nkv, hd) = (c.hidden_size, c.num_kv_heads, c.head_dim);
+    let mut b = Builder::new(&format!("{}_prefill_{len}_{cap}", c.arch.name()), c, w);
+    let x = b.g.input("x", f32s(&[len, h]));
+    let last = b.g.input("last", f32s(&[1]));
+    let (cos_all, sin_all) = b.rope_params(cap);
+    let half = hd / 2;
+    let narrow = Op::Narrow {
+        axis: 0,
+        start: 0,
+        len,
+    };
+    let cos = b.node(narrow.clone(), vec![cos_all], &[len, half]);
+    let sin = b.node(narrow, vec![sin_all], &[len, half]);
+    let mut outs = Vec::new();
+    let mut hidden = x;
+    for l in 0..c.num_layers {
+        hidden = b.layer(l, hidden, len, (cos, sin), &mut |b, _, k, v| {
+            // The prompt's rows at the top of zero caches of `cap` rows.
+            let pad = |b: &mut Builder, t: NodeId| {
+                b.node(
+                    Op::Pad {
+                        pads: vec![[0, 0], [0, cap - len], [0, 0], [0, 0]],
+                        mode: PadMode::Constant(0.0),
+                    },
+                    vec![t],
+                    &[1, cap, nkv, hd],
+                )
+            };
+            let (kc, vc) = (pad(b, k), pad(b, v));
+            outs.push((kc, vc));
+            // Attention over the prompt's own rows, causal.
+            Caches {
+                k,
+                v,
+                mask_kind: MaskKind::Causal,
+                mask: None,
+            }
+        });
+    }
+    let row = b.node(Op::Gather { axis: 0 }, vec![hidden, last], &[1, h]);
+    let (logits, next) = b.head(row);
+    b.finish(logits, next, outs)
+}
+
+/// The decode graph: one token at position `pos` of caches of `cap` rows.
+pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
+    let (h, nkv, hd) = (c.hidden_size, c.num_kv_heads, c.head_dim);
+    let mut b = Builder::new(&format!("{}_decode_{cap}", c.arch.name()), c, w);
+    let x = b.g.input("x", f32s(&[1, h]));
+    let pos = b.g.input("pos", f32s(&[1]));
+    let (cos_all, sin_all) = b.rope_params(cap);
+    let half = hd / 2;
+    let cos = b.node(Op::Gather { axis: 0 }, vec![cos_all, pos], &[1, half]);
+    let sin = b.node(Op::Gather { axis: 0 }, vec![sin_all, pos], &[1, half]);
+    // Keys 0 ..= pos are live: iota <= pos, as rlx's key mask ([1, cap],
+    // 1 keeps a key).
+    let iota: Vec<f32> = (0..cap).map(|i| i as f32).collect();
+    let iota = b.constant(&iota, &[1, cap]);
+    let live = b.g.add_node(
+        Op::Compare(CmpOp::Le),
+        vec![iota, pos],
+        Shape::new(&[1, cap], DType::Bool),
+    );
+    let mask = b.node(Op::Cast { to: DType::F32 }, vec![live], &[1, cap]);
+    let mut states = Vec::new();
+    for l in 0..c.num_layers {
+        states.push((
+            b.g.input(k_cache(l), f32s(&[1, cap, nkv, hd])),
+            b.g.input(v_cache(l), f32s(&[1, cap, nkv, hd])),
+        ));
+    }
+    let mut outs = Vec::new();
+    let mut hidden = x;
+    for l in 0..c.num_layers {
+        hidden = b.layer(l, hidden, 1, (cos, sin), &mut |b, l, k, v| {
+            let (kc, vc) = states[l];
+            let write = |b: &mut Builder, cache: NodeId, row: NodeId| {
+                b.node(
+                    Op::DynamicUpdateSlice { axis: 1 },
+                    vec![cache, row, pos],
+                    &[1, cap, nkv, hd],
+                )
+            };
+            let (kc, vc) = (write(b, kc, k), write(b, vc, v));
+            outs.push((kc, vc));
+            Caches {
+                k: kc,
+                v: vc,
+                mask_kind: MaskKind::Custom,
+                mask: Some(mask),
+            }
+        });
+    }
+    let (logits, next) = b.head(hidden);
+    b.finish(logits, next, outs)
+}
