@@ -24,7 +24,8 @@ computes as rlx-lm computes it, in f32 on its widened weights (mlx-lm
 would otherwise compute in bf16).
 
 `bench`: timed as `mlx_lm.benchmark` does (random prompt tokens drawn with
-`mx.random.seed(0)` and `mx.random.randint(0, vocab, (1, P))`, greedy,
+`mx.random.seed(0)` and `mx.random.randint(0, vocab, (1, P))`, or the
+`--prompt-ids` given, greedy,
 end-of-sequence ignored, one warm-up, then `--trials` trials), each trial
 reporting `prefill_ms` (from the call to the first token read back, the
 prompt's prefill and the first token's step) and `decode_ms_per_token`
@@ -110,9 +111,12 @@ def cmd_bench(args):
     import mlx.core as mx
 
     model, config = load(args.model)
-    vocab = config.get("vocab_size") or config["text_config"]["vocab_size"]
-    mx.random.seed(0)
-    prompt = mx.random.randint(0, vocab, (1, args.prompt_tokens)).tolist()[0]
+    if args.prompt_ids:
+        prompt = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+    else:
+        vocab = config.get("vocab_size") or config["text_config"]["vocab_size"]
+        mx.random.seed(0)
+        prompt = mx.random.randint(0, vocab, (1, args.prompt_tokens)).tolist()[0]
     trials = []
     for i in range(args.trials + 1):
         mx.reset_peak_memory()
@@ -136,9 +140,10 @@ def cmd_bench(args):
                 "mlx_lm": importlib.import_module("mlx_lm._version").__version__,
                 "mlx": mx.__version__,
                 "device": str(mx.default_device()),
-                "prompt_tokens": args.prompt_tokens,
+                "prompt_tokens": len(prompt),
                 "generation_tokens": args.generation_tokens,
                 "trials": trials,
+                "tokens": tokens,
             }
         )
     )
@@ -159,6 +164,7 @@ def main():
     b = sub.add_parser("bench")
     b.add_argument("model")
     b.add_argument("--prompt-tokens", type=int, default=128)
+    b.add_argument("--prompt-ids", help="the prompt's token ids, comma-separated (else random)")
     b.add_argument("--generation-tokens", type=int, default=128)
     b.add_argument("--trials", type=int, default=5)
     args = p.parse_args()

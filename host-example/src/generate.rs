@@ -48,8 +48,9 @@ pub struct GenerateArgs {
     /// backend (the caches then cross to the host every step).
     #[arg(long, default_value = "mlx")]
     pub backend: String,
-    /// The plugin's execution mode: lazy, eager or compiled.
-    #[arg(long, default_value = "lazy")]
+    /// The plugin's execution mode: lazy, eager or compiled (the decode
+    /// step's ops fused by MLX's compile: the fastest per token).
+    #[arg(long, default_value = "compiled")]
     pub mode: String,
     /// How the decode graph is compiled: `reuse` (once) or `rebuild`
     /// (built and compiled every step, the backend recognising it).
@@ -140,25 +141,28 @@ fn prompt_ids(
     }
 }
 
-/// The engine `args` asks for, with its backend installed.
+/// The engine for `backend` (`cpu`, or a plugin's name with its `mode`
+/// and `client`), with the plugin installed.
 pub fn engine(
-    args: &GenerateArgs,
+    backend: &str,
+    mode: &str,
+    client: &str,
     model: Arc<Model>,
     plugins: &[PathBuf],
 ) -> Result<Box<dyn Engine>, String> {
-    if args.backend == "cpu" {
+    if backend == "cpu" {
         return Ok(Box::new(HostEngine::new(model, Device::Cpu)));
     }
-    let mode = Mode::from_name(&args.mode)
-        .ok_or_else(|| format!("unknown mode {:?} (lazy, eager or compiled)", args.mode))?;
+    let mode = Mode::from_name(mode)
+        .ok_or_else(|| format!("unknown mode {mode:?} (lazy, eager or compiled)"))?;
     rlx_plugin_host::install(&rlx_plugin_host::Options {
         plugins: plugins.to_vec(),
-        backend: args.backend.clone(),
+        backend: backend.to_string(),
         device: PLUGIN_DEVICE,
         mode,
         ..Default::default()
     })?;
-    let client = Client::parse(&args.client).map_err(|e| e.to_string())?;
+    let client = Client::parse(client).map_err(|e| e.to_string())?;
     Ok(Box::new(PluginEngine::new(
         model,
         PLUGIN_DEVICE,
@@ -192,7 +196,13 @@ pub fn run(args: &GenerateArgs, plugins: &[PathBuf]) -> Result<Report, String> {
         },
         logprobs: false,
     };
-    let mut engine = engine(args, model.clone(), plugins)?;
+    let mut engine = engine(
+        &args.backend,
+        &args.mode,
+        &args.client,
+        model.clone(),
+        plugins,
+    )?;
     let mut detok = tok
         .as_ref()
         .map(|t| rlx_text::StreamingDetokenizer::new(t, true));

@@ -3,8 +3,9 @@
 //! - **prefill** (`len` prompt rows, padded by the caller to a bucket):
 //!   inputs `x [len, hidden]` (the prompt's embeddings) and `last [1]` (the
 //!   row whose logits are wanted); outputs the logits and greedy token of
-//!   that row and every layer's K and V caches, `[1, cap, kv_heads,
-//!   head_dim]`, holding the prompt's rows (the rest zero);
+//!   that row and every layer's K and V caches, `[1, kv_heads, cap,
+//!   head_dim]` (heads first, so that attention reads each head's rows
+//!   contiguously), holding the prompt's rows (the rest zero);
 //! - **decode** (one token at position `pos` of a cache of `cap` rows):
 //!   inputs `x [1, hidden]` and `pos [1]`, and the caches `k_cache_{l}`,
 //!   `v_cache_{l}`; the new token's K and V are written into them at row
@@ -199,6 +200,13 @@ impl<'a> Builder<'a> {
         let q = self.rope(q, rope.0, rope.1, t, nh);
         let k = self.rope(k, rope.0, rope.1, t, nkv);
         let caches = kv(self, l, k, v);
+        // One row's [1, 1, H, D] is its [1, H, 1, D] as it lies in memory:
+        // the decode step attends in the caches' [B, H, S, D] layout.
+        let (q, dims) = if caches.heads_first {
+            (self.reshape(q, &[1, nh, t, hd]), [1, nh, t, hd])
+        } else {
+            (q, [1, t, nh, hd])
+        };
         let mut inputs = vec![q, caches.k, caches.v];
         inputs.extend(caches.mask);
         let attn = self.node(
@@ -211,7 +219,7 @@ impl<'a> Builder<'a> {
                 attn_logit_softcap: None,
             },
             inputs,
-            &[1, t, nh, hd],
+            &dims,
         );
         let attn = self.reshape(attn, &[t, nh * hd]);
         let o = self.linear(attn, &name(3), t);
@@ -279,6 +287,8 @@ impl<'a> Builder<'a> {
 struct Caches {
     k: NodeId,
     v: NodeId,
+    /// K and V are `[1, kv_heads, S, D]` (else `[1, S, kv_heads, D]`).
+    heads_first: bool,
     mask_kind: MaskKind,
     mask: Option<NodeId>,
 }
@@ -305,23 +315,32 @@ pub fn prefill(c: &ModelConfig, w: &Weights, len: usize, cap: usize) -> Graph {
     let mut hidden = x;
     for l in 0..c.num_layers {
         hidden = b.layer(l, hidden, len, (cos, sin), &mut |b, _, k, v| {
-            // The prompt's rows at the top of zero caches of `cap` rows.
-            let pad = |b: &mut Builder, t: NodeId| {
+            // The prompt's rows, heads first, at the top of zero caches of
+            // `cap` rows.
+            let cache = |b: &mut Builder, t: NodeId| {
+                let t = b.node(
+                    Op::Transpose {
+                        perm: vec![0, 2, 1, 3],
+                    },
+                    vec![t],
+                    &[1, nkv, len, hd],
+                );
                 b.node(
                     Op::Pad {
-                        pads: vec![[0, 0], [0, cap - len], [0, 0], [0, 0]],
+                        pads: vec![[0, 0], [0, 0], [0, cap - len], [0, 0]],
                         mode: PadMode::Constant(0.0),
                     },
                     vec![t],
-                    &[1, cap, nkv, hd],
+                    &[1, nkv, cap, hd],
                 )
             };
-            let (kc, vc) = (pad(b, k), pad(b, v));
+            let (kc, vc) = (cache(b, k), cache(b, v));
             outs.push((kc, vc));
             // Attention over the prompt's own rows, causal.
             Caches {
                 k,
                 v,
+                heads_first: false,
                 mask_kind: MaskKind::Causal,
                 mask: None,
             }
@@ -355,8 +374,8 @@ pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
     let mut states = Vec::new();
     for l in 0..c.num_layers {
         states.push((
-            b.g.input(k_cache(l), f32s(&[1, cap, nkv, hd])),
-            b.g.input(v_cache(l), f32s(&[1, cap, nkv, hd])),
+            b.g.input(k_cache(l), f32s(&[1, nkv, cap, hd])),
+            b.g.input(v_cache(l), f32s(&[1, nkv, cap, hd])),
         ));
     }
     let mut outs = Vec::new();
@@ -364,11 +383,14 @@ pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
     for l in 0..c.num_layers {
         hidden = b.layer(l, hidden, 1, (cos, sin), &mut |b, l, k, v| {
             let (kc, vc) = states[l];
+            // The row's [1, 1, kv_heads, D] is [1, kv_heads, 1, D] in
+            // memory; written at row `pos` of the heads-first cache.
             let write = |b: &mut Builder, cache: NodeId, row: NodeId| {
+                let row = b.reshape(row, &[1, nkv, 1, hd]);
                 b.node(
-                    Op::DynamicUpdateSlice { axis: 1 },
+                    Op::DynamicUpdateSlice { axis: 2 },
                     vec![cache, row, pos],
-                    &[1, cap, nkv, hd],
+                    &[1, nkv, cap, hd],
                 )
             };
             let (kc, vc) = (write(b, kc, k), write(b, vc, v));
@@ -376,6 +398,7 @@ pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
             Caches {
                 k: kc,
                 v: vc,
+                heads_first: true,
                 mask_kind: MaskKind::Custom,
                 mask: Some(mask),
             }

@@ -72,7 +72,11 @@ impl PluginEngine {
     fn compile(&mut self, g: &rlx_ir::Graph) -> Result<PluginGraph> {
         let device = self.device;
         let exe = with_mode(self.mode, || compile_on_plugin(device, g)).map_err(Error)?;
-        self.counters.compiles += 1;
+        if exe.reused() {
+            self.counters.reused += 1;
+        } else {
+            self.counters.compiles += 1;
+        }
         Ok(exe)
     }
 
@@ -127,17 +131,8 @@ impl PluginEngine {
                 "the plugin cannot share params between executables".into(),
             ));
         }
-        for l in 0..self.model.config.num_layers {
-            for name in [graph::k_cache(l), graph::v_cache(l)] {
-                let held = old
-                    .read_gpu_handle(&name)
-                    .ok_or_else(|| Error(format!("cannot read {name} back")))?;
-                if !exe.bind_gpu_handle(&name, &held) {
-                    return Err(Error(format!("cannot hold {name} on the new executable")));
-                }
-            }
-        }
-        self.feed_caches(&mut exe)?;
+        // The caches, with their feeds, in one call.
+        exe.take_states_from(&old).map_err(Error)?;
         self.decode = Some(exe);
         Ok(())
     }
@@ -175,17 +170,28 @@ impl Engine for PluginEngine {
             None => return Err(Error(format!("no prefill of {len} rows was prepared"))),
         };
         let last = [last as f32];
-        let outs = guarded("prefill", || exe.run(&[("x", x), ("last", &last)]))?;
-        let out = StepOut {
-            token: outs[NEXT_TOKEN][0] as u32,
-            logits: logits.then(|| outs[LOGITS].clone()),
+        // The caches stay on the device: only the token (and the logits
+        // when asked) come back; the decode executable takes the caches
+        // over from this run's outputs.
+        let want: &[usize] = if logits {
+            &[NEXT_TOKEN, LOGITS]
+        } else {
+            &[NEXT_TOKEN]
         };
+        let outs = guarded("prefill", || {
+            exe.run_read_outputs(&[("x", x), ("last", &last)], Some(want))
+        })?;
+        let out = Self::step_out(&outs, logits)?;
+        let exe = &self
+            .prefills
+            .iter()
+            .find(|(l, _)| *l == len)
+            .expect("run above")
+            .1;
         let decode = self.decode.as_mut().expect("prepare comes first");
         for l in 0..self.model.config.num_layers {
-            for (i, name) in [graph::k_cache(l), graph::v_cache(l)].iter().enumerate() {
-                if !decode.bind_gpu_handle(name, &outs[2 + 2 * l + i]) {
-                    return Err(Error(format!("the plugin cannot hold {name} as state")));
-                }
+            for name in [graph::k_cache(l), graph::v_cache(l)] {
+                decode.hold_from(&name, Some(exe), &name).map_err(Error)?;
             }
         }
         let mut decode = self.decode.take().expect("prepare comes first");

@@ -55,7 +55,7 @@ extern "C" {
     (offsetof(type, last) + sizeof(((type*)0)->last))
 
 #define RLX_ABI_VERSION_MAJOR 1
-#define RLX_ABI_VERSION_MINOR 12
+#define RLX_ABI_VERSION_MINOR 13
 #define RLX_ABI_VERSION_PATCH 0
 
 /* A borrowed UTF-8 string. {NULL, 0} is the empty (or absent) string.
@@ -973,8 +973,24 @@ struct RlxStateApi {
      * the last run's outputs until the next run. */
     RlxStatus* (*read_output)(const RlxExecutable* exe, RlxStr output,
                               uint64_t first_elem, RlxTensor* into);
+    /* (1.13) Hold as the state `name` of exe the value called `value` of
+     * src (another live executable of this plugin on the same device, or
+     * exe itself): src's state of that name if it has one, else the
+     * output of that name of its last run. The value must have the input
+     * `name`'s dtype and shape. Nothing is copied: each executable
+     * replaces its own value as it runs. Binding this way keeps the feed,
+     * as bind does. With `name` and `value` empty, every state src holds
+     * is taken, under its own name and with its feed, all or nothing (each
+     * an input of exe of its dtype and shape, each feed an output of exe
+     * of the dtype, and for REPLACE the shape, it had in src). A src that
+     * is not live, or on another device, is INVALID_ARGUMENT; no such
+     * state or output NOT_FOUND. */
+    RlxStatus* (*bind_from)(RlxExecutable* exe, RlxStr name,
+                            const RlxExecutable* src, RlxStr value);
 };
-#define RLX_STATE_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxStateApi, read_output)
+#define RLX_STATE_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxStateApi, bind_from)
+/* A 1.9-1.12 state table ends after read_output. */
+#define RLX_STATE_API_SIZE_1_9 RLX_STRUCT_SIZE(RlxStateApi, read_output)
 
 /* ======================================================================
  * 10. Clones and shared params (1.9)    ABI.md §21 (tables/sharing.rs)

@@ -393,6 +393,20 @@ pub trait Executable: Send {
         let _ = (name, value);
         Err(not_offered("state"))
     }
+    /// (ABI 1.13) Hold as the state `name` the value `value` of `src` (its
+    /// state of that name, else its last run's output of that name; `None`:
+    /// this executable's), with the input `name`'s dtype and shape,
+    /// without copying it. With `name` and `value` empty: every state of
+    /// `src`, each under its own name with its feed, all or nothing.
+    fn state_bind_from(
+        &mut self,
+        name: &str,
+        src: Option<&dyn Executable>,
+        value: &str,
+    ) -> PluginResult<()> {
+        let _ = (name, src, value);
+        Err(not_offered("states bound from another executable"))
+    }
     /// Forget the state `name` and its feed (`NOT_FOUND` if none).
     fn state_unbind(&mut self, name: &str) -> PluginResult<()> {
         let _ = name;
@@ -504,6 +518,9 @@ pub struct Offers {
     pub state: bool,
     /// State row feeds (`feed_rows`); needs `state`.
     pub row_feeds: bool,
+    /// (ABI 1.13) States bound from another executable's value
+    /// (`bind_from`); needs `state`.
+    pub state_from: bool,
     pub clone: bool,
     pub share_params: bool,
     /// Submit and wait.

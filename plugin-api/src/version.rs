@@ -18,7 +18,7 @@ use std::fmt;
 /// The ABI version this build of `rlx-plugin-api` implements.
 pub const ABI_VERSION: RlxAbiVersion = RlxAbiVersion {
     major: 1,
-    minor: 12,
+    minor: 13,
     patch: 0,
 };
 

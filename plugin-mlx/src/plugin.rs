@@ -134,6 +134,7 @@ impl Plugin for MlxPlugin {
         Offers {
             state: true,
             row_feeds: true,
+            state_from: true,
             clone: true,
             share_params: true,
             submit: true,

@@ -38,7 +38,8 @@ pub use ffi::CompiledFn;
 
 // SAFETY: a CompiledFn owns a std::function over a `Send` Rust closure and
 // MLX's compile-cache key; moving it between threads is fine. It is not
-// `Sync`: one compiled function is called by one thread at a time.
+// `Sync`: one compiled function is called by one thread at a time
+// ([`Compiled`] takes a lock around every call).
 unsafe impl Send for CompiledFn {}
 
 /// Signature of a closure that can be compiled.
@@ -72,15 +73,25 @@ pub fn call_graph_fn(f: &GraphFn, inputs: &ArrayList) -> Result<UniquePtr<ArrayL
     }
 }
 
-/// A compiled function; call it with [`Compiled::call`].
+/// A compiled function; call it with [`Compiled::call`]. Calls take a
+/// lock, one at a time, so that executables running one program (clones)
+/// can share it from several threads: MLX keeps a function's traces per
+/// thread, so each thread traces it once and later calls replay.
 pub struct Compiled {
     inner: UniquePtr<CompiledFn>,
+    calls: std::sync::Mutex<()>,
 }
+
+// SAFETY: every use of `inner` (`call`, `call_uncompiled`, `raw`'s callers
+// through them) holds `calls`, so the `!Sync` CompiledFn is used by one
+// thread at a time.
+unsafe impl Sync for Compiled {}
 
 impl Compiled {
     /// Runs the compiled function (tracing it on the first call and
     /// whenever input shapes/dtypes change, unless shapeless).
     pub fn call(&self, inputs: &ArrayList) -> Result<UniquePtr<ArrayList>, ShimError> {
+        let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         ffi::compiled_call(&self.inner, inputs).map_err(|e| ShimError::new("compiled_call", e))
     }
 
@@ -93,11 +104,8 @@ impl Compiled {
 
     /// Runs the closure directly, without compilation.
     pub fn call_uncompiled(&self, inputs: &ArrayList) -> Result<UniquePtr<ArrayList>, ShimError> {
+        let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         ffi::uncompiled_call(&self.inner, inputs).map_err(|e| ShimError::new("uncompiled_call", e))
-    }
-
-    pub fn raw(&self) -> &CompiledFn {
-        &self.inner
     }
 }
 
@@ -115,5 +123,8 @@ pub fn compile_with(
 ) -> Result<Compiled, ShimError> {
     let inner =
         ffi::compile_fn(GraphFn::new(f), shapeless).map_err(|e| ShimError::new("compile", e))?;
-    Ok(Compiled { inner })
+    Ok(Compiled {
+        inner,
+        calls: std::sync::Mutex::new(()),
+    })
 }

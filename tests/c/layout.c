@@ -103,7 +103,7 @@ const RlxLayoutRow rlx_c_layout_rows[] = {
         F(RlxRowFeed, dst_rows)
     S(RlxStateApi) F(RlxStateApi, struct_size) F(RlxStateApi, bind) F(RlxStateApi, unbind)
         F(RlxStateApi, read) F(RlxStateApi, list) F(RlxStateApi, set_feed)
-        F(RlxStateApi, feed_rows) F(RlxStateApi, read_output)
+        F(RlxStateApi, feed_rows) F(RlxStateApi, read_output) F(RlxStateApi, bind_from)
     S(RlxSharingApi) F(RlxSharingApi, struct_size) F(RlxSharingApi, clone)
         F(RlxSharingApi, share_params)
     S(RlxSubmitApi) F(RlxSubmitApi, struct_size) F(RlxSubmitApi, submit) F(RlxSubmitApi, wait)

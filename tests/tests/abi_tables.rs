@@ -48,7 +48,8 @@ fn struct_sizes_and_header_are_as_documented() {
     // executable_run_into begins (1.5-1.7 added no root-table field); 1.8
     // ends where 1.9's state begins; 1.9 and 1.10 end where 1.11's
     // host_memory begins; 1.11 ends where 1.12's graph_forms begins; 1.12
-    // is the whole table.
+    // is the whole table, and 1.13 added no root-table field (its one
+    // field is the state table's).
     assert_eq!(plugin_api_min_size(0), offset_of!(RlxPluginApi, custom_ops));
     assert_eq!(
         plugin_api_min_size(1),
@@ -75,6 +76,13 @@ fn struct_sizes_and_header_are_as_documented() {
         offset_of!(RlxPluginApi, graph_forms)
     );
     assert_eq!(plugin_api_min_size(12), size_of::<RlxPluginApi>());
+    assert_eq!(plugin_api_min_size(13), plugin_api_min_size(12));
+    // The state table: 1.9-1.12 end where 1.13's bind_from begins.
+    assert_eq!(STATE_API_SIZE_1_9, offset_of!(RlxStateApi, bind_from));
+    assert_eq!(
+        RlxStateApi::STRUCT_SIZE,
+        offset_of!(RlxStateApi, bind_from) + size_of::<usize>()
+    );
     assert_eq!(HOST_API_SIZE_1_0, offset_of!(RlxHostApi, setting));
     assert_eq!(
         RlxHostApi::STRUCT_SIZE,

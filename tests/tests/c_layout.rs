@@ -114,7 +114,7 @@ fn every_header_struct_and_field_matches_the_rust_layout() {
             struct_size, row_elems, n_rows, src_row, dst_row, batch, src_batch_rows,
             dst_batch_rows, dst_rows,
         },
-        RlxStateApi { struct_size, bind, unbind, read, list, set_feed, feed_rows, read_output },
+        RlxStateApi { struct_size, bind, unbind, read, list, set_feed, feed_rows, read_output, bind_from },
         RlxSharingApi { struct_size, clone, share_params },
         RlxSubmitApi { struct_size, submit, wait },
         RlxHostMemoryApi { struct_size, dma_map, dma_unmap },

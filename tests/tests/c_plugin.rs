@@ -1,6 +1,6 @@
 //! c-demo, the backend plugin written in plain C11 against
 //! `plugin-api/include/rlx_plugin.h` (tests/plugins/c-plugin/c_plugin.c).
-//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.12).
+//! tests/build.rs builds it once per ABI minor it claims (1.0 ..= 1.13).
 //!
 //! - the 1.4 build through discovery: descriptor, ops, lowering table,
 //!   eager single ops, custom ops, logging;
@@ -473,12 +473,12 @@ fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
 
 #[test]
 fn every_c_build_loads_into_this_host_and_runs() {
-    // The skew matrix's C half: builds claiming 1.0 ..= 1.12, this (1.12)
+    // The skew matrix's C half: builds claiming 1.0 ..= 1.13, this (1.13)
     // host. 1.9's entries are absent on the plugin's side below 1.9 (its
-    // table ends before them) and, but for state, in the 1.9 to 1.12
+    // table ends before them) and, but for state, in the 1.9 to 1.13
     // builds too (1.10 added no root-table field; 1.11's host_memory and
     // 1.12's graph_forms are NULL in those builds, so every build is sent
-    // text).
+    // text, and 1.13's bind_from is NULL).
     let mut g = Graph::new("mlp");
     let x = g.input("x", f32s(&[2, 3]));
     let w = g.param("w", f32s(&[3, 2]));
@@ -1991,6 +1991,10 @@ fn the_1_9_state_table_by_hand_null_pointers_lent_buffers_and_skipped_slots() {
             std::mem::size_of::<rlx_plugin_api::tables::RlxStateApi>()
         );
         assert!(st.feed_rows.is_none());
+        assert!(
+            st.bind_from.is_none(),
+            "the C plugin takes no state from another executable"
+        );
         let (bind, unbind, read, list, set_feed, read_output) = (
             st.bind.unwrap(),
             st.unbind.unwrap(),
@@ -2467,7 +2471,7 @@ fn rlx_host_cli_lists_and_runs_c_demo() {
 
 #[test]
 fn the_c_host_runs_every_c_build_at_every_claim() {
-    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.12 against each
+    // Both halves in plain C: rlx-c-host claiming 1.0 ..= 1.13 against each
     // c-demo build (its own checks, and `ok` last).
     let host = Path::new(env!("RLX_C_ARTIFACTS")).join("rlx-c-host");
     if !host.exists() {

@@ -571,3 +571,80 @@ fn submitted_runs_chain_through_state_and_match_synchronous_runs() {
         assert_eq!(read_state(&subm, "s", 0, 6), read_state(&sync, "s", 0, 6));
     }
 }
+
+#[test]
+fn a_state_is_taken_from_another_executables_output_or_state_on_the_device() {
+    let plugin = mlx();
+    assert!(plugin.offers().state_from);
+    for mode in MODES {
+        let x = f32s(&[2, 3], &[1.0; 6]);
+        // a's output 0 of its last run (named "output0": the counter's
+        // outputs are unnamed) becomes b's state.
+        let mut a = counter_exe(&plugin, mode);
+        run(&mut a, &[("x", &x), ("s", &f32s(&[2, 3], &[5.0; 6]))]);
+        let mut b = counter_exe(&plugin, mode);
+        b.state_bind_from("s", Some(&a), "output0").unwrap();
+        assert_eq!(read_state(&b, "s", 0, 6), vec![6.0; 6], "{mode:?}");
+        b.state_set_feed("s", Feed::Replace(0)).unwrap();
+        assert_eq!(run(&mut b, &[("x", &x)])[0], vec![7.0; 6], "{mode:?}");
+        // From a state; then each replaces its own value as it runs.
+        let mut c = counter_exe(&plugin, mode);
+        c.state_bind_from("s", Some(&b), "s").unwrap();
+        run(&mut b, &[("x", &x)]);
+        assert_eq!(read_state(&c, "s", 0, 6), vec![7.0; 6], "{mode:?}");
+        assert_eq!(read_state(&b, "s", 0, 6), vec![8.0; 6], "{mode:?}");
+        // Every state with its feed, in one call.
+        let mut d = counter_exe(&plugin, mode);
+        d.state_bind_from("", Some(&b), "").unwrap();
+        assert_eq!(run(&mut d, &[("x", &x)])[0], vec![9.0; 6], "{mode:?}");
+        assert_eq!(read_state(&d, "s", 0, 6), vec![9.0; 6], "{mode:?}: fed");
+        assert_eq!(read_state(&b, "s", 0, 6), vec![8.0; 6], "{mode:?}: b's own");
+        // Its own output.
+        d.state_bind_from("s", None, "output1").unwrap();
+        assert_eq!(
+            read_state(&d, "s", 0, 6),
+            vec![9., 18., 27., 36., 45., 54.],
+            "{mode:?}"
+        );
+        // Misuse: no such value, a value of another shape, no such input,
+        // an output before any run, an executable of another graph.
+        fails(
+            d.state_bind_from("s", Some(&a), "nope"),
+            StatusCode::NotFound,
+            "no state or output called \"nope\"",
+        );
+        fails(
+            d.state_bind_from("nope", Some(&a), "output0"),
+            StatusCode::NotFound,
+            "no input named \"nope\"",
+        );
+        let fresh = counter_exe(&plugin, mode);
+        fails(
+            d.state_bind_from("s", Some(&fresh), "output0"),
+            StatusCode::InvalidArgument,
+            "has not run",
+        );
+        let mut other = plugin.compile(&kv_step(), mode).unwrap();
+        let k = f32s(&[1, 4, 2], &[0.0; 8]);
+        other
+            .run(&[("k", &k), ("t", &f32s(&[1, 1, 2], &[1.0, 2.0]))])
+            .unwrap();
+        fails(
+            d.state_bind_from("s", Some(&other), "output1"),
+            StatusCode::InvalidArgument,
+            "state \"s\" is f32[2, 3] but \"output1\" is f32[1, 2]",
+        );
+        other.state_bind("k", HostTensorRef::from(&k)).unwrap();
+        fails(
+            d.state_bind_from("", Some(&other), ""),
+            StatusCode::NotFound,
+            "no input named \"k\"",
+        );
+        // Nothing changed by the calls that failed.
+        assert_eq!(
+            read_state(&d, "s", 0, 6),
+            vec![9., 18., 27., 36., 45., 54.],
+            "{mode:?}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 /// The help of MODEL (a test checks it names every `builtins::NAMES`).
-const MODEL_HELP: &str = "A `.rlxmodel` file, or a builtin model: mlp, mlp-bf16, matmuls, gelu, add-broadcast, exp4, transformer, decoder-s1, decoder-s128, lstm, scan1000, mlp-train, params-1g, pocketfft, pocketfft-op, pocketfft-rows, transfer";
+const MODEL_HELP: &str = "A checkpoint directory (config.json and safetensors: language-model generation against mlx-lm), a `.rlxmodel` file, or a builtin model: mlp, mlp-bf16, matmuls, gelu, add-broadcast, exp4, transformer, decoder-s1, decoder-s128, lstm, scan1000, mlp-train, params-1g, pocketfft, pocketfft-op, pocketfft-rows, transfer";
 
 /// `rlx-host bench MODEL [--runs N] [--warmup N] [--backends LIST] [--json] [--peers]`.
 #[derive(clap::Args, Clone, Debug)]
@@ -37,6 +37,25 @@ pub struct BenchArgs {
     /// `mx.compile`, PyTorch eager) with scripts/bench_peers.py.
     #[arg(long)]
     pub peers: bool,
+    /// Checkpoints: the decode clients to measure, comma-separated:
+    /// `reuse` (one decode graph, compiled once), `rebuild` (built and
+    /// compiled every step). Default: `reuse`.
+    #[arg(long, value_name = "LIST")]
+    pub clients: Option<String>,
+    /// Checkpoints: prompt tokens (random, seeded).
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// Checkpoints: tokens generated per trial (greedy, end of sequence
+    /// ignored).
+    #[arg(long, default_value_t = 128)]
+    pub generation_tokens: usize,
+    /// Checkpoints: timed generations per process, after one warm-up.
+    #[arg(long, default_value_t = 5)]
+    pub trials: usize,
+    /// Checkpoints: how many times every entry and the peer are measured,
+    /// alternated, each round's figure compared with the peer's.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Internal: measure this one backend in this process and print one
     /// JSON line (the parent process starts one child per backend).
     #[arg(long, hide = true, value_name = "BACKEND")]

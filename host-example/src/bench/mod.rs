@@ -20,6 +20,7 @@
 //! - [`compare`]: errors against the CPU row and ratios;
 //! - [`environment`]: the user's environment, passed to every child;
 //! - [`peers`]: the Python peers;
+//! - [`lm`]: checkpoint directories: generation against mlx-lm;
 //! - [`header`], [`report`]: printing;
 //! - [`stats`], [`rss`]: median/min and peak RSS.
 
@@ -29,6 +30,7 @@ pub mod child;
 pub mod compare;
 pub mod environment;
 pub mod header;
+pub mod lm;
 pub mod outputs;
 pub mod parent;
 pub mod peers;
@@ -43,8 +45,10 @@ pub use args::BenchArgs;
 
 /// `rlx-host bench`: the parent, or with `--child` one measurement.
 pub fn run(args: BenchArgs, plugins: Vec<std::path::PathBuf>, verbose: u8) -> Result<(), String> {
-    match &args.child {
-        Some(spec) => child::main(&args, spec, plugins),
-        None => parent::main(&args, plugins, verbose),
+    match (&args.child, lm::is_checkpoint(&args.model)) {
+        (Some(spec), true) => lm::child(&args, spec, plugins),
+        (None, true) => lm::parent(&args, plugins, verbose),
+        (Some(spec), false) => child::main(&args, spec, plugins),
+        (None, false) => parent::main(&args, plugins, verbose),
     }
 }

@@ -25,23 +25,30 @@ pub fn find_script() -> Result<PathBuf, String> {
         }
         tried.push(p);
     }
+    find_in_scripts(SCRIPT, tried)
+}
+
+/// Another script of `scripts/`, looked for where `bench_peers.py` is
+/// (beside this executable's workspace, then `./scripts/`).
+pub fn find_script_named(name: &str) -> Result<PathBuf, String> {
+    find_in_scripts(name, Vec::new())
+}
+
+fn find_in_scripts(name: &str, mut tried: Vec<PathBuf>) -> Result<PathBuf, String> {
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
-        tried.push(dir.join("..").join("..").join("scripts").join(SCRIPT));
+        tried.push(dir.join("..").join("..").join("scripts").join(name));
     }
-    tried.push(Path::new("scripts").join(SCRIPT));
+    tried.push(Path::new("scripts").join(name));
     for p in &tried {
         if p.is_file() {
             return Ok(p.clone());
         }
     }
     let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
-    Err(format!(
-        "{SCRIPT} not found (looked at {})",
-        tried.join(", ")
-    ))
+    Err(format!("{name} not found (looked at {})", tried.join(", ")))
 }
 
 /// The peers' rows for `args.model`. Nothing here fails the benchmark:

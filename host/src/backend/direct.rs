@@ -11,9 +11,19 @@ use crate::partition::{Plan, Side};
 /// `graph` compiled for the plugin registered for `device`, in the mode a
 /// compile on this thread would use ([`with_mode`]), whole: a node the
 /// plugin does not take is an error naming it, never a fallback.
+///
+/// A graph compiled before (the same bytes, mode and options) is not
+/// compiled again: the result is a clone of that compile's executable,
+/// with nothing bound ([`PluginGraph::reused`]; `compile_cache.rs`).
 pub fn compile_on_plugin(device: Device, graph: &Graph) -> Result<PluginGraph, String> {
     let backend = crate::guard::catch_raw(make_backend_for(device))?;
     let options = CompileOptions::default();
+    let key = compile_cache::key_bytes(graph).map(|b| (backend.cache_context(&options), b));
+    if let Some((context, bytes)) = &key {
+        if let Some(exe) = compile_cache::lookup(context, bytes) {
+            return Ok(exe);
+        }
+    }
     let lowered = crate::guard::catch_quiet(|| backend.pipeline.lower(graph.clone(), &options))?;
     let plan = Plan::new(&lowered, &backend.reg.claims);
     if let Some(p) = plan.placements.iter().find(|p| p.side == Some(Side::Cpu)) {
@@ -22,5 +32,9 @@ pub fn compile_on_plugin(device: Device, graph: &Graph) -> Result<PluginGraph, S
             backend.pipeline.label, p.node.0, p.kind, p.why
         ));
     }
-    crate::guard::catch_quiet(|| backend.build_graph(lowered, options.rng))
+    let exe = crate::guard::catch_quiet(|| backend.build_graph(lowered, options.rng))?;
+    if let Some((context, bytes)) = key {
+        compile_cache::store(context, bytes, &exe);
+    }
+    Ok(exe)
 }

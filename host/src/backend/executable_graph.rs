@@ -132,24 +132,7 @@ impl ExecutableGraph for PluginGraph {
     }
 
     fn clone_box(&self) -> Box<dyn ExecutableGraph> {
-        if !self.offers.clone {
-            self.fail("clone_box: this plugin cannot clone executables (no ABI 1.9 clones)");
-        }
-        let exe = self.exe.clone_executable().unwrap_or_else(|e| self.fail(e));
-        Box::new(PluginGraph {
-            exe,
-            plugin: self.plugin.clone(),
-            inputs: self.inputs.clone(),
-            params: self.params.clone(),
-            outputs: self.outputs.clone(),
-            lend_outputs: self.lend_outputs,
-            offers: self.offers,
-            held: self.held.clone(),
-            row_fed: self.row_fed.clone(),
-            pending: 0,
-            rng: self.rng,
-            shared_params: self.shared_params,
-        })
+        Box::new(self.clone_graph().unwrap_or_else(|e| self.fail(e)))
     }
 
     fn bind_handle(&mut self, name: &str, data: &[f32]) -> bool {

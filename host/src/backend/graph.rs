@@ -69,6 +69,9 @@ pub struct PluginGraph {
     /// Params that already hold their values because they are shared
     /// with another executable (`share_params_from`).
     pub(super) shared_params: bool,
+    /// Whether it came from the compile cache: a graph compiled before,
+    /// cloned instead of compiled again (`compile_cache.rs`).
+    pub(super) reused: bool,
 }
 
 impl PluginGraph {
@@ -96,7 +99,53 @@ impl PluginGraph {
             pending: 0,
             rng: rlx_ir::RngOptions::default(),
             shared_params: false,
+            reused: false,
         }
+    }
+
+    /// Whether this executable is a graph compiled before, cloned from the
+    /// compile cache rather than compiled again.
+    pub fn reused(&self) -> bool {
+        self.reused
+    }
+
+    /// A clone (ABI 1.9): the compiled program and bound params shared,
+    /// the state copied. Fails when the plugin cannot clone.
+    pub(super) fn clone_graph(&self) -> Result<PluginGraph, String> {
+        if !self.offers.clone {
+            return Err(format!(
+                "{} plugin cannot clone executables (no ABI 1.9 clones)",
+                self.plugin
+            ));
+        }
+        let exe = self
+            .exe
+            .clone_executable()
+            .map_err(|e| format!("{} plugin: clone: {e}", self.plugin))?;
+        Ok(PluginGraph {
+            exe,
+            plugin: self.plugin.clone(),
+            inputs: self.inputs.clone(),
+            params: self.params.clone(),
+            outputs: self.outputs.clone(),
+            lend_outputs: self.lend_outputs,
+            offers: self.offers,
+            held: self.held.clone(),
+            row_fed: self.row_fed.clone(),
+            pending: 0,
+            rng: self.rng,
+            shared_params: self.shared_params,
+            reused: self.reused,
+        })
+    }
+
+    /// A clone of an executable that has nothing bound (the compile
+    /// cache's templates): what a compile of its graph would return.
+    pub(super) fn pristine_clone(&self) -> Result<PluginGraph, String> {
+        debug_assert!(self.held.is_empty(), "a template holds no state");
+        let mut g = self.clone_graph()?;
+        g.reused = false;
+        Ok(g)
     }
 
     /// Whether it keeps state when the plugin offers it (ABI 1.9): off,

@@ -85,6 +85,56 @@ impl PluginGraph {
         ok
     }
 
+    /// (ABI 1.13) Hold as the state `name` the value called `value` of
+    /// `src` (its state of that name, else its last run's output of that
+    /// name; `None`: this executable's), on the device, with nothing
+    /// copied to the host. Errors name the plugin and what differs.
+    pub fn hold_from(
+        &mut self,
+        name: &str,
+        src: Option<&PluginGraph>,
+        value: &str,
+    ) -> Result<(), String> {
+        if !self.offers.state || !self.offers.state_from {
+            return Err(format!(
+                "{} plugin cannot take a state from another executable (ABI 1.13 bind_from)",
+                self.plugin
+            ));
+        }
+        let info =
+            self.inputs.iter().find(|i| i.name == name).ok_or_else(|| {
+                format!("{} plugin: the graph has no input {name:?}", self.plugin)
+            })?;
+        let dtype = info.dtype;
+        let len = info.shape.iter().map(|d| d.unwrap_or(0)).product();
+        self.exe
+            .state_bind_from(name, src.map(|s| &s.exe), value)
+            .map_err(|e| format!("{} plugin: state {name:?} from {value:?}: {e}", self.plugin))?;
+        self.held.insert(name.to_string(), (dtype, len));
+        BINDS.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// (ABI 1.13) Every state `src` holds, taken here under its own name
+    /// with its feed, on the device, all or nothing: a graph compiled
+    /// again taking over the last executable's caches.
+    pub fn take_states_from(&mut self, src: &PluginGraph) -> Result<(), String> {
+        if !self.offers.state || !self.offers.state_from {
+            return Err(format!(
+                "{} plugin cannot take states from another executable (ABI 1.13 bind_from)",
+                self.plugin
+            ));
+        }
+        self.exe
+            .state_bind_from("", Some(&src.exe), "")
+            .map_err(|e| format!("{} plugin: taking the states: {e}", self.plugin))?;
+        self.held
+            .extend(src.held.iter().map(|(k, v)| (k.clone(), *v)));
+        self.row_fed.extend(src.row_fed.iter().cloned());
+        BINDS.fetch_add(src.held.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Elements `first .. first + n` of the state `name`, as f32.
     pub(super) fn read_held(&self, name: &str, first: usize, n: Option<usize>) -> Option<Vec<f32>> {
         let &(dtype, len) = self.held.get(name)?;

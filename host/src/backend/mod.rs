@@ -323,6 +323,7 @@ fn factory_for(device: Device) -> rlx_runtime::registry::BackendFactory {
     TABLE[i]
 }
 
+pub mod compile_cache;
 mod direct;
 mod executable_graph;
 mod graph;

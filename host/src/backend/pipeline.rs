@@ -142,9 +142,19 @@ impl Pipeline {
 
     /// [`Self::stages`] then [`Self::prepare`]: the graph the plugin would
     /// be sent.
+    ///
+    /// The outputs keep the names the graph gave them: rlx-runtime's stages
+    /// keep the outputs in order but drop their names, which the plugin
+    /// reports in its signature and state feeds refer to.
     pub fn lower(&self, graph: Graph, options: &CompileOptions) -> Graph {
+        let names = graph.output_names().to_vec();
+        let n = graph.outputs.len();
         let lir = self.stages(graph, options);
-        self.prepare(lir, options)
+        let mut lowered = self.prepare(lir, options);
+        if lowered.output_names().is_empty() && lowered.outputs.len() == n {
+            lowered.set_output_names(names);
+        }
+        lowered
     }
 }
 

@@ -24,6 +24,51 @@ pub fn rng_policy_number(b: rlx_ir::RngBackend) -> u32 {
 }
 
 impl PluginBackend {
+    /// What a compile here depends on besides the graph, for the compile
+    /// cache: the plugin, the device, the mode this thread compiles in,
+    /// and every setting and option that reaches the plugin.
+    pub(super) fn cache_context(&self, options: &CompileOptions) -> compile_cache::Context {
+        let r = &self.reg;
+        compile_cache::Context::new(format_args!(
+            "{} {} {:?} {:?} {} {:?} {:?} {options:?}",
+            r.plugin.path().display(),
+            self.pipeline.device,
+            plugin_mode(self.pipeline.device).unwrap_or(r.mode),
+            r.fallback,
+            r.resident,
+            r.plugin_device,
+            r.memory_limit,
+        ))
+    }
+
+    /// `compile` through the compile cache: `graph` compiled before in this
+    /// context is cloned; a graph that goes to the plugin whole is kept.
+    fn compile_cached(
+        &self,
+        graph: Option<&Graph>,
+        options: &CompileOptions,
+        compile: impl FnOnce() -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError>,
+    ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
+        let key = graph
+            .and_then(compile_cache::key_bytes)
+            .map(|b| (self.cache_context(options), b));
+        if let Some((context, bytes)) = &key {
+            if let Some(exe) = compile_cache::lookup(context, bytes) {
+                return Ok(Box::new(exe));
+            }
+        }
+        let exe = compile()?;
+        if let Some((context, bytes)) = key {
+            if let Some(g) = exe
+                .executable_as_any()
+                .and_then(|a| a.downcast_ref::<PluginGraph>())
+            {
+                compile_cache::store(context, bytes, g);
+            }
+        }
+        Ok(exe)
+    }
+
     /// May nodes the plugin does not take run on the CPU backend?
     pub(super) fn falls_back(&self) -> bool {
         // A plugin registered for the CPU device itself has nothing to fall back to.
@@ -170,8 +215,10 @@ impl PluginBackend {
 
 impl Backend for PluginBackend {
     fn compile(&self, graph: Graph, options: &CompileOptions) -> Box<dyn ExecutableGraph> {
-        self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
-            Ok(l.lower(graph.clone(), o))
+        self.compile_cached(Some(&graph), options, || {
+            self.compile_placed(options, &|l: &Pipeline, o: &CompileOptions| {
+                Ok(l.lower(graph.clone(), o))
+            })
         })
         .unwrap_or_else(|e| self.pipeline.fail(e))
     }
@@ -193,8 +240,11 @@ impl Backend for PluginBackend {
         device: Device,
         options: &CompileOptions,
     ) -> Result<Box<dyn ExecutableGraph>, rlx_ir::hir::LowerError> {
-        self.compile_staged(options, |o| {
-            rlx_runtime::stages::compile_module_stages(device, module.clone(), o)
+        let graph = module.as_mir().map(|m| m.as_graph());
+        self.compile_cached(graph, options, || {
+            self.compile_staged(options, |o| {
+                rlx_runtime::stages::compile_module_stages(device, module.clone(), o)
+            })
         })
     }
 

@@ -14,16 +14,19 @@ use crate::tensor::{ownership, RlxTensor, TensorRef};
 
 /// The table published for what the plugin offers (null: no state).
 pub(super) fn table(offers: &Offers) -> *const RlxStateApi {
-    static WITH_ROWS: RlxStateApi = api(true);
-    static WITHOUT_ROWS: RlxStateApi = api(false);
-    match (offers.state, offers.row_feeds) {
-        (false, _) => std::ptr::null(),
-        (true, true) => &WITH_ROWS,
-        (true, false) => &WITHOUT_ROWS,
+    static TABLES: [RlxStateApi; 4] = [
+        api(false, false),
+        api(true, false),
+        api(false, true),
+        api(true, true),
+    ];
+    if !offers.state {
+        return std::ptr::null();
     }
+    &TABLES[offers.row_feeds as usize + 2 * offers.state_from as usize]
 }
 
-const fn api(row_feeds: bool) -> RlxStateApi {
+const fn api(row_feeds: bool, from: bool) -> RlxStateApi {
     RlxStateApi {
         struct_size: RlxStateApi::STRUCT_SIZE,
         bind: Some(state_bind),
@@ -37,6 +40,7 @@ const fn api(row_feeds: bool) -> RlxStateApi {
             None
         },
         read_output: Some(state_read_output),
+        bind_from: if from { Some(state_bind_from) } else { None },
     }
 }
 
@@ -60,6 +64,36 @@ unsafe extern "C" fn state_bind(
         let view = TensorRef::from_raw(raw).map_err(|e| e.context(format!("state {name:?}")))?;
         exe.exe().state_bind(name, view)
     })
+}
+
+unsafe extern "C" fn state_bind_from(
+    exe: *mut RlxExecutable,
+    name: RlxStr,
+    src: *const RlxExecutable,
+    value: RlxStr,
+) -> *mut RlxStatus {
+    guard(|| {
+        let name = utf8(name, "state name")?;
+        let value = utf8(value, "value name")?;
+        if std::ptr::eq(exe as *const RlxExecutable, src) {
+            let mut exe = enter(exe, "state bind_from")?;
+            return exe.exe().state_bind_from(name, None, value);
+        }
+        let mut to = enter(exe, "state bind_from")?;
+        let mut from = enter(src, "state bind_from (src)")?;
+        if to.owner.device != from.owner.device {
+            return Err(PluginError::invalid_argument(format!(
+                "bind_from: src runs on {} and exe on {}; a state is taken on one device",
+                device_label(&from.owner.device),
+                device_label(&to.owner.device)
+            )));
+        }
+        to.exe().state_bind_from(name, Some(from.exe()), value)
+    })
+}
+
+fn device_label(d: &Option<crate::plugin::DeviceInfo>) -> String {
+    d.as_ref().map_or("an unnamed device".into(), |d| d.label())
 }
 
 unsafe extern "C" fn state_unbind(exe: *mut RlxExecutable, name: RlxStr) -> *mut RlxStatus {

@@ -447,6 +447,7 @@ impl LoadedPlugin {
                     && t.read_output.is_some()
             }),
             row_feeds: st.is_some_and(|t| t.feed_rows.is_some()),
+            state_from: st.is_some_and(|t| t.bind_from.is_some()),
             clone: sh.is_some_and(|t| t.clone.is_some()),
             share_params: sh.is_some_and(|t| t.share_params.is_some()),
             submit: su.is_some_and(|t| t.submit.is_some() && t.wait.is_some()),

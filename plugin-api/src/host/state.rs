@@ -42,6 +42,40 @@ impl PluginExecutable {
             .check(unsafe { f(self.exe, RlxStr::from_str(name), &view.raw) })
     }
 
+    /// (ABI 1.13) Hold as the state `name` the value called `value` of
+    /// `src` (its state of that name, else its last run's output of that
+    /// name), or of this executable when `src` is `None`, on the device,
+    /// without a copy to the host. `src` must come from the same plugin.
+    pub fn state_bind_from(
+        &mut self,
+        name: &str,
+        src: Option<&PluginExecutable>,
+        value: &str,
+    ) -> PluginResult<()> {
+        let f = self.state_fn("bind a state from another executable (ABI 1.13)", |t| {
+            t.bind_from
+        })?;
+        let from = match src {
+            Some(src) if !std::sync::Arc::ptr_eq(&src.plugin, &self.plugin) => {
+                return Err(PluginError::invalid_argument(format!(
+                    "bind_from: the source executable belongs to plugin {}, not {}",
+                    src.plugin.descriptor.name, self.plugin.descriptor.name
+                )))
+            }
+            Some(src) => src.exe as *const _,
+            None => self.exe as *const _,
+        };
+        // SAFETY: both executables are live; the names are borrowed for the call.
+        self.plugin.check(unsafe {
+            f(
+                self.exe,
+                RlxStr::from_str(name),
+                from,
+                RlxStr::from_str(value),
+            )
+        })
+    }
+
     /// Forget the state `name`: its input is the caller's to pass again.
     pub fn state_unbind(&mut self, name: &str) -> PluginResult<()> {
         let f = self.state_fn("unbind a state", |t| t.unbind)?;

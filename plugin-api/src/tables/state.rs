@@ -123,7 +123,28 @@ pub struct RlxStateApi {
             into: *mut RlxTensor,
         ) -> *mut RlxStatus,
     >,
+    /// (1.13) Hold as the state `name` of `exe` the value called `value` of
+    /// `src` (another live executable of this plugin, on the same device):
+    /// its state of that name if it has one, else the output of that name
+    /// of its last run. The value must have the input `name`'s dtype and
+    /// shape. Nothing is copied: both executables see the one value, and
+    /// each replaces its own as it runs. Binding this way keeps the feed,
+    /// as `bind` does. With `name` and `value` empty, every state of `src`
+    /// is taken under its own name with its feed, all or nothing (each an
+    /// input here of its dtype and shape, each feed an output here as it
+    /// had in `src`).
+    pub bind_from: Option<
+        unsafe extern "C" fn(
+            exe: *mut RlxExecutable,
+            name: RlxStr,
+            src: *const RlxExecutable,
+            value: RlxStr,
+        ) -> *mut RlxStatus,
+    >,
 }
+
+/// The size of a 1.9-1.12 state table: through `read_output`.
+pub const STATE_API_SIZE_1_9: usize = std::mem::offset_of!(RlxStateApi, bind_from);
 
 // SAFETY: the table is immutable, process-lifetime data and its functions are callable from any thread.
 unsafe impl Sync for RlxStateApi {}
@@ -131,4 +152,4 @@ unsafe impl Sync for RlxStateApi {}
 unsafe impl Send for RlxStateApi {}
 
 crate::abi_struct!(RlxRowFeed, dst_rows: *const u64);
-crate::abi_struct!(RlxStateApi, read_output: usize); // an Option<fn> is pointer-sized
+crate::abi_struct!(RlxStateApi, bind_from: usize); // an Option<fn> is pointer-sized

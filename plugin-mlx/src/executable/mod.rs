@@ -141,7 +141,7 @@ pub struct MlxExecutable {
     /// stays where the last run's kernels read it instead of being a fresh
     /// allocation each time.
     kept_inputs: InputSlots,
-    compiled: Option<Compiled>,
+    compiled: Option<Arc<Compiled>>,
     /// On the CPU, where the compiled function would fuse nothing, its
     /// evaluation recorded once and run in its place (see `plan`).
     plan: Option<Arc<Plan>>,
@@ -253,7 +253,7 @@ impl MlxExecutable {
                 );
                 None
             }
-            Mode::Compiled => Some(compile_graph(
+            Mode::Compiled => Some(Arc::new(compile_graph(
                 graph.clone(),
                 rng,
                 custom.clone(),
@@ -261,7 +261,7 @@ impl MlxExecutable {
                 &params,
                 compiled_writes.clone(),
                 hoisting.clone(),
-            )?),
+            )?)),
             _ => None,
         };
         let plan = compiled.as_ref().and_then(|c| {
@@ -528,14 +528,13 @@ impl Executable for MlxExecutable {
                 .iter()
                 .map(|(n, id)| self.value_info(Role::Param, n.clone(), *id)),
         );
-        v.extend(self.graph.outputs.iter().enumerate().map(|(i, id)| {
-            let name = self
-                .graph
-                .output_name(i)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("output{i}"));
-            self.value_info(Role::Output, name, *id)
-        }));
+        v.extend(
+            self.graph
+                .outputs
+                .iter()
+                .enumerate()
+                .map(|(i, id)| self.value_info(Role::Output, self.output_label(i), *id)),
+        );
         v
     }
 
@@ -586,6 +585,14 @@ impl Executable for MlxExecutable {
 
     fn state_bind(&mut self, name: &str, value: TensorRef<'_>) -> PluginResult<()> {
         self.bind_state(name, value)
+    }
+    fn state_bind_from(
+        &mut self,
+        name: &str,
+        src: Option<&dyn Executable>,
+        value: &str,
+    ) -> PluginResult<()> {
+        self.bind_state_from(name, src, value)
     }
     fn state_unbind(&mut self, name: &str) -> PluginResult<()> {
         self.unbind_state(name)
@@ -813,7 +820,7 @@ impl MlxExecutable {
             Some(p) => (&p.graph, p.compiled.as_ref(), &p.compiled_writes, None),
             None => (
                 &self.graph,
-                self.compiled.as_ref(),
+                self.compiled.as_deref(),
                 &self.compiled_writes,
                 self.plan.as_deref(),
             ),
@@ -955,6 +962,14 @@ impl MlxExecutable {
             ""
         };
         format!("{} {mode}{inline}", self.device.label())
+    }
+
+    /// Output `i`'s name in the signature (and for `bind_from`): the
+    /// graph's, else `output{i}`.
+    pub(super) fn output_label(&self, i: usize) -> String {
+        self.graph
+            .output_name(i)
+            .map_or_else(|| format!("output{i}"), str::to_string)
     }
 
     /// Node `id`'s declared dtype and dims (an output's, a leaf's).

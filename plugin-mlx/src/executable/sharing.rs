@@ -12,24 +12,16 @@ impl MlxExecutable {
     /// custom ops and the bound params are shared (arrays are immutable,
     /// so a param bound later on either replaces only its own), the state
     /// is copied the same way, and run buffers are its own. In compiled
-    /// mode it gets its own `mx::compile` function, traced at its first
-    /// run (MLX caches traces per thread, and the kernels they compile
-    /// once per process and machine), so that clones may run at once on
-    /// several threads.
+    /// mode it calls the same `mx::compile` function (one program; calls
+    /// take the function's lock, so clones may still run on several
+    /// threads): MLX keeps a function's traces per thread, so a clone's
+    /// first run on a thread that traced it replays the trace, where a
+    /// function of its own would trace the graph again (a decode step
+    /// compiled again every token would trace every token).
     pub(super) fn clone_exe(&self) -> PluginResult<MlxExecutable> {
-        let compiled_writes: Arc<std::sync::Mutex<Vec<rlx_ir::NodeId>>> = Arc::default();
-        let compiled = match &self.compiled {
-            Some(_) => Some(compile_graph(
-                self.graph.clone(),
-                self.rng,
-                self.custom.clone(),
-                &self.inputs,
-                &self.params,
-                compiled_writes.clone(),
-                self.hoisting.clone(),
-            )?),
-            None => None,
-        };
+        // It reads the list of params the shared function writes back.
+        let compiled = self.compiled.clone();
+        let compiled_writes = self.compiled_writes.clone();
         Ok(MlxExecutable {
             graph: self.graph.clone(),
             mode: self.mode,
@@ -93,6 +85,15 @@ impl MlxExecutable {
         }
         let n = taken.len();
         self.bound.extend(taken);
+        // Values made once from the params (hoist.rs) come along when both
+        // run one program (a clone of src's, or src a clone of ours): they
+        // were made from the very arrays now bound here, which is what
+        // `Hoisted::current` checks before using them.
+        if let (Some(mine), Some(theirs)) = (&self.hoisting, &src.hoisting) {
+            if Arc::ptr_eq(mine, theirs) {
+                self.hoisted = src.hoisted.cloned();
+            }
+        }
         Ok(n)
     }
 
@@ -162,7 +163,9 @@ impl MlxExecutable {
             ..CompileOptions::default()
         })?;
         if self.compiled.is_some() {
-            self.compiled = Some(compile_graph(
+            // Its own function from now on (clones keep the one they share).
+            self.compiled_writes = Arc::default();
+            self.compiled = Some(Arc::new(compile_graph(
                 self.graph.clone(),
                 rng,
                 self.custom.clone(),
@@ -170,7 +173,7 @@ impl MlxExecutable {
                 &self.params,
                 self.compiled_writes.clone(),
                 self.hoisting.clone(),
-            )?);
+            )?));
         }
         self.rng = rng;
         // A narrowed graph's compiled function was traced with the old one.

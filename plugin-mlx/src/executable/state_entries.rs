@@ -72,6 +72,160 @@ impl MlxExecutable {
         Ok(())
     }
 
+    /// (ABI 1.13) Hold as the state `name` the array `src` (this
+    /// executable when `None`) keeps as its state or last output `value`:
+    /// the same array, not a copy (MLX arrays are not written in place while
+    /// another reference holds them, so each executable's runs replace only
+    /// their own).
+    pub(super) fn bind_state_from(
+        &mut self,
+        name: &str,
+        src: Option<&dyn rlx_plugin_api::Executable>,
+        value: &str,
+    ) -> PluginResult<()> {
+        let other = match src {
+            None => None,
+            Some(e) => Some(
+                e.as_any()
+                    .and_then(|a| a.downcast_ref::<MlxExecutable>())
+                    .ok_or_else(|| {
+                        PluginError::invalid_argument("bind_from: src is not an MLX executable")
+                    })?,
+            ),
+        };
+        if name.is_empty() {
+            return match other {
+                Some(from) => self.take_states(from, value),
+                // Its own states are already its own.
+                None => Ok(()),
+            };
+        }
+        let from: &MlxExecutable = other.unwrap_or(self);
+        let slot = self.state_slot_for(name)?;
+        let (arr, layout) = from.value_named(value)?;
+        let want = self.declared_layout(self.inputs[slot].1);
+        if layout != want {
+            return Err(PluginError::invalid_argument(format!(
+                "state {name:?} is {}{:?} but {value:?} is {}{:?}",
+                want.0,
+                want.1.as_slice(),
+                layout.0,
+                layout.1.as_slice()
+            )));
+        }
+        let arr = arr.clone_handle();
+        match self.states.held.get_mut(&slot) {
+            Some(h) => h.value = arr,
+            None => {
+                self.states.held.insert(
+                    slot,
+                    Held {
+                        value: arr,
+                        feed: Feed::None,
+                    },
+                );
+            }
+        }
+        if let Some(k) = self.kept_inputs.get_mut(slot) {
+            *k = None;
+        }
+        Ok(())
+    }
+
+    /// Every state of `from` held here under its own name, with its feed:
+    /// all or nothing (each an input here of its dtype and shape, each feed
+    /// an output here of the dtype, and for `REPLACE` the shape, it had).
+    fn take_states(&mut self, from: &MlxExecutable, value: &str) -> PluginResult<()> {
+        if !value.is_empty() {
+            return Err(PluginError::invalid_argument(
+                "bind_from: with no state name, every state is taken; the value name must be \
+                 empty too",
+            ));
+        }
+        let mut taken = Vec::with_capacity(from.states.held.len());
+        for (src_slot, held) in &from.states.held {
+            let (name, src_id) = &from.inputs[*src_slot];
+            let slot = self.state_slot_for(name)?;
+            let (want, got) = (
+                self.declared_layout(self.inputs[slot].1),
+                from.declared_layout(*src_id),
+            );
+            if want != got {
+                return Err(PluginError::invalid_argument(format!(
+                    "state {name:?} is {}{:?} here but {}{:?} in the source",
+                    want.0,
+                    want.1.as_slice(),
+                    got.0,
+                    got.1.as_slice()
+                )));
+            }
+            if let Some(o) = held.feed.output() {
+                let fits = match (self.graph.outputs.get(o), from.graph.outputs.get(o)) {
+                    (Some(mine), Some(theirs)) => {
+                        let (m, t) = (self.declared_layout(*mine), from.declared_layout(*theirs));
+                        m.0 == t.0 && (matches!(held.feed, Feed::Rows(_)) || m.1 == t.1)
+                    }
+                    _ => false,
+                };
+                if !fits {
+                    return Err(PluginError::invalid_argument(format!(
+                        "state {name:?} is fed from output {o}, which this executable does not \
+                         have as the source has it"
+                    )));
+                }
+            }
+            taken.push((
+                slot,
+                Held {
+                    value: held.value.clone_handle(),
+                    feed: held.feed,
+                },
+            ));
+        }
+        for (slot, held) in taken {
+            if let Some(k) = self.kept_inputs.get_mut(slot) {
+                *k = None;
+            }
+            self.states.held.insert(slot, held);
+        }
+        Ok(())
+    }
+
+    /// The state called `name`, else the last run's output of that name,
+    /// with its declared dtype and dims; `NOT_FOUND` naming both lists.
+    fn value_named(
+        &self,
+        name: &str,
+    ) -> PluginResult<(
+        &rlx_mlx_shim::Array,
+        (rlx_plugin_api::DType, rlx_plugin_api::tensor::Dims<usize>),
+    )> {
+        if let Some(slot) = self.input_slot(name).filter(|s| self.states.is_held(*s)) {
+            let layout = self.declared_layout(self.inputs[slot].1);
+            return Ok((&self.states.held[&slot].value, layout));
+        }
+        let output = (0..self.graph.outputs.len()).find(|&i| self.output_label(i) == name);
+        match output {
+            Some(i) => {
+                let a = self.states.last.get(i).ok_or_else(|| {
+                    PluginError::invalid_argument(format!(
+                        "output {name:?} has no value: the source executable has not run"
+                    ))
+                })?;
+                Ok((a, self.declared_layout(self.graph.outputs[i])))
+            }
+            None => Err(PluginError::not_found(format!(
+                "the source executable has no state or output called {name:?} (states: {}; \
+                 outputs: {})",
+                self.state_names().join(", "),
+                (0..self.graph.outputs.len())
+                    .map(|i| self.output_label(i))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
     pub(super) fn unbind_state(&mut self, name: &str) -> PluginResult<()> {
         let slot = self.held_slot(name)?;
         self.states.held.remove(&slot);

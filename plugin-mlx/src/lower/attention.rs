@@ -5,11 +5,15 @@
 //! rlx semantics (rlx-ir op docs; rlx-cpu `compile_attention` and the
 //! `Thunk::Attention` executor):
 //!
-//! - Layouts, decided from Q's shape exactly as rlx-cpu decides them: rank 4
-//!   with `dims[1] == num_heads` is `[B, H, S, D]`, any other rank 4 is
-//!   `[B, S, H, D]`; rank 3 is packed `[B, S, H*D]`; rank 2 is `[S, H*D]`
-//!   (B = 1). K/V use the same layout with their own sequence length and
-//!   head count.
+//! - Layouts: rank 4 is `[B, S, H, D]` or `[B, H, S, D]`, decided from Q,
+//!   K, V and the mask together ([`rank4_layout`]): the reading in which all
+//!   of them agree. rlx-ir leaves the choice to "which axis equals
+//!   num_heads", and rlx-cpu decides it from Q alone (`dims[1] ==
+//!   num_heads`), which misreads a decode step of one head (Q `[B, 1, 1,
+//!   D]`) and a prefill of as many rows as heads; shapes that fit both
+//!   readings differently are refused. Rank 3 is packed `[B, S, H*D]`; rank
+//!   2 is `[S, H*D]` (B = 1). K/V use the same layout with their own
+//!   sequence length and head count.
 //! - GQA/MQA: the KV head count is read from K's shape; query head `h` uses
 //!   KV head `h / (num_heads / kv_heads)` (MLX's grouping too).
 //! - Scale: `score_scale`, default `head_dim^-0.5`.
@@ -120,6 +124,64 @@ enum Layout {
     Packed2,
 }
 
+/// The layout of rank-4 operands: the reading, `[B, S, H, D]` or `[B, H,
+/// S, D]`, in which Q holds `nh` heads of width `dh`, K and V agree on
+/// batch, key length and a head count that divides `nh`, V's heads are
+/// `dv` wide and the mask (if any) covers that key length. Q alone cannot
+/// tell the two apart (a decode step's one query row in front of one head,
+/// or a prefill of as many rows as heads); Q, K, V and the mask together
+/// decide. Shapes that fit both readings, where the two would attend
+/// differently, are refused: no guess.
+fn rank4_layout(
+    nh: i32,
+    dh: i32,
+    dv: i32,
+    [q, k, v]: [&Array; 3],
+    mask_keys: Option<i32>,
+) -> LResult<Layout> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let fits = |seq: usize, head: usize| {
+        ks.len() == 4
+            && vs.len() == 4
+            && qs[head] == nh
+            && qs[3] == dh
+            && ks[3] == dh
+            && vs[3] == dv
+            && ks[0] == qs[0]
+            && vs[0] == qs[0]
+            && ks[head] > 0
+            && ks[head] == vs[head]
+            && nh % ks[head] == 0
+            && ks[seq] == vs[seq]
+    };
+    // The mask's key length only breaks a tie (a key mask may also come
+    // as any shape of B * S_k elements).
+    let keys = |seq: usize| mask_keys.is_none_or(|m| m == ks[seq]);
+    let (mut bshd, mut bhsd) = (fits(1, 2), fits(2, 1));
+    if bshd && bhsd && keys(1) != keys(2) {
+        (bshd, bhsd) = (keys(1), keys(2));
+    }
+    match (bshd, bhsd) {
+        (true, false) => Ok(Layout::Bshd),
+        (false, true) => Ok(Layout::Bhsd),
+        // Both readings are the same one when every operand has one row
+        // and one head.
+        (true, true) if [&qs, &ks, &vs].iter().all(|d| d[1] == 1 && d[2] == 1) => Ok(Layout::Bshd),
+        (true, true) => Err(format!(
+            "Attention Q {qs:?}, K {ks:?}, V {vs:?} with {nh} heads read as [B, S, H, D] and as \
+             [B, H, S, D] alike, attending differently: the layout is ambiguous (give Q a \
+             sequence length other than the head count)"
+        )
+        .into()),
+        (false, false) => Err(format!(
+            "Attention Q {qs:?}, K {ks:?}, V {vs:?}{} fit neither [B, S, H, D] nor [B, H, S, D] \
+             with {nh} heads of width {dh} (V {dv}) and K/V heads dividing {nh}",
+            mask_keys.map_or(String::new(), |m| format!(", mask of {m} keys"))
+        )
+        .into()),
+    }
+}
+
 /// Bring one operand to MLX's `(B, H, L, D)`; returns it with its head count.
 fn to_bhld(name: &str, a: &Array, layout: Layout, d: i32) -> LResult<(A, i32)> {
     let s = a.shape();
@@ -201,8 +263,10 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
     let dt = cx.out_dtype();
     let qs = a[0].shape();
     let layout = match qs.len() {
-        4 if qs[1] == nh => Layout::Bhsd,
-        4 => Layout::Bshd,
+        4 => {
+            let mask_keys = a.get(3).and_then(|m| m.shape().last().copied());
+            rank4_layout(nh, dh, dv, [a[0], a[1], a[2]], mask_keys)?
+        }
         3 => Layout::Packed3,
         2 => Layout::Packed2,
         r => return Err(format!("Attention on a rank-{r} Q is not lowered").into()),

@@ -8,7 +8,7 @@
  *
  *   rlx-c-host --claim MAJOR.MINOR [options] PLUGIN_LIBRARY
  *
- *   --claim 1.N        the ABI the host claims (1.0 ..= 1.12; another major
+ *   --claim 1.N        the ABI the host claims (1.0 ..= 1.13; another major
  *                      is sent as is, to be refused)
  *   --mode M           lazy (default), eager or compiled
  *   --activation A     exp (default) or relu: the graph's activation

@@ -26,7 +26,7 @@
  * its process environment) and logs it when set.
  *
  * tests/build.rs compiles this file once per ABI minor it claims, with
- * -DRLX_C_PLUGIN_MINOR=N (0..=12): build 1.N writes its root table the way a
+ * -DRLX_C_PLUGIN_MINOR=N (0..=13): build 1.N writes its root table the way a
  * plugin of that minor did, which is what the host's version-skew tests
  * load. Every mode (lazy, eager, compiled) runs the same interpreter.
  *
@@ -2719,7 +2719,12 @@ static RlxStatus* c_state_read_output(const RlxExecutable* e, RlxStr output,
 
 /* The state table: everything but row feeds. */
 static const RlxStateApi g_state_api = {
+#if RLX_C_PLUGIN_MINOR >= 13
     .struct_size = RLX_STATE_API_STRUCT_SIZE,
+    .bind_from = NULL,
+#else
+    .struct_size = RLX_STATE_API_SIZE_1_9,
+#endif
     .bind = c_state_bind,
     .unbind = c_state_unbind,
     .read = c_state_read,
