@@ -122,6 +122,7 @@ fn main() {
             "src/kernels.cc",
             "src/fma.cc",
             "src/gemm.cc",
+            "src/quantized.cc",
             "src/inline_eval.cc",
             "src/row_kernels.cc",
             "src/scan_kernel.cc",

@@ -48,9 +48,11 @@ pub struct GenerateArgs {
     /// backend (the caches then cross to the host every step).
     #[arg(long, default_value = "mlx")]
     pub backend: String,
-    /// The plugin's execution mode: lazy, eager or compiled (the decode
-    /// step's ops fused by MLX's compile: the fastest per token).
-    #[arg(long, default_value = "compiled")]
+    /// The plugin's execution mode: lazy, eager, compiled, or auto:
+    /// compiled on a GPU (the decode step's elementwise ops fused into a
+    /// few kernels), lazy on the CPU (as fast per token there, without
+    /// compiled mode's copy of the weights while it records its plan).
+    #[arg(long, default_value = "auto")]
     pub mode: String,
     /// How the decode graph is compiled: `reuse` (once) or `rebuild`
     /// (built and compiled every step, the backend recognising it).
@@ -153,15 +155,28 @@ pub fn engine(
     if backend == "cpu" {
         return Ok(Box::new(HostEngine::new(model, Device::Cpu)));
     }
-    let mode = Mode::from_name(mode)
-        .ok_or_else(|| format!("unknown mode {mode:?} (lazy, eager or compiled)"))?;
-    rlx_plugin_host::install(&rlx_plugin_host::Options {
+    let named = match mode {
+        "auto" => None,
+        m => Some(
+            Mode::from_name(m)
+                .ok_or_else(|| format!("unknown mode {m:?} (lazy, eager, compiled or auto)"))?,
+        ),
+    };
+    let installed = rlx_plugin_host::install(&rlx_plugin_host::Options {
         plugins: plugins.to_vec(),
         backend: backend.to_string(),
         device: PLUGIN_DEVICE,
-        mode,
+        mode: named.unwrap_or(Mode::Lazy),
         ..Default::default()
     })?;
+    // The plugin's default device is the first it lists.
+    let on_gpu = installed
+        .plugin
+        .descriptor()
+        .device_infos
+        .first()
+        .is_some_and(|d| d.kind == rlx_plugin_api::DeviceKind::Gpu);
+    let mode = named.unwrap_or(if on_gpu { Mode::Compiled } else { Mode::Lazy });
     let client = Client::parse(client).map_err(|e| e.to_string())?;
     Ok(Box::new(PluginEngine::new(
         model,

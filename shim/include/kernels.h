@@ -36,6 +36,19 @@ int64_t matmul_cpu_threads(int64_t m, int64_t k, int64_t n);
 // Whether matmul_cpu takes these operands.
 bool matmul_cpu_takes(const Array& a, const Array& b);
 
+// x [..., K] times an affine-quantized weight [N, K] (uint32 words of
+// `bits`-wide codes, low bits first; float32 scales and biases [N, K /
+// group]: w = scale * code + bias), as MLX's quantized_matmul with
+// transpose, on the CPU stream with the plugin's own threads: streamed for
+// a few rows, dequantised blocks through the BLAS for more
+// (src/quantized.cc). 4 or 8 bits, groups of 32, 64 or 128; throws
+// otherwise.
+std::unique_ptr<Array> quantized_matmul_cpu(const Array& x, const Array& w, const Array& scales,
+                                            const Array& biases, int group, int bits);
+// Whether quantized_matmul_cpu takes these operands.
+bool quantized_matmul_cpu_takes(const Array& x, const Array& w, const Array& scales,
+                                const Array& biases, int group, int bits);
+
 // RmsNorm (`rms`) or LayerNorm of a float32 array over its last axis,
 // `* gamma + beta` (one value per feature each), on the CPU stream, as one
 // primitive (src/row_kernels.cc says why). Throws for other dtypes.

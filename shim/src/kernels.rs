@@ -43,6 +43,28 @@ pub mod ffi {
         /// `[m, k] x [k, n]` product (its own, times the BLAS's where the
         /// BLAS does the work): a diagnostic of what a host left us.
         fn matmul_cpu_threads(m: i64, k: i64, n: i64) -> i64;
+        /// `x [..., K]` times an affine-quantized weight `[N, K]` (uint32
+        /// words of `bits`-wide codes; float32 scales and biases `[N, K /
+        /// group]`), as MLX's `quantized_matmul` with transpose, on the CPU
+        /// stream with the plugin's own threads (src/quantized.cc).
+        fn quantized_matmul_cpu(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: &Array,
+            group: i32,
+            bits: i32,
+        ) -> Result<UniquePtr<Array>>;
+        /// Whether `quantized_matmul_cpu` takes these operands (4 or 8
+        /// bits, groups of 32, 64 or 128, the dtypes and shapes above).
+        fn quantized_matmul_cpu_takes(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: &Array,
+            group: i32,
+            bits: i32,
+        ) -> bool;
         /// RmsNorm (`rms`) or LayerNorm of a float32 array over its last
         /// axis, `* gamma + beta`, on the CPU stream as one primitive.
         fn norm_last_cpu(
@@ -114,7 +136,9 @@ pub mod ffi {
 // as `ShimError`s naming the op.
 include!(concat!(env!("OUT_DIR"), "/kernels_wrappers.rs"));
 
-pub use ffi::{kernels_vectorized, matmul_cpu_threads, set_portable_kernels};
+pub use ffi::{
+    kernels_vectorized, matmul_cpu_threads, quantized_matmul_cpu_takes, set_portable_kernels,
+};
 
 /// How [`rope_cpu`] rotates: `x` is `[..., S, H * head_dim]`; the first
 /// `n_rot` dims of each head turn by tables of `stride`-wide rows (row =

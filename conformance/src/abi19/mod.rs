@@ -4,6 +4,7 @@
 //! one skipped "not offered" check (every 1.9 part is optional).
 //!
 //! Files: `tables` (consistency), `state` and `state_errors` (§20),
+//! `state_from` (§20's `bind_from`, ABI 1.13),
 //! `rows` (row feeds), `sharing` (§21), `submit` (§22), `extras` (the
 //! root table's param ranges, RNG, active extents and memory figures) and
 //! `slots` (skipped output slots, §11). Their graphs are additions only
@@ -15,6 +16,7 @@ mod sharing;
 mod slots;
 mod state;
 mod state_errors;
+mod state_from;
 mod submit;
 mod tables;
 mod util;
@@ -94,6 +96,14 @@ fn offered_parts(kit: &mut Kit, o: &rlx_plugin_api::plugin::Offers) {
         state::run(kit);
         state_errors::run(kit);
         rows::run(kit, o.row_feeds);
+        if o.state_from {
+            state_from::run(kit);
+        } else {
+            kit.skip(
+                "bind_from: not offered",
+                "the state table's bind_from is null or beyond its size (ABI 1.13)",
+            );
+        }
     }
     if o.clone {
         sharing::run_clone(kit, o.state);

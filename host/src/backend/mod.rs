@@ -8,8 +8,8 @@
 //! 1. rlx-runtime's own pipeline (`stages::compile_*_stages`) runs with the
 //!    plugin's supported-op list as the claim set, so fusion and
 //!    legalization decompose whatever the plugin does not claim. One
-//!    adjustment: without `Concat` and `Narrow` claimed, the weight-concat
-//!    fusions are switched off (see [`Pipeline::options`]);
+//!    adjustment: the weight-concat fusions are off, so that matmuls read
+//!    their weights in place (see [`Pipeline::options`]);
 //! 2. the resulting graph goes through the post-fusion steps the built-in
 //!    backends use (control-flow pipeline, skipped for the loops and
 //!    conditionals the plugin claims, backward-op decomposition, the

@@ -3,7 +3,8 @@
 //! DequantMoEWeights. GGUF's block formats are decoded in `gguf`.
 //!
 //! DequantMatMul with MLX's own layouts runs natively on
-//! `mx::quantized_matmul`: MlxAffine (bits 2/3/4/5/6/8, group 32/64/128,
+//! `mx::quantized_matmul` (on the CPU, 4- and 8-bit affine weights on the
+//! shim's own kernel instead: MLX's runs on one thread, a code at a time): MlxAffine (bits 2/3/4/5/6/8, group 32/64/128,
 //! mode "affine") and MlxMxfp4 / MlxMxfp8 with 32-element E8M0-scaled groups
 //! (modes "mxfp4" / "mxfp8"). rlx stores those weights as the very bytes
 //! `mx::quantize` writes (rows of a little-endian bitstream along k), so
@@ -26,7 +27,7 @@ use crate::row;
 use gguf::{gguf_bank, gguf_rows, gguf_slab_bytes, gguf_supported, GGUF_SCHEMES};
 use rlx_ir::quant::QuantScheme;
 use rlx_ir::DType as IrDType;
-use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as Mx};
+use rlx_mlx_shim::{array, kernels, ops, Array, ArrayList, DType as Mx};
 
 const F32: &[IrDType] = &[IrDType::F32];
 
@@ -314,7 +315,15 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             let sc = ops::reshape(&*f32(a[2])?, &[n, k / gs])?;
             let bi = ops::reshape(&*f32(a[3])?, &[n, k / gs])?;
             let w = packed_words(a[1], n, k, bits as i32)?;
-            ops::quantized_matmul(&x, &w, &sc, Some(&*bi), true, gs, bits as i32, "affine")?
+            // On the CPU, the plugin's own kernel where it takes the
+            // operands (4 and 8 bits): MLX's runs on one thread.
+            if super::cpu_f32(&[&x])
+                && kernels::quantized_matmul_cpu_takes(&x, &w, &sc, &bi, gs, bits as i32)
+            {
+                kernels::quantized_matmul_cpu(&x, &w, &sc, &bi, gs, bits as i32)?
+            } else {
+                ops::quantized_matmul(&x, &w, &sc, Some(&*bi), true, gs, bits as i32, "affine")?
+            }
         }
         QuantScheme::MlxMxfp4 { group_size } | QuantScheme::MlxMxfp8 { group_size }
             if native_mxfp(group_size as i32, k) && cx.in_dtype(2) == IrDType::U8 =>
