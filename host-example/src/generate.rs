@@ -75,7 +75,7 @@ impl Report {
     pub fn to_json(&self) -> serde_json::Value {
         let g = &self.generation;
         let c = &g.counters;
-        let steps = c.decode_steps.max(1) as f64;
+        let steps = c.decode_steps.max(1);
         serde_json::json!({
             "backend": self.backend,
             "tokens": g.tokens,
@@ -89,8 +89,8 @@ impl Report {
             "decode_ms_per_token": g.decode_ms_per_token,
             "compiles": c.compiles,
             "reused": c.reused,
-            "decode_bytes_in_per_step": c.decode_bytes_in as f64 / steps,
-            "decode_bytes_out_per_step": c.decode_bytes_out as f64 / steps,
+            "decode_bytes_in_per_step": c.decode_bytes_in / steps,
+            "decode_bytes_out_per_step": c.decode_bytes_out / steps,
             "peak_bytes": self.peak_bytes,
         })
     }

@@ -274,46 +274,39 @@ void blocked_n_neon(const float* A, int64_t lda, const float* B, int64_t ldb, fl
 // The same product with B given transposed (Bt: N x K row-major, a weight
 // used as x · W^T): each output a dot product of two contiguous rows.
 #if RLX_X86
-__attribute__((target("avx512f"))) float dot_avx512(const float* x, const float* y, int64_t K) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+// dot_scalar of x with four rows of Bt at once, as dot4_neon below: each
+// lane one output's fused chain over k in order (the same bits as
+// dot_scalar), the rows' 4 x 4 blocks transposed into columns of k. Four
+// outputs a pass keep the weights streaming from memory, which bounds a
+// decode step; summing a row in vector lanes instead (two 16-lane
+// accumulators, then the lanes) was no faster there and gave other bits
+// than the portable loop and the arm64 kernels.
+__attribute__((target("avx2,fma"))) void dot4_fma(const float* x, const float* y, int64_t ld,
+                                                  int64_t K, float* out) {
+  const float* y0 = y;
+  const float* y1 = y + ld;
+  const float* y2 = y + 2 * ld;
+  const float* y3 = y + 3 * ld;
+  __m128 s = _mm_setzero_ps();
   int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(y + k), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(y + k + 16), s1);
+  for (; k + 4 <= K; k += 4) {
+    __m128 r0 = _mm_loadu_ps(y0 + k), r1 = _mm_loadu_ps(y1 + k);
+    __m128 r2 = _mm_loadu_ps(y2 + k), r3 = _mm_loadu_ps(y3 + k);
+    // Columns k .. k + 3 of the four rows.
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    s = _mm_fmadd_ps(_mm_set1_ps(x[k]), r0, s);
+    s = _mm_fmadd_ps(_mm_set1_ps(x[k + 1]), r1, s);
+    s = _mm_fmadd_ps(_mm_set1_ps(x[k + 2]), r2, s);
+    s = _mm_fmadd_ps(_mm_set1_ps(x[k + 3]), r3, s);
   }
-  if (k < K) {
-    for (; k + 16 <= K; k += 16)
-      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(y + k), s0);
-    if (k < K) {
-      __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-      s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k), s1);
-    }
+  _mm_storeu_ps(out, s);
+  for (; k < K; ++k) {
+    out[0] = std::fma(x[k], y0[k], out[0]);
+    out[1] = std::fma(x[k], y1[k], out[1]);
+    out[2] = std::fma(x[k], y2[k], out[2]);
+    out[3] = std::fma(x[k], y3[k], out[3]);
   }
-  // (GCC 12's _mm512_reduce_add_ps warns about its own uninitialised
-  // temporary: the lanes summed by hand instead.)
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(s0, s1));
-  float out = 0.0f;
-  for (float v : lanes) out += v;
-  return out;
 }
-
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* x, const float* y, int64_t K) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_loadu_ps(y + k + 8), s1);
-  }
-  __m256 s = _mm256_add_ps(s0, s1);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-  float out = _mm_cvtss_f32(h);
-  for (; k < K; ++k) out = std::fma(x[k], y[k], out);
-  return out;
-}
-
 #endif  // RLX_X86
 
 float dot_scalar(const float* x, const float* y, int64_t K) {
@@ -443,24 +436,26 @@ RightOp right(const mx::array& b, int64_t i, std::vector<float>& scratch) {
 void skinny_part(const float* A, int64_t K, const RightOp& B, float* C, int64_t N, int64_t rows,
                  int64_t n0, int64_t n1) {
   if (B.t) {
+    // Four outputs at a time, each an in-order chain (the same bits on
+    // every path), the last ones as dot_scalar.
+    using Dot4 = void (*)(const float*, const float*, int64_t, int64_t, float*);
+    Dot4 dot4 = nullptr;
 #if RLX_X86
-    auto dot = has_avx512() ? dot_avx512 : has_avx2() ? dot_avx2 : dot_scalar;
-#else
-    auto dot = dot_scalar;
+    if (has_avx2()) dot4 = dot4_fma;
+#elif RLX_NEON
+    if (has_neon()) dot4 = dot4_neon;
 #endif
     int64_t n = n0;
-#if RLX_NEON
-    if (has_neon()) {
+    if (dot4 != nullptr) {
       for (; n + 4 <= n1; n += 4)
         for (int64_t r = 0; r < rows; ++r) {
           float out[4];
-          dot4_neon(A + r * K, B.p + n * B.ld, B.ld, K, out);
+          dot4(A + r * K, B.p + n * B.ld, B.ld, K, out);
           std::memcpy(C + r * N + n, out, sizeof out);
         }
     }
-#endif
     for (; n < n1; ++n)
-      for (int64_t r = 0; r < rows; ++r) C[r * N + n] = dot(A + r * K, B.p + n * B.ld, K);
+      for (int64_t r = 0; r < rows; ++r) C[r * N + n] = dot_scalar(A + r * K, B.p + n * B.ld, K);
   } else {
     skinny(static_cast<int>(rows))(A, K, B.p, B.ld, C, N, K, n0, n1);
   }

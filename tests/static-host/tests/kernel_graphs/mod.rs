@@ -26,6 +26,30 @@ fn products(rows: usize, k: usize, n: usize) -> Graph {
     g
 }
 
+/// `x [rows, 128]` times a weight `[45, 128]` packed in MLX's affine
+/// layout with `bits`-bit codes in groups of 64 (the plugin's quantized
+/// kernel: streamed for up to 8 rows, dequantised blocks past that).
+fn quantized(rows: usize, bits: u8) -> Graph {
+    use rlx_ir::{Op, QuantScheme};
+    let (k, n) = (128, 45);
+    let mut g = Graph::new(format!("q{bits}_{rows}x{k}x{n}"));
+    let x = g.input("x", s(&[rows, k]));
+    let w = g.param("w", Shape::new(&[n * k * bits as usize / 8], DType::U8));
+    let sc = g.param("scales", s(&[n, k / 64]));
+    let bi = g.param("biases", s(&[n, k / 64]));
+    let scheme = QuantScheme::MlxAffine {
+        bits,
+        group_size: 64,
+    };
+    let y = g.add_node(
+        Op::DequantMatMul { scheme },
+        vec![x, w, sc, bi],
+        s(&[rows, n]),
+    );
+    g.set_outputs(vec![y]);
+    g
+}
+
 /// The unary kernels on `[len]`.
 fn unary(len: usize) -> Graph {
     let mut g = Graph::new(format!("unary_{len}"));
@@ -135,6 +159,13 @@ pub fn cases() -> Vec<(Graph, Agree)> {
     }
     cases.push((products(3, 16, 64), Agree::Exact));
     cases.push((products(8, 130, 257), Agree::Exact));
+    // Its vector loops sum each group's codes in lanes, the portable loop
+    // in order.
+    for rows in [1, 3, 9] {
+        for bits in [4, 8] {
+            cases.push((quantized(rows, bits), Agree::Scaled(1e-6)));
+        }
+    }
     for len in [1, 7, 8, 9, 17, 1000] {
         cases.push((unary(len), Agree::Ulps(16)));
     }
