@@ -65,8 +65,27 @@ pub trait Engine {
     /// The prompt's embedding rows `x` (`len` rows, the prompt padded to a
     /// bucket), wanting row `last`'s token; fills the caches.
     fn prefill(&mut self, x: &[f32], len: usize, last: usize, logits: bool) -> Result<StepOut>;
-    /// One token's embedding row at position `pos`.
-    fn decode(&mut self, x: &[f32], pos: usize, logits: bool) -> Result<StepOut>;
+    /// One step: `token` at position `pos`.
+    fn decode(&mut self, token: u32, pos: usize, logits: bool) -> Result<StepOut>;
+    /// Whether greedy steps chain on the backend ([`Engine::submit_greedy`]):
+    /// each step's token is the next step's input where the step ran, so a
+    /// step is started before the last one's token is read.
+    fn chains_greedy(&self) -> bool {
+        false
+    }
+    /// Start a greedy step at `pos` whose input is the token the last step
+    /// (or the prefill) chose, without waiting for it.
+    fn submit_greedy(&mut self, pos: usize) -> Result<()> {
+        let _ = pos;
+        Err(Error(format!(
+            "{} runs its steps one at a time",
+            self.name()
+        )))
+    }
+    /// Wait for the oldest step started and not waited for: its token.
+    fn wait_greedy(&mut self) -> Result<u32> {
+        Err(Error(format!("{} has no step started", self.name())))
+    }
     fn counters(&self) -> Counters;
     /// Peak bytes the backend held for this process, where it can tell.
     fn peak_bytes(&self) -> Option<u64>;
@@ -206,7 +225,10 @@ impl Engine for HostEngine {
         Ok(out)
     }
 
-    fn decode(&mut self, x: &[f32], pos: usize, logits: bool) -> Result<StepOut> {
+    fn decode(&mut self, token: u32, pos: usize, logits: bool) -> Result<StepOut> {
+        let mut x = vec![0f32; self.model.config.hidden_size];
+        self.model.weights.embedding_row(token as usize, &mut x);
+        let x = x.as_slice();
         let exe = self.decode.as_mut().expect("prepare comes first");
         let layers = self.model.config.num_layers;
         let pos = [pos as f32];

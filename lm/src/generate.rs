@@ -163,13 +163,32 @@ pub fn generate(
     let prefill_ms = (first - start).as_secs_f64() * 1e3;
     let mut tokens = vec![token];
     let mut last = first;
-    let mut row = vec![0f32; h];
     let mut go = on_token(token) && !opts.stop.contains(&token);
+    let pos = |k: usize| prompt.len() + k - 1;
+    if sampling.is_none() && !opts.logprobs && engine.chains_greedy() {
+        // Steps in flight: the next one starts before this one's token is
+        // read, so the host's work overlaps the device's.
+        const DEPTH: usize = 2;
+        let mut started = 0;
+        while go && tokens.len() < opts.max_tokens {
+            while started < DEPTH && tokens.len() + started < opts.max_tokens {
+                engine.submit_greedy(pos(tokens.len() + started))?;
+                started += 1;
+            }
+            token = engine.wait_greedy()?;
+            started -= 1;
+            last = Instant::now();
+            tokens.push(token);
+            go = on_token(token) && !opts.stop.contains(&token);
+        }
+        // A stop leaves steps started past it: their tokens are dropped.
+        for _ in 0..started {
+            engine.wait_greedy()?;
+        }
+    }
     while go && tokens.len() < opts.max_tokens {
         history.push(token);
-        model.weights.embedding_row(token as usize, &mut row);
-        let pos = prompt.len() + tokens.len() - 1;
-        let out = engine.decode(&row, pos, want_logits)?;
+        let out = engine.decode(token, pos(tokens.len()), want_logits)?;
         token = choose(out, &history);
         last = Instant::now();
         tokens.push(token);

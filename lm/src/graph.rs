@@ -60,6 +60,8 @@ struct Builder<'a> {
     w: &'a Weights,
     /// One zero vector per length (RmsNorm's beta input).
     zeros: HashMap<usize, NodeId>,
+    /// One node per param (the tied embedding is read twice).
+    params: HashMap<String, NodeId>,
 }
 
 fn f32s(dims: &[usize]) -> Shape {
@@ -77,7 +79,19 @@ impl<'a> Builder<'a> {
             c,
             w,
             zeros: HashMap::new(),
+            params: HashMap::new(),
         }
+    }
+
+    fn param(&mut self, name: impl Into<String>, shape: Shape) -> NodeId {
+        let name = name.into();
+        if let Some(&id) = self.params.get(&name) {
+            debug_assert_eq!(self.g.shape(id), &shape, "param {name} read at two shapes");
+            return id;
+        }
+        let id = self.g.param(name.clone(), shape);
+        self.params.insert(name, id);
+        id
     }
 
     fn node(&mut self, op: Op, inputs: Vec<NodeId>, dims: &[usize]) -> NodeId {
@@ -106,7 +120,7 @@ impl<'a> Builder<'a> {
     /// RMSNorm over the last axis with the checkpoint's weight `name`.
     fn norm(&mut self, x: NodeId, name: &str, dims: &[usize]) -> NodeId {
         let n = *dims.last().unwrap();
-        let gamma = self.g.param(name, f32s(&[n]));
+        let gamma = self.param(name, f32s(&[n]));
         let beta = match self.zeros.get(&n) {
             Some(&z) => z,
             None => {
@@ -125,16 +139,16 @@ impl<'a> Builder<'a> {
         match self.w.get(name) {
             Tensor::Dense { shape, .. } => {
                 let (out, inp) = (shape[0], shape[1]);
-                let w = self.g.param(name, f32s(&[out, inp]));
+                let w = self.param(name, f32s(&[out, inp]));
                 let wt = self.node(Op::Transpose { perm: vec![1, 0] }, vec![w], &[inp, out]);
                 self.node(Op::MatMul, vec![x, wt], &[rows, out])
             }
             Tensor::Packed(p) => {
                 let base = name.trim_end_matches(".weight");
                 let (out, groups) = (p.out_shape[0], p.n_groups());
-                let w = self.g.param(name, Shape::new(&[p.w_q.len()], DType::U8));
-                let s = self.g.param(format!("{base}.scales"), f32s(&[out, groups]));
-                let b = self.g.param(format!("{base}.biases"), f32s(&[out, groups]));
+                let w = self.param(name, Shape::new(&[p.w_q.len()], DType::U8));
+                let s = self.param(format!("{base}.scales"), f32s(&[out, groups]));
+                let b = self.param(format!("{base}.biases"), f32s(&[out, groups]));
                 let scheme: QuantScheme = p.scheme;
                 self.node(Op::DequantMatMul { scheme }, vec![x, w, s, b], &[rows, out])
             }
@@ -241,7 +255,7 @@ impl<'a> Builder<'a> {
     /// Final norm, LM head (the tied embedding or `lm_head`) and arg max of
     /// one row `x [1, hidden]`.
     fn head(&mut self, x: NodeId) -> (NodeId, NodeId) {
-        let (h, v) = (self.c.hidden_size, self.c.vocab_size);
+        let h = self.c.hidden_size;
         let n = self.norm(x, FINAL_NORM, &[1, h]);
         let head = if self.c.tie_word_embeddings {
             EMBED
@@ -257,15 +271,79 @@ impl<'a> Builder<'a> {
             vec![logits],
             &[1],
         );
-        let _ = v;
         (logits, next)
+    }
+
+    /// Row `token` ([1], f32-encoded) of the embedding, `[1, hidden]`, on
+    /// the device: a gather of the dense table, or of the packed rows, their
+    /// scales and biases, dequantised (`scale * code + bias`, the codes
+    /// unpacked with exact f32 arithmetic). None for a packed table of
+    /// other than 4 or 8 bits.
+    fn embedding(&mut self, token: NodeId) -> Option<NodeId> {
+        let h = self.c.hidden_size;
+        let gather = Op::Gather { axis: 0 };
+        match self.w.get(EMBED) {
+            Tensor::Dense { shape, .. } => {
+                let table = self.param(EMBED, f32s(&[shape[0], h]));
+                Some(self.node(gather, vec![table, token], &[1, h]))
+            }
+            Tensor::Packed(p) => {
+                let QuantScheme::MlxAffine { bits, group_size } = p.scheme else {
+                    return None;
+                };
+                if bits != 4 && bits != 8 {
+                    return None;
+                }
+                let (v, gs) = (p.out_shape[0], group_size as usize);
+                let (row, groups) = (h * bits as usize / 8, h / gs);
+                let flat = self.param(EMBED, Shape::new(&[p.w_q.len()], DType::U8));
+                let table = self.g.add_node(
+                    Op::Reshape {
+                        new_shape: vec![v as i64, row as i64],
+                    },
+                    vec![flat],
+                    Shape::new(&[v, row], DType::U8),
+                );
+                let bytes = self.g.add_node(
+                    gather.clone(),
+                    vec![table, token],
+                    Shape::new(&[1, row], DType::U8),
+                );
+                let bytes = self.node(Op::Cast { to: DType::F32 }, vec![bytes], &[1, row]);
+                let codes = if bits == 8 {
+                    bytes
+                } else {
+                    // Byte b holds codes 2b (low nibble) and 2b + 1.
+                    let sixteen = self.constant(&[16.0], &[1]);
+                    let q = self.binary(BinaryOp::Div, bytes, sixteen, &[1, row]);
+                    let hi = self.node(Op::Activation(Activation::Floor), vec![q], &[1, row]);
+                    let hi16 = self.binary(BinaryOp::Mul, hi, sixteen, &[1, row]);
+                    let lo = self.binary(BinaryOp::Sub, bytes, hi16, &[1, row]);
+                    let lo = self.reshape(lo, &[1, row, 1]);
+                    let hi = self.reshape(hi, &[1, row, 1]);
+                    let both = self.node(Op::Concat { axis: 2 }, vec![lo, hi], &[1, row, 2]);
+                    self.reshape(both, &[1, h])
+                };
+                let codes = self.reshape(codes, &[1, groups, gs]);
+                let part = |this: &mut Self, suffix: &str| {
+                    let t = this.param(format!("model.embed_tokens.{suffix}"), f32s(&[v, groups]));
+                    let r = this.node(gather.clone(), vec![t, token], &[1, groups]);
+                    this.reshape(r, &[1, groups, 1])
+                };
+                let scale = part(self, "scales");
+                let bias = part(self, "biases");
+                let scaled = self.binary(BinaryOp::Mul, codes, scale, &[1, groups, gs]);
+                let x = self.binary(BinaryOp::Add, scaled, bias, &[1, groups, gs]);
+                Some(self.reshape(x, &[1, h]))
+            }
+        }
     }
 
     fn rope_params(&mut self, cap: usize) -> (NodeId, NodeId) {
         let half = self.c.head_dim / 2;
         (
-            self.g.param(ROPE_COS, f32s(&[cap, half])),
-            self.g.param(ROPE_SIN, f32s(&[cap, half])),
+            self.param(ROPE_COS, f32s(&[cap, half])),
+            self.param(ROPE_SIN, f32s(&[cap, half])),
         )
     }
 
@@ -351,18 +429,44 @@ pub fn prefill(c: &ModelConfig, w: &Weights, len: usize, cap: usize) -> Graph {
     b.finish(logits, next, outs)
 }
 
-/// The decode graph: one token at position `pos` of caches of `cap` rows.
+/// The decode graph: one token at position `pos` of caches of `cap` rows,
+/// its embedding row given as `x`.
 pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
+    decode_with(c, w, cap, false).expect("the host-embedded decode graph always builds")
+}
+
+/// The state holding the decode step's token in [`decode_on_device`].
+pub const TOKEN: &str = "token";
+
+/// The decode graph with the token on the device: a `token [1]` input
+/// (f32-encoded; held as state and fed from the step's `next_token`, so
+/// greedy steps chain on the device and may be submitted before the last
+/// token is read) whose embedding row the graph gathers itself. None where
+/// the embedding is packed in other than 4 or 8 bits.
+pub fn decode_on_device(c: &ModelConfig, w: &Weights, cap: usize) -> Option<Graph> {
+    decode_with(c, w, cap, true)
+}
+
+fn decode_with(c: &ModelConfig, w: &Weights, cap: usize, on_device: bool) -> Option<Graph> {
     let (h, nkv, hd) = (c.hidden_size, c.num_kv_heads, c.head_dim);
-    let mut b = Builder::new(&format!("{}_decode_{cap}", c.arch.name()), c, w);
-    let x = b.g.input("x", f32s(&[1, h]));
+    let name = if on_device { "decode_dev" } else { "decode" };
+    let mut b = Builder::new(&format!("{}_{name}_{cap}", c.arch.name()), c, w);
+    let x = if on_device {
+        let token = b.g.input(TOKEN, f32s(&[1]));
+        b.embedding(token)?
+    } else {
+        b.g.input("x", f32s(&[1, h]))
+    };
     let pos = b.g.input("pos", f32s(&[1]));
     let (cos_all, sin_all) = b.rope_params(cap);
     let half = hd / 2;
     let cos = b.node(Op::Gather { axis: 0 }, vec![cos_all, pos], &[1, half]);
     let sin = b.node(Op::Gather { axis: 0 }, vec![sin_all, pos], &[1, half]);
-    // Keys 0 ..= pos are live: iota <= pos, as rlx's key mask ([1, cap],
-    // 1 keeps a key).
+    // Keys 0 ..= pos are live: an additive bias on the scores, 0 on a live
+    // key and -1e9 past pos (the score rlx gives a masked key), built once
+    // as [1, heads, 1, cap] for every layer. A key mask would mean the
+    // same, but costs a backend a keep-mask and a guard for rows with
+    // every key masked (which this step never has) in each layer.
     let iota: Vec<f32> = (0..cap).map(|i| i as f32).collect();
     let iota = b.constant(&iota, &[1, cap]);
     let live = b.g.add_node(
@@ -370,7 +474,14 @@ pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
         vec![iota, pos],
         Shape::new(&[1, cap], DType::Bool),
     );
-    let mask = b.node(Op::Cast { to: DType::F32 }, vec![live], &[1, cap]);
+    let live = b.node(Op::Cast { to: DType::F32 }, vec![live], &[1, cap]);
+    let one = b.constant(&[1.0], &[1]);
+    let dead = b.binary(BinaryOp::Sub, live, one, &[1, cap]);
+    let big = b.constant(&[1e9], &[1]);
+    let bias = b.binary(BinaryOp::Mul, dead, big, &[1, cap]);
+    let bias = b.reshape(bias, &[1, 1, 1, cap]);
+    let heads = b.constant(&vec![1.0; c.num_heads], &[1, c.num_heads, 1, 1]);
+    let mask = b.binary(BinaryOp::Mul, bias, heads, &[1, c.num_heads, 1, cap]);
     let mut states = Vec::new();
     for l in 0..c.num_layers {
         states.push((
@@ -399,11 +510,11 @@ pub fn decode(c: &ModelConfig, w: &Weights, cap: usize) -> Graph {
                 k: kc,
                 v: vc,
                 heads_first: true,
-                mask_kind: MaskKind::Custom,
+                mask_kind: MaskKind::Bias,
                 mask: Some(mask),
             }
         });
     }
     let (logits, next) = b.head(hidden);
-    b.finish(logits, next, outs)
+    Some(b.finish(logits, next, outs))
 }

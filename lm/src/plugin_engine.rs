@@ -10,13 +10,20 @@
 //! compiles it again, as rlx's own LM crates do, taking the weights and the
 //! caches over from the previous step's executable. The backend is to
 //! recognise the graph it already compiled, so that the two cost the same.
+//!
+//! Where the embedding can be gathered on the device (dense, or packed in 4
+//! or 8 bits) the decode graph takes the token itself, held as state and
+//! fed from each step's arg max: greedy steps then chain on the device and
+//! are submitted ahead (ABI 1.9), the host reading each token while the
+//! next step computes.
 
 use crate::engine::{param_names, param_value, Counters, Engine, Model, StepOut};
-use crate::graph::{self, LOGITS, NEXT_TOKEN};
+use crate::graph::{self, LOGITS, NEXT_TOKEN, TOKEN};
 use crate::{Error, Result};
 use rlx_plugin_api::Mode;
 use rlx_plugin_host::backend::{compile_on_plugin, with_mode, PluginGraph};
 use rlx_runtime::{Device, ExecutableGraph};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +53,12 @@ pub struct PluginEngine {
     rope: (Vec<f32>, Vec<f32>),
     prefills: Vec<(usize, PluginGraph)>,
     decode: Option<PluginGraph>,
+    /// The decode graph takes the token (see the module docs), else the
+    /// token's embedding row.
+    token_on_device: bool,
+    /// Rebuild client: earlier decode executables with a step submitted and
+    /// not yet waited for, oldest first.
+    retired: VecDeque<PluginGraph>,
     counters: Counters,
 }
 
@@ -65,8 +78,39 @@ impl PluginEngine {
             rope: (Vec::new(), Vec::new()),
             prefills: Vec::new(),
             decode: None,
+            token_on_device: false,
+            retired: VecDeque::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// The decode graph for caches of `self.cap` rows, with the token on
+    /// the device where the embedding allows.
+    fn decode_graph(&mut self) -> rlx_ir::Graph {
+        let (c, w) = (&self.model.config, &self.model.weights);
+        match graph::decode_on_device(c, w, self.cap) {
+            Some(g) => {
+                self.token_on_device = true;
+                g
+            }
+            None => {
+                self.token_on_device = false;
+                graph::decode(c, w, self.cap)
+            }
+        }
+    }
+
+    /// Wait for (and drop) every step still submitted: what an error or a
+    /// stop left in flight. Their failures are not this generation's: a
+    /// step after a failed one fails too, and was reported with it.
+    fn drain(&mut self) {
+        let exes = self.retired.iter_mut().chain(self.decode.as_mut());
+        for exe in exes {
+            while exe.pending_runs() > 0 {
+                let _dropped = exe.wait_outputs(&[]);
+            }
+        }
+        self.retired.clear();
     }
 
     fn compile(&mut self, g: &rlx_ir::Graph) -> Result<PluginGraph> {
@@ -103,6 +147,11 @@ impl PluginEngine {
                 }
             }
         }
+        if self.token_on_device && !exe.set_gpu_handle_feed(TOKEN, NEXT_TOKEN) {
+            return Err(Error(format!(
+                "the plugin cannot feed {TOKEN} from its output (no executable state)"
+            )));
+        }
         Ok(())
     }
 
@@ -120,7 +169,7 @@ impl PluginEngine {
     /// A new decode executable that takes the weights and the caches over
     /// from the last one: the rebuild client's step.
     fn rebuild(&mut self) -> Result<()> {
-        let g = graph::decode(&self.model.config, &self.model.weights, self.cap);
+        let g = self.decode_graph();
         let mut exe = self.compile(&g)?;
         let old = self
             .decode
@@ -131,10 +180,21 @@ impl PluginEngine {
                 "the plugin cannot share params between executables".into(),
             ));
         }
-        // The caches, with their feeds, in one call.
-        exe.take_states_from(&old).map_err(Error)?;
+        // The caches and the token, with their feeds, in one call.
+        let taken = exe.take_states_from(&old).map_err(Error);
+        if old.pending_runs() > 0 {
+            self.retired.push_back(old);
+        }
         self.decode = Some(exe);
-        Ok(())
+        taken
+    }
+
+    /// Before a step: a new executable for the rebuild client.
+    fn next_step(&mut self) -> Result<&mut PluginGraph> {
+        if self.client == Client::Rebuild {
+            self.rebuild()?;
+        }
+        Ok(self.decode.as_mut().expect("prepare comes first"))
     }
 }
 
@@ -144,7 +204,8 @@ impl Engine for PluginEngine {
             self.cap = cap;
             self.rope = crate::rope::tables(&self.model.config, cap);
             self.prefills.clear();
-            let g = graph::decode(&self.model.config, &self.model.weights, cap);
+            self.drain();
+            let g = self.decode_graph();
             let mut exe = self.compile(&g)?;
             self.bind_params(&g, &mut exe)?;
             self.decode = Some(exe);
@@ -165,6 +226,7 @@ impl Engine for PluginEngine {
     }
 
     fn prefill(&mut self, x: &[f32], len: usize, last: usize, logits: bool) -> Result<StepOut> {
+        self.drain();
         let exe = match self.prefills.iter_mut().find(|(l, _)| *l == len) {
             Some((_, exe)) => exe,
             None => return Err(Error(format!("no prefill of {len} rows was prepared"))),
@@ -194,6 +256,11 @@ impl Engine for PluginEngine {
                 decode.hold_from(&name, Some(exe), &name).map_err(Error)?;
             }
         }
+        if self.token_on_device {
+            decode
+                .hold_from(TOKEN, Some(exe), "next_token")
+                .map_err(Error)?;
+        }
         let mut decode = self.decode.take().expect("prepare comes first");
         let fed = self.feed_caches(&mut decode);
         self.decode = Some(decode);
@@ -201,24 +268,70 @@ impl Engine for PluginEngine {
         Ok(out)
     }
 
-    fn decode(&mut self, x: &[f32], pos: usize, logits: bool) -> Result<StepOut> {
-        if self.client == Client::Rebuild {
-            self.rebuild()?;
+    fn decode(&mut self, token: u32, pos: usize, logits: bool) -> Result<StepOut> {
+        let on_device = self.token_on_device;
+        let mut row = Vec::new();
+        if !on_device {
+            row = vec![0f32; self.model.config.hidden_size];
+            self.model.weights.embedding_row(token as usize, &mut row);
         }
-        let exe = self.decode.as_mut().expect("prepare comes first");
+        let exe = self.next_step()?;
         let pos = [pos as f32];
+        // The token of a sampled step is the host's choice: held as the
+        // state the graph reads, or sent as its embedding row.
+        if on_device && !exe.bind_gpu_handle(TOKEN, &[token as f32]) {
+            return Err(Error(format!("the plugin could not hold {TOKEN}")));
+        }
         let want: &[usize] = if logits {
             &[NEXT_TOKEN, LOGITS]
         } else {
             &[NEXT_TOKEN]
         };
-        let outs = guarded("decode", || {
-            exe.run_read_outputs(&[("x", x), ("pos", &pos)], Some(want))
-        })?;
+        let inputs: &[(&str, &[f32])] = if on_device {
+            &[("pos", &pos)]
+        } else {
+            &[("x", &row), ("pos", &pos)]
+        };
+        let outs = guarded("decode", || exe.run_read_outputs(inputs, Some(want)))?;
         self.counters.decode_steps += 1;
-        self.counters.decode_bytes_in += ((x.len() + 1) * 4) as u64;
+        self.counters.decode_bytes_in += ((row.len().max(1) + 1) * 4) as u64;
         self.counters.decode_bytes_out += (outs.iter().map(Vec::len).sum::<usize>() * 4) as u64;
         Self::step_out(&outs, logits)
+    }
+
+    fn chains_greedy(&self) -> bool {
+        self.token_on_device && self.decode.as_ref().is_some_and(|d| d.submits())
+    }
+
+    fn submit_greedy(&mut self, pos: usize) -> Result<()> {
+        if !self.token_on_device {
+            return Err(Error(
+                "this model's decode graph takes the token's embedding row from the host".into(),
+            ));
+        }
+        let exe = self.next_step()?;
+        exe.submit_run(&[("pos", &[pos as f32])]).map_err(Error)?;
+        self.counters.decode_steps += 1;
+        self.counters.decode_bytes_in += 4;
+        Ok(())
+    }
+
+    fn wait_greedy(&mut self) -> Result<u32> {
+        let exe = match self.retired.front_mut() {
+            Some(old) => old,
+            None => self.decode.as_mut().expect("prepare comes first"),
+        };
+        let outs = exe.wait_outputs(&[NEXT_TOKEN]).map_err(Error)?;
+        if self.retired.front().is_some_and(|o| o.pending_runs() == 0) {
+            self.retired.pop_front();
+        }
+        let token = outs
+            .get(NEXT_TOKEN)
+            .and_then(|o| o.as_ref())
+            .and_then(|t| t.first())
+            .ok_or_else(|| Error("the step returned no token".into()))?;
+        self.counters.decode_bytes_out += 4;
+        Ok(*token as u32)
     }
 
     fn counters(&self) -> Counters {

@@ -211,7 +211,7 @@ pub fn write(dir: &Path, spec: &Spec) -> Result<ModelConfig> {
         c.quantization = Some(q);
     }
     std::fs::create_dir_all(dir).map_err(|e| Error(format!("{}: {e}", dir.display())))?;
-    let mut rng = Rng(spec.seed ^ 0x5EED_0F_C0FFEE);
+    let mut rng = Rng(spec.seed ^ 0x5EED_0FC0_FFEE);
     let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, shape, quantizable) in expected(&c) {
         let vals = values(&name, &shape, &c, &mut rng);

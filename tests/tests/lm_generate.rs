@@ -14,10 +14,13 @@
 //!   weights. Without Python MLX and mlx-lm the comparison is skipped,
 //!   saying so, unless `RLX_REQUIRE_MLX_LM=1` (CI), where it fails.
 //!
-//! Also: the plugin keeps the caches on its device (a decode step sends one
-//! row and a position and reads one token back), a generation compiles two
-//! graphs, and a client that builds and compiles its decode graph every
-//! step gets the plugin's compile cache instead of a compile each time.
+//! Also: the plugin keeps the caches and the token on its device (a decode
+//! step sends a position, and the token when it was sampled on the host,
+//! and reads one token back), greedy steps submitted ahead of the token
+//! read choose the tokens the one-at-a-time steps choose, a generation
+//! compiles two graphs, and a client that builds and compiles its decode
+//! graph every step gets the plugin's compile cache instead of a compile
+//! each time.
 
 use rlx_lm::config::{Arch, Quantization};
 use rlx_lm::engine::{Engine, HostEngine, Model};
@@ -56,12 +59,19 @@ fn checkpoint(dir: &Path, arch: Arch, precision: Precision, bits: Option<u32>) -
     Arc::new(Model::load(dir).unwrap())
 }
 
+/// Greedy with each step's log probabilities: the logits read back every
+/// step, so one step at a time.
 fn run(engine: &mut dyn Engine, model: &Model) -> Generation {
     let opts = Options {
         max_tokens: STEPS,
         logprobs: true,
         ..Options::default()
     };
+    generate(engine, model, &PROMPT, &opts, |_| true).unwrap()
+}
+
+/// Greedy, tokens only: steps chained on the device where the engine can.
+fn run_chained(engine: &mut dyn Engine, model: &Model, opts: Options) -> Generation {
     generate(engine, model, &PROMPT, &opts, |_| true).unwrap()
 }
 
@@ -171,11 +181,19 @@ fn check(arch: Arch, precision: Precision, bits: Option<u32>) {
         let c = g.counters;
         assert_eq!(c.compiles, 2, "{w}: compiles");
         assert_eq!(c.decode_steps, STEPS as u64 - 1);
-        let row = (model.config.hidden_size + 1) * 4;
         assert_eq!(
             c.decode_bytes_in,
-            c.decode_steps * row as u64,
-            "{w}: bytes sent per step"
+            c.decode_steps * 8,
+            "{w}: bytes sent per step (the token and the position)"
+        );
+        let mut engine = plugin(&model, mode, Client::Reuse);
+        let chained = run_chained(&mut engine, &model, greedy(STEPS));
+        assert!(engine.chains_greedy(), "{w}: greedy steps chain");
+        assert_eq!(chained.tokens, cpu.tokens, "{w}: chained steps' tokens");
+        assert_eq!(
+            chained.counters.decode_bytes_in,
+            chained.counters.decode_steps * 4,
+            "{w}: bytes sent per chained step (the position)"
         );
     }
     match mlx_lm(dir.path(), precision == Precision::Bf16) {
@@ -218,6 +236,54 @@ fn qwen3_bf16() {
 #[test]
 fn qwen3_4bit() {
     check(Arch::Qwen3, Precision::F32, Some(4));
+}
+
+fn greedy(max_tokens: usize) -> Options {
+    Options {
+        max_tokens,
+        ..Options::default()
+    }
+}
+
+/// Chained steps under both clients: the tokens of one-at-a-time steps; a
+/// stop token leaves steps in flight, which the next generation on the same
+/// engine drops before its prefill.
+#[test]
+fn chained_steps_stop_and_start_again() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let model = checkpoint(dir.path(), Arch::Qwen3, Precision::F32, Some(8));
+    let cpu = run(&mut HostEngine::new(model.clone(), Device::Cpu), &model);
+    for mode in [Mode::Lazy, Mode::Compiled] {
+        for client in [Client::Reuse, Client::Rebuild] {
+            let w = format!("[{} {client:?}]", mode.name());
+            rlx_plugin_host::backend::compile_cache::clear();
+            let mut engine = plugin(&model, mode, client);
+            let stop_at = 9;
+            let stopped = run_chained(
+                &mut engine,
+                &model,
+                Options {
+                    stop: vec![cpu.tokens[stop_at]],
+                    ..greedy(STEPS)
+                },
+            );
+            let first = cpu
+                .tokens
+                .iter()
+                .position(|&t| t == cpu.tokens[stop_at])
+                .unwrap();
+            assert_eq!(stopped.tokens, cpu.tokens[..=first], "{w}: stopped");
+            assert!(engine.chains_greedy(), "{w}: greedy steps chain");
+            let again = run_chained(&mut engine, &model, greedy(STEPS));
+            assert_eq!(again.tokens, cpu.tokens, "{w}: the generation after a stop");
+            let sync = run(&mut engine, &model);
+            assert_eq!(
+                sync.tokens, cpu.tokens,
+                "{w}: one step at a time after chained steps"
+            );
+        }
+    }
 }
 
 #[test]

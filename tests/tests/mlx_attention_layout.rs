@@ -114,7 +114,7 @@ fn graph(c: &Case) -> Graph {
             num_heads: c.nh,
             head_dim: c.d,
             v_head_dim: None,
-            mask_kind: c.mask.clone(),
+            mask_kind: c.mask,
             score_scale: None,
             attn_logit_softcap: None,
         },

@@ -40,6 +40,7 @@ impl MlxExecutable {
         }
         let mut trace = RunTrace::start();
         let _on = on_device(&self.device)?;
+        trace.mark("device");
         let (built, given) = self.build(inputs, &mut trace)?;
         let Built { outs, writes, list } = built;
         let states_before = self.states.snapshot();
@@ -53,6 +54,7 @@ impl MlxExecutable {
                 explain(&self.graph, e)
             ))
         })?;
+        trace.mark("submit");
         let built = Built { outs, writes, list };
         self.keep(&built, given);
         self.pending.push_back(Pending {
@@ -61,6 +63,8 @@ impl MlxExecutable {
             states_before,
             params_before,
         });
+        trace.mark("finish");
+        trace.finish(|| format!("{} submit", self.trace_label()));
         Ok(())
     }
 
@@ -78,7 +82,9 @@ impl MlxExecutable {
         let run = self.pending.pop_front().ok_or_else(|| {
             PluginError::invalid_argument("wait: no run is submitted (submit one first)")
         })?;
+        let mut trace = RunTrace::start();
         let _on = on_device(&self.device)?;
+        trace.mark("device");
         let done = array::eval_list_spinning(&run.list, spin_us(array::thread_device_is_gpu()))
             .map_err(|e| {
                 PluginError::internal(format!(
@@ -110,12 +116,14 @@ impl MlxExecutable {
                 )
             });
         }
-        if slots.is_empty() {
-            return Ok(());
+        trace.mark("eval");
+        if !slots.is_empty() {
+            for (i, (a, id)) in run.outs.into_iter().zip(&self.graph.outputs).enumerate() {
+                self.put_output(i, a, *id, &mut slots[i])?;
+            }
         }
-        for (i, (a, id)) in run.outs.into_iter().zip(&self.graph.outputs).enumerate() {
-            self.put_output(i, a, *id, &mut slots[i])?;
-        }
+        trace.mark("outputs");
+        trace.finish(|| format!("{} wait", self.trace_label()));
         Ok(())
     }
 }
