@@ -13,7 +13,8 @@ use crate::config::ModelConfig;
 use crate::graph::{self, LOGITS, NEXT_TOKEN, ROPE_COS, ROPE_SIN};
 use crate::weights::{Tensor, Weights};
 use crate::{Error, Result};
-use rlx_ir::{DType, Graph, Op};
+use rlx_ir::{DType, Graph};
+use rlx_plugin_host::dist::split::param_names;
 use rlx_runtime::{CompiledGraph, Device, Session};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -124,20 +125,20 @@ pub fn param_value<'a>(
     }
 }
 
-/// The params a graph declares, in node order.
-pub fn param_names(g: &Graph) -> Vec<String> {
-    g.nodes()
-        .iter()
-        .filter_map(|n| match &n.op {
-            Op::Param { name } => Some(name.clone()),
-            _ => None,
-        })
-        .collect()
+/// rlx-runtime's panics (how its `CompiledGraph` reports failures) as errors.
+pub(crate) fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> Result<R> {
+    rlx_plugin_host::guard::catch_quiet(f).map_err(|e| Error(format!("{what}: {e}")))
 }
 
-/// rlx-runtime's panics (how its `CompiledGraph` reports failures) as errors.
-fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> Result<R> {
-    rlx_plugin_host::guard::catch_quiet(f).map_err(|e| Error(format!("{what}: {e}")))
+/// A step's outputs: the greedy token's output, and the logits when asked.
+pub(crate) fn step_out(token: &[f32], logits: Option<&[f32]>) -> Result<StepOut> {
+    let token = token
+        .first()
+        .ok_or_else(|| Error("the step returned no token".into()))?;
+    Ok(StepOut {
+        token: *token as u32,
+        logits: logits.map(<[f32]>::to_vec),
+    })
 }
 
 fn f32_bytes(n: usize) -> u64 {
@@ -153,11 +154,14 @@ pub struct HostEngine {
     prefills: Vec<(usize, CompiledGraph)>,
     decode: Option<CompiledGraph>,
     caches: Vec<Vec<f32>>,
+    /// The caches' input (and output) names, in output order.
+    cache_names: Vec<String>,
     counters: Counters,
 }
 
 impl HostEngine {
     pub fn new(model: Arc<Model>, device: Device) -> HostEngine {
+        let cache_names = graph::cache_names(model.config.num_layers);
         HostEngine {
             model,
             device,
@@ -166,6 +170,7 @@ impl HostEngine {
             prefills: Vec::new(),
             decode: None,
             caches: Vec::new(),
+            cache_names,
             counters: Counters::default(),
         }
     }
@@ -185,14 +190,7 @@ impl HostEngine {
     }
 
     fn step_out(outs: &[Vec<f32>], logits: bool) -> Result<StepOut> {
-        let token = outs
-            .get(NEXT_TOKEN)
-            .and_then(|t| t.first())
-            .ok_or_else(|| Error("the step returned no token".into()))?;
-        Ok(StepOut {
-            token: *token as u32,
-            logits: logits.then(|| outs[LOGITS].clone()),
-        })
+        step_out(&outs[NEXT_TOKEN], logits.then(|| outs[LOGITS].as_slice()))
     }
 }
 
@@ -230,16 +228,14 @@ impl Engine for HostEngine {
         self.model.weights.embedding_row(token as usize, &mut x);
         let x = x.as_slice();
         let exe = self.decode.as_mut().expect("prepare comes first");
-        let layers = self.model.config.num_layers;
         let pos = [pos as f32];
-        let names: Vec<(String, String)> = (0..layers)
-            .map(|l| (graph::k_cache(l), graph::v_cache(l)))
-            .collect();
         let mut inputs: Vec<(&str, &[f32])> = vec![("x", x), ("pos", &pos)];
-        for (l, (k, v)) in names.iter().enumerate() {
-            inputs.push((k, &self.caches[2 * l]));
-            inputs.push((v, &self.caches[2 * l + 1]));
-        }
+        inputs.extend(
+            self.cache_names
+                .iter()
+                .map(String::as_str)
+                .zip(self.caches.iter().map(Vec::as_slice)),
+        );
         let sent: usize = inputs.iter().map(|(_, d)| d.len()).sum();
         let mut outs = guarded("decode", || exe.run(&inputs))?;
         let out = Self::step_out(&outs, logits)?;

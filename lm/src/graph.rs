@@ -29,9 +29,10 @@ use rlx_ir::op::{Activation, BinaryOp, CmpOp, MaskKind, PadMode, RopeStyle};
 use rlx_ir::{DType, Graph, NodeId, Op, QuantScheme, Shape};
 use std::collections::HashMap;
 
-/// Output positions shared by both graphs.
+/// Output positions shared by both graphs, and their names.
 pub const LOGITS: usize = 0;
 pub const NEXT_TOKEN: usize = 1;
+pub const OUTPUT_NAMES: [&str; 2] = ["logits", "next_token"];
 
 /// The output (and, in the decode graph, the state input) holding layer
 /// `l`'s K or V cache.
@@ -40,6 +41,12 @@ pub fn k_cache(l: usize) -> String {
 }
 pub fn v_cache(l: usize) -> String {
     format!("v_cache_{l}")
+}
+
+/// Every cache's name in output order: cache `i` is output `2 + i` (layer
+/// `i / 2`'s K, then its V).
+pub fn cache_names(layers: usize) -> Vec<String> {
+    (0..layers).flat_map(|l| [k_cache(l), v_cache(l)]).collect()
 }
 
 /// The rotary tables' params: `[cap, head_dim / 2]` each.
@@ -349,8 +356,8 @@ impl<'a> Builder<'a> {
 
     fn finish(mut self, logits: NodeId, next: NodeId, caches: Vec<(NodeId, NodeId)>) -> Graph {
         let mut outs = vec![
-            ("logits".to_string(), logits),
-            ("next_token".to_string(), next),
+            (OUTPUT_NAMES[LOGITS].to_string(), logits),
+            (OUTPUT_NAMES[NEXT_TOKEN].to_string(), next),
         ];
         for (l, (k, v)) in caches.into_iter().enumerate() {
             outs.push((k_cache(l), k));

@@ -17,11 +17,12 @@
 //! are submitted ahead (ABI 1.9), the host reading each token while the
 //! next step computes.
 
-use crate::engine::{param_names, param_value, Counters, Engine, Model, StepOut};
-use crate::graph::{self, LOGITS, NEXT_TOKEN, TOKEN};
+use crate::engine::{guarded, param_value, step_out, Counters, Engine, Model, StepOut};
+use crate::graph::{self, LOGITS, NEXT_TOKEN, OUTPUT_NAMES, TOKEN};
 use crate::{Error, Result};
 use rlx_plugin_api::Mode;
 use rlx_plugin_host::backend::{compile_on_plugin, with_mode, PluginGraph};
+use rlx_plugin_host::dist::split::param_names;
 use rlx_runtime::{Device, ExecutableGraph};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct PluginEngine {
     rope: (Vec<f32>, Vec<f32>),
     prefills: Vec<(usize, PluginGraph)>,
     decode: Option<PluginGraph>,
+    /// The caches' input (and output) names, in output order.
+    cache_names: Vec<String>,
     /// The decode graph takes the token (see the module docs), else the
     /// token's embedding row.
     token_on_device: bool,
@@ -62,13 +65,37 @@ pub struct PluginEngine {
     counters: Counters,
 }
 
-fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> Result<R> {
-    rlx_plugin_host::guard::catch_quiet(f).map_err(|e| Error(format!("{what}: {e}")))
+/// The outputs a step reads back, in this order: the token, and the
+/// logits when asked (the caches stay on the device).
+fn wanted(logits: bool) -> &'static [usize] {
+    if logits {
+        &[NEXT_TOKEN, LOGITS]
+    } else {
+        &[NEXT_TOKEN]
+    }
+}
+
+/// The decode executable's states, each with the output that replaces it
+/// after every run (and that the prefill's run fills first, by the same
+/// name): the caches, and the token where it stays on the device.
+fn states(cache_names: &[String], token_on_device: bool) -> impl Iterator<Item = (&str, usize)> {
+    let caches = cache_names.iter().enumerate();
+    let token = token_on_device.then_some((TOKEN, NEXT_TOKEN));
+    caches.map(|(i, n)| (n.as_str(), 2 + i)).chain(token)
+}
+
+/// A step's outputs as [`wanted`] read them.
+fn read_step(outs: &[Vec<f32>], logits: bool) -> Result<StepOut> {
+    let token = outs
+        .first()
+        .ok_or_else(|| Error("the step returned no token".into()))?;
+    step_out(token, logits.then(|| outs[1].as_slice()))
 }
 
 impl PluginEngine {
     /// The plugin registered for `device` (`rlx_plugin_host::install`).
     pub fn new(model: Arc<Model>, device: Device, mode: Mode, client: Client) -> PluginEngine {
+        let cache_names = graph::cache_names(model.config.num_layers);
         PluginEngine {
             model,
             device,
@@ -78,6 +105,7 @@ impl PluginEngine {
             rope: (Vec::new(), Vec::new()),
             prefills: Vec::new(),
             decode: None,
+            cache_names,
             token_on_device: false,
             retired: VecDeque::new(),
             counters: Counters::default(),
@@ -133,37 +161,6 @@ impl PluginEngine {
             })?;
         }
         Ok(())
-    }
-
-    /// The decode executable's caches (held) fed from its own outputs after
-    /// each run.
-    fn feed_caches(&self, exe: &mut PluginGraph) -> Result<()> {
-        for l in 0..self.model.config.num_layers {
-            for (i, name) in [graph::k_cache(l), graph::v_cache(l)].iter().enumerate() {
-                if !exe.set_gpu_handle_feed(name, 2 + 2 * l + i) {
-                    return Err(Error(format!(
-                        "the plugin cannot feed {name} from its output (no executable state)"
-                    )));
-                }
-            }
-        }
-        if self.token_on_device && !exe.set_gpu_handle_feed(TOKEN, NEXT_TOKEN) {
-            return Err(Error(format!(
-                "the plugin cannot feed {TOKEN} from its output (no executable state)"
-            )));
-        }
-        Ok(())
-    }
-
-    fn step_out(outs: &[Vec<f32>], logits: bool) -> Result<StepOut> {
-        let token = outs
-            .first()
-            .and_then(|t| t.first())
-            .ok_or_else(|| Error("the step returned no token".into()))?;
-        Ok(StepOut {
-            token: *token as u32,
-            logits: logits.then(|| outs[1].clone()),
-        })
     }
 
     /// A new decode executable that takes the weights and the caches over
@@ -227,44 +224,32 @@ impl Engine for PluginEngine {
 
     fn prefill(&mut self, x: &[f32], len: usize, last: usize, logits: bool) -> Result<StepOut> {
         self.drain();
-        let exe = match self.prefills.iter_mut().find(|(l, _)| *l == len) {
-            Some((_, exe)) => exe,
-            None => return Err(Error(format!("no prefill of {len} rows was prepared"))),
+        let Some((_, exe)) = self.prefills.iter_mut().find(|(l, _)| *l == len) else {
+            return Err(Error(format!("no prefill of {len} rows was prepared")));
         };
         let last = [last as f32];
-        // The caches stay on the device: only the token (and the logits
-        // when asked) come back; the decode executable takes the caches
-        // over from this run's outputs.
-        let want: &[usize] = if logits {
-            &[NEXT_TOKEN, LOGITS]
-        } else {
-            &[NEXT_TOKEN]
-        };
+        // Only the token (and the logits when asked) come back; the decode
+        // executable takes the caches (and the token) over from this run's
+        // outputs on the device.
         let outs = guarded("prefill", || {
-            exe.run_read_outputs(&[("x", x), ("last", &last)], Some(want))
+            exe.run_read_outputs(&[("x", x), ("last", &last)], Some(wanted(logits)))
         })?;
-        let out = Self::step_out(&outs, logits)?;
-        let exe = &self
-            .prefills
-            .iter()
-            .find(|(l, _)| *l == len)
-            .expect("run above")
-            .1;
+        let out = read_step(&outs, logits)?;
+        let exe: &PluginGraph = exe;
         let decode = self.decode.as_mut().expect("prepare comes first");
-        for l in 0..self.model.config.num_layers {
-            for name in [graph::k_cache(l), graph::v_cache(l)] {
-                decode.hold_from(&name, Some(exe), &name).map_err(Error)?;
+        for (state, out) in states(&self.cache_names, self.token_on_device) {
+            let value = if out == NEXT_TOKEN {
+                OUTPUT_NAMES[NEXT_TOKEN]
+            } else {
+                state
+            };
+            decode.hold_from(state, Some(exe), value).map_err(Error)?;
+            if !decode.set_gpu_handle_feed(state, out) {
+                return Err(Error(format!(
+                    "the plugin cannot feed {state} from its output (no executable state)"
+                )));
             }
         }
-        if self.token_on_device {
-            decode
-                .hold_from(TOKEN, Some(exe), "next_token")
-                .map_err(Error)?;
-        }
-        let mut decode = self.decode.take().expect("prepare comes first");
-        let fed = self.feed_caches(&mut decode);
-        self.decode = Some(decode);
-        fed?;
         Ok(out)
     }
 
@@ -282,21 +267,18 @@ impl Engine for PluginEngine {
         if on_device && !exe.bind_gpu_handle(TOKEN, &[token as f32]) {
             return Err(Error(format!("the plugin could not hold {TOKEN}")));
         }
-        let want: &[usize] = if logits {
-            &[NEXT_TOKEN, LOGITS]
-        } else {
-            &[NEXT_TOKEN]
-        };
         let inputs: &[(&str, &[f32])] = if on_device {
             &[("pos", &pos)]
         } else {
             &[("x", &row), ("pos", &pos)]
         };
-        let outs = guarded("decode", || exe.run_read_outputs(inputs, Some(want)))?;
+        let outs = guarded("decode", || {
+            exe.run_read_outputs(inputs, Some(wanted(logits)))
+        })?;
         self.counters.decode_steps += 1;
         self.counters.decode_bytes_in += ((row.len().max(1) + 1) * 4) as u64;
         self.counters.decode_bytes_out += (outs.iter().map(Vec::len).sum::<usize>() * 4) as u64;
-        Self::step_out(&outs, logits)
+        read_step(&outs, logits)
     }
 
     fn chains_greedy(&self) -> bool {

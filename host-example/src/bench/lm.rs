@@ -183,8 +183,8 @@ fn openblas() -> Option<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find(|l| {
-            l.trim_start().starts_with("libopenblas.so.0 ") && l.contains("x86-64")
-                || l.trim_start().starts_with("libopenblas.so.0 ") && l.contains("AArch64")
+            l.trim_start().starts_with("libopenblas.so.0 ")
+                && (l.contains("x86-64") || l.contains("AArch64"))
         })
         .and_then(|l| l.rsplit("=> ").next().map(|p| p.trim().to_string()))
 }

@@ -430,6 +430,11 @@ impl MlxExecutable {
 }
 
 /// The node of the input or param called `name` in `leaves`.
+/// A declared layout (`declared_layout`) as errors print it: `f32[2, 3]`.
+fn layout_text((dtype, dims): &(rlx_plugin_api::DType, Dims<usize>)) -> String {
+    format!("{dtype}{:?}", dims.as_slice())
+}
+
 fn leaf_named(leaves: &[(String, NodeId)], name: &str) -> Option<NodeId> {
     leaves.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
 }
@@ -970,6 +975,16 @@ impl MlxExecutable {
         self.graph
             .output_name(i)
             .map_or_else(|| format!("output{i}"), str::to_string)
+    }
+
+    /// `src` as an MLX executable, or `INVALID_ARGUMENT` naming the call
+    /// (`what`) that was handed another plugin's.
+    fn of<'a>(src: &'a dyn Executable, what: &str) -> PluginResult<&'a MlxExecutable> {
+        src.as_any()
+            .and_then(|a| a.downcast_ref::<MlxExecutable>())
+            .ok_or_else(|| {
+                PluginError::invalid_argument(format!("{what}: src is not an MLX executable"))
+            })
     }
 
     /// Node `id`'s declared dtype and dims (an output's, a leaf's).

@@ -2,7 +2,9 @@
 //! an executable shares with another, or changes without a recompile.
 
 use super::state::{flat, idx};
-use super::{compile_graph, leaf_named, on_device, rng_options, InputSlots, MlxExecutable};
+use super::{
+    compile_graph, layout_text, leaf_named, on_device, rng_options, InputSlots, MlxExecutable,
+};
 use rlx_mlx_shim::{array, ops};
 use rlx_plugin_api::{CompileOptions, Executable, PluginError, PluginResult};
 use std::sync::Arc;
@@ -55,12 +57,7 @@ impl MlxExecutable {
     /// Take `src`'s param arrays for every param of this graph: all or
     /// nothing, each of the same dtype and shape.
     pub(super) fn share_from(&mut self, src: &dyn Executable) -> PluginResult<usize> {
-        let src = src
-            .as_any()
-            .and_then(|a| a.downcast_ref::<MlxExecutable>())
-            .ok_or_else(|| {
-                PluginError::invalid_argument("share_params: src is not an MLX executable")
-            })?;
+        let src = MlxExecutable::of(src, "share_params")?;
         let mut taken = Vec::with_capacity(self.params.len());
         for (name, id) in &self.params {
             let sid = leaf_named(&src.params, name).ok_or_else(|| {
@@ -69,11 +66,9 @@ impl MlxExecutable {
             let (want, got) = (self.declared_layout(*id), src.declared_layout(sid));
             if want != got {
                 return Err(PluginError::invalid_argument(format!(
-                    "share_params: param {name:?} is {}{:?} here but {}{:?} in src",
-                    want.0,
-                    want.1.as_slice(),
-                    got.0,
-                    got.1.as_slice()
+                    "share_params: param {name:?} is {} here but {} in src",
+                    layout_text(&want),
+                    layout_text(&got)
                 )));
             }
             let a = src.bound.get(&sid).ok_or_else(|| {

@@ -2,7 +2,8 @@
 //! checks its names and layouts, then acts on [`super::States`].
 
 use super::state::{read_range, Held};
-use super::{on_device, MlxExecutable};
+use super::{layout_text, on_device, MlxExecutable};
+use crate::lower::A;
 use rlx_plugin_api::{
     Feed, PluginError, PluginResult, Role, RowFeed, StateBuf, TensorRef, ValueInfo,
 };
@@ -53,23 +54,24 @@ impl MlxExecutable {
         self.check_leaf("state", name, id, value.dtype, &value.shape)?;
         let _on = on_device(&self.device)?;
         let arr = self.new_leaf("state", name, id, &value.shape, &value.compact_cow()?)?;
+        self.hold_at(slot, arr);
+        Ok(())
+    }
+
+    /// Hold `value` as the state of input `slot` (a state held already
+    /// keeps its feed).
+    fn hold_at(&mut self, slot: usize, value: A) {
         match self.states.held.get_mut(&slot) {
-            Some(h) => h.value = arr,
+            Some(h) => h.value = value,
             None => {
-                self.states.held.insert(
-                    slot,
-                    Held {
-                        value: arr,
-                        feed: Feed::None,
-                    },
-                );
+                let feed = Feed::None;
+                self.states.held.insert(slot, Held { value, feed });
             }
         }
         // The input's array of the last run is not this state's to reuse.
         if let Some(k) = self.kept_inputs.get_mut(slot) {
             *k = None;
         }
-        Ok(())
     }
 
     /// (ABI 1.13) Hold as the state `name` the array `src` (this
@@ -84,14 +86,8 @@ impl MlxExecutable {
         value: &str,
     ) -> PluginResult<()> {
         let other = match src {
+            Some(e) => Some(MlxExecutable::of(e, "bind_from")?),
             None => None,
-            Some(e) => Some(
-                e.as_any()
-                    .and_then(|a| a.downcast_ref::<MlxExecutable>())
-                    .ok_or_else(|| {
-                        PluginError::invalid_argument("bind_from: src is not an MLX executable")
-                    })?,
-            ),
         };
         if name.is_empty() {
             return match other {
@@ -106,29 +102,13 @@ impl MlxExecutable {
         let want = self.declared_layout(self.inputs[slot].1);
         if layout != want {
             return Err(PluginError::invalid_argument(format!(
-                "state {name:?} is {}{:?} but {value:?} is {}{:?}",
-                want.0,
-                want.1.as_slice(),
-                layout.0,
-                layout.1.as_slice()
+                "state {name:?} is {} but {value:?} is {}",
+                layout_text(&want),
+                layout_text(&layout)
             )));
         }
         let arr = arr.clone_handle();
-        match self.states.held.get_mut(&slot) {
-            Some(h) => h.value = arr,
-            None => {
-                self.states.held.insert(
-                    slot,
-                    Held {
-                        value: arr,
-                        feed: Feed::None,
-                    },
-                );
-            }
-        }
-        if let Some(k) = self.kept_inputs.get_mut(slot) {
-            *k = None;
-        }
+        self.hold_at(slot, arr);
         Ok(())
     }
 
@@ -152,11 +132,9 @@ impl MlxExecutable {
             );
             if want != got {
                 return Err(PluginError::invalid_argument(format!(
-                    "state {name:?} is {}{:?} here but {}{:?} in the source",
-                    want.0,
-                    want.1.as_slice(),
-                    got.0,
-                    got.1.as_slice()
+                    "state {name:?} is {} here but {} in the source",
+                    layout_text(&want),
+                    layout_text(&got)
                 )));
             }
             if let Some(o) = held.feed.output() {
@@ -174,19 +152,11 @@ impl MlxExecutable {
                     )));
                 }
             }
-            taken.push((
-                slot,
-                Held {
-                    value: held.value.clone_handle(),
-                    feed: held.feed,
-                },
-            ));
+            taken.push((slot, held.value.clone_handle(), held.feed));
         }
-        for (slot, held) in taken {
-            if let Some(k) = self.kept_inputs.get_mut(slot) {
-                *k = None;
-            }
-            self.states.held.insert(slot, held);
+        for (slot, value, feed) in taken {
+            self.hold_at(slot, value);
+            self.states.held.get_mut(&slot).expect("held above").feed = feed;
         }
         Ok(())
     }
