@@ -18,7 +18,8 @@ pub fn parse_and_check(text: &str) -> PluginResult<Graph> {
 
 /// Read a graph and check every node: a lowering exists, takes the node's
 /// dtype, shapes are static with at most [`MAX_RANK`] dimensions, and
-/// inputs come before their users.
+/// inputs come before their users. (The sizes MLX takes are checked
+/// against its memory and then [`crate::bounds`] before any lowering.)
 pub fn read_and_check(source: GraphSource) -> PluginResult<Graph> {
     let graph = source.read()?;
     for n in graph.nodes() {

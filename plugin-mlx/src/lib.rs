@@ -7,6 +7,7 @@
 //! `mx::compile`. MLX itself is reached only through `rlx-mlx-shim`.
 
 pub mod blas;
+pub mod bounds;
 pub mod contraction;
 pub mod custom;
 pub mod devices;

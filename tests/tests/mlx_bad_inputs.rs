@@ -164,6 +164,70 @@ fn a_rank_beyond_the_limit_is_refused() {
     );
 }
 
+// ---- sizes past what MLX takes (plugin-mlx/src/bounds.rs) ----
+
+#[test]
+fn attributes_past_int32_are_refused_naming_the_attribute() {
+    // 2^32 + 1 would wrap to 1 (and pass the element-count check).
+    refused(
+        "  %x = input : f32[1]\n  %1 = Reshape{new_shape: [4294967297]} %x : f32[1]\n  return %1",
+        StatusCode::InvalidArgument,
+        &[
+            "node %1 (Reshape",
+            "new_shape[0] = 4294967297 is outside [-2147483648, 2147483647]",
+        ],
+    );
+    refused(
+        "  %x = input : f32[1]\n  %1 = Expand{target_shape: [2147483648]} %x : f32[1]\n  return %1",
+        StatusCode::InvalidArgument,
+        &["node %1 (Expand", "target_shape[0] = 2147483648 is outside"],
+    );
+    refused(
+        "  %x = input : f32[4, 3]\n  %1 = Narrow{axis: 18446744073709551615, start: 0, len: 1} %x : f32[1, 3]\n  return %1",
+        StatusCode::InvalidArgument,
+        &["node %1 (Narrow", "axis = 18446744073709551615 is outside"],
+    );
+}
+
+#[test]
+fn shapes_past_the_bounds_are_refused() {
+    refused(
+        "  %x = input : f32[2147483648, 0]\n  %1 = Activation(Exp) %x : f32[2147483648, 0]\n  return %1",
+        StatusCode::InvalidArgument,
+        &[
+            "node %0",
+            "dimension 0 of its shape is 2147483648, more than the 2147483647",
+        ],
+    );
+    // Past any device's memory first: reported as that.
+    refused(
+        "  %x = input : f32[1073741824, 1073741824, 1073741824]\n  \
+         %1 = Activation(Exp) %x : f32[1073741824, 1073741824, 1073741824]\n  return %1",
+        StatusCode::ResourceExhausted,
+        &["node %0", "more than 2^64 bytes"],
+    );
+    refused(
+        "  %x = input : f32[1]\n  %1 = Reshape{new_shape: [1073741824, 1073741824, 1073741824]} %x : f32[1]\n  return %1",
+        StatusCode::InvalidArgument,
+        &["new_shape multiplies to more than"],
+    );
+}
+
+#[test]
+fn a_minus_one_in_a_new_shape_is_in_bounds() {
+    for mode in MODES {
+        let mut exe = mlx()
+            .compile(
+                &text("  %x = input : f32[2, 3]\n  %1 = Reshape{new_shape: [-1]} %x : f32[6]\n  return %1"),
+                mode,
+            )
+            .unwrap();
+        let x = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let out = exe.run(&[("x", &x)]).unwrap()[0].to_f32_vec().unwrap();
+        assert_eq!(out, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    }
+}
+
 // ---- tensors against the graph ----
 
 fn add_exe(mode: Mode) -> rlx_plugin_api::host::PluginExecutable {

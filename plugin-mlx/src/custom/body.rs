@@ -12,6 +12,7 @@ use rlx_plugin_api::{DType, PluginError, PluginResult, TensorType};
 /// Parse and check a body: every node lowers here, no params, one output.
 pub fn parse_body(text: &str) -> PluginResult<Graph> {
     let g = parse_and_check(text).map_err(|e| e.context("the composite body"))?;
+    crate::bounds::check_graph(&g).map_err(|e| e.context("the composite body"))?;
     if let Some(n) = g.nodes().iter().find(|n| matches!(n.op, Op::Param { .. })) {
         return Err(PluginError::invalid_argument(format!(
             "a composite body takes its values as inputs; it has a param ({})",

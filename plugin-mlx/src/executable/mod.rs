@@ -201,6 +201,7 @@ impl MlxExecutable {
             &graph,
             &crate::memory::limit_with(&device, options.memory_limit)?,
         )?;
+        crate::bounds::check_graph(&graph)?;
         let graph = Arc::new(graph);
         let (inputs, params) = leaves(&graph);
         for list in [&inputs, &params] {

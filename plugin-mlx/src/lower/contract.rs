@@ -3,6 +3,7 @@
 //! f32 arena, half-precision operands accumulate in f32 and round once.
 
 use super::{arity, Ctx, LResult, Lowering};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{ops, Array, DType as MxDType};
@@ -88,16 +89,16 @@ fn dot_general(cx: &Ctx, a: &[&Array]) -> LResult {
         prod(&ld, lc),
         prod(&rd, &rfree),
     );
-    let perm = |v: &[&[usize]]| -> Vec<i32> {
-        v.iter().flat_map(|s| s.iter().map(|&x| x as i32)).collect()
+    let perm = |v: &[&[usize]]| -> LResult<Vec<i32>> {
+        v.iter().flat_map(|s| s.iter()).map(|&x| x.i32()).collect()
     };
     let prep = |x: &Array, dtype: IrDType, p: Vec<i32>, shape: [i32; 3]| -> LResult {
         let t = ops::transpose(x, &p)?;
         let t = ops::reshape(&t, &shape)?;
         Ok(if is_half(dtype) { to_f32(&t)? } else { t })
     };
-    let l = prep(a[0], cx.in_dtype(0), perm(&[lb, &lfree, lc]), [b, m, k])?;
-    let r = prep(a[1], cx.in_dtype(1), perm(&[rb, rc, &rfree]), [b, k, n])?;
+    let l = prep(a[0], cx.in_dtype(0), perm(&[lb, &lfree, lc])?, [b, m, k])?;
+    let r = prep(a[1], cx.in_dtype(1), perm(&[rb, rc, &rfree])?, [b, k, n])?;
     let out = ops::matmul(&l, &r)?;
     // rlx's order (XLA's): batch dims, then lhs free, then rhs free.
     let shape: Vec<i32> = lb

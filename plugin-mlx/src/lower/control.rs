@@ -20,6 +20,7 @@
 use super::Eval;
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::graph_text::leaves;
+use crate::lower::I32;
 use rlx_ir::{Graph, NodeId, Op};
 use rlx_mlx_shim::{array, ops, Array, ArrayList};
 use rlx_plugin_api::{PluginError, PluginResult};
@@ -186,8 +187,8 @@ fn row(xs: &Array, t: usize) -> LResult {
     let shape = xs.shape();
     let mut start = vec![0i32; shape.len()];
     let mut stop = shape.clone();
-    start[0] = t as i32;
-    stop[0] = t as i32 + 1;
+    start[0] = t.i32()?;
+    stop[0] = t.i32()? + 1;
     let strides = vec![1i32; shape.len()];
     let s = ops::slice(xs, &start, &stop, &strides)?;
     Ok(ops::squeeze(&s, &[0])?)
@@ -210,7 +211,7 @@ fn scan(cx: &Ctx, a: &[&Array]) -> LResult {
     let bcast = &a[1..1 + nb];
     let xs = &a[1 + nb..];
     for (i, x) in xs.iter().enumerate() {
-        if x.shape().first().copied() != Some(len as i32) {
+        if x.shape().first().copied() != Some(len.i32()?) {
             return Err(format!(
                 "Scan xs {i} has shape {:?}; its leading axis must be the length {len}",
                 x.shape()

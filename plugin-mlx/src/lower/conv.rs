@@ -13,6 +13,7 @@
 
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::ReduceOp;
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
@@ -95,8 +96,8 @@ pub fn entries() -> Vec<Lowering> {
 // ── helpers ─────────────────────────────────────────────────────────────
 
 /// Entry `i` of an optional per-dim list, `default` when absent.
-fn at(v: &[usize], i: usize, default: usize) -> i32 {
-    v.get(i).copied().unwrap_or(default) as i32
+fn at(v: &[usize], i: usize, default: usize) -> LResult<i32> {
+    v.get(i).copied().unwrap_or(default).i32()
 }
 
 /// Check a per-spatial-dim attribute list: `nsp` entries (fewer: the rest
@@ -173,7 +174,7 @@ fn conv_cf(
     }
     // channels-first -> channels-last
     let mut to_last: Vec<i32> = vec![0];
-    to_last.extend((0..nsp as i32).map(|i| i + 2));
+    to_last.extend((0..nsp.i32()?).map(|i| i + 2));
     to_last.push(1);
     let xt = ops::transpose(x, &to_last)?;
     let wt = ops::transpose(w, &to_last)?;
@@ -221,7 +222,7 @@ fn conv_cf(
             )?);
         }
         let list = ArrayList::from_arrays(parts.iter().map(|p| &**p));
-        ops::concatenate(&list, nsp as i32 + 1)?
+        ops::concatenate(&list, nsp.i32()? + 1)?
     };
     let yd = y.shape();
     let mut y = y;
@@ -243,13 +244,13 @@ fn conv_cf(
         y = ops::slice(&y, &start, &stop, &vec![1; nsp + 2])?;
     }
     // channels-last -> channels-first
-    let mut to_first: Vec<i32> = vec![0, nsp as i32 + 1];
-    to_first.extend(1..=nsp as i32);
+    let mut to_first: Vec<i32> = vec![0, nsp.i32()? + 1];
+    to_first.extend(1..=nsp.i32()?);
     Ok(ops::transpose(&y, &to_first)?)
 }
 
 fn check_groups(groups: usize, c_in: i32, c_out: i32) -> LResult<i32> {
-    let g = groups as i32;
+    let g = groups.i32()?;
     if g <= 0 || c_in % g != 0 || c_out % g != 0 {
         return Err(format!(
             "groups={groups} does not divide C_in={c_in} and C_out={c_out}: not supported"
@@ -323,14 +324,14 @@ fn conv_nchw(cx: &Ctx, geom: &Geom, x: &Array, w: &Array) -> LResult {
         // 1-D on [N, C, L]; weight [C_out, C_in/g, K].
         (1, 3, 3) => {
             let g = check_groups(*groups, xd[1], od[1])?;
-            let w = weight_as(&w, &[od[1], xd[1] / g, kernel_size[0] as i32])?;
+            let w = weight_as(&w, &[od[1], xd[1] / g, kernel_size[0].i32()?])?;
             let y = conv_cf(
                 &x,
                 &w,
-                &[at(stride, 0, 1)],
-                &[at(dilation, 0, 1)],
+                &[at(stride, 0, 1)?],
+                &[at(dilation, 0, 1)?],
                 &[1],
-                &[at(padding, 0, 0)],
+                &[at(padding, 0, 0)?],
                 g,
                 false,
                 &[od[2]],
@@ -350,7 +351,7 @@ fn conv_nchw(cx: &Ctx, geom: &Geom, x: &Array, w: &Array) -> LResult {
                 (od[1], od[2], od[3])
             };
             let g = check_groups(*groups, c_in, c_out)?;
-            let (kh, kw) = (kernel_size[0] as i32, kernel_size[1] as i32);
+            let (kh, kw) = (kernel_size[0].i32()?, kernel_size[1].i32()?);
             let w = weight_as(&w, &[c_out, c_in / g, kh, kw])?;
             // rlx-cpu: a `[k, 1]` kernel (k > 1) over a unit-H input convolves
             // the length (W) with the index-0 stride/padding/dilation — ONNX
@@ -361,17 +362,17 @@ fn conv_nchw(cx: &Ctx, geom: &Geom, x: &Array, w: &Array) -> LResult {
                 (
                     [n, c_in, wi, 1],
                     [w_out, 1],
-                    [at(stride, 0, 1), 1],
-                    [at(padding, 0, 0), 0],
-                    [at(dilation, 0, 1), 1],
+                    [at(stride, 0, 1)?, 1],
+                    [at(padding, 0, 0)?, 0],
+                    [at(dilation, 0, 1)?, 1],
                 )
             } else {
                 (
                     [n, c_in, h, wi],
                     [h_out, w_out],
-                    [at(stride, 0, 1), at(stride, 1, 1)],
-                    [at(padding, 0, 0), at(padding, 1, 0)],
-                    [at(dilation, 0, 1), at(dilation, 1, 1)],
+                    [at(stride, 0, 1)?, at(stride, 1, 1)?],
+                    [at(padding, 0, 0)?, at(padding, 1, 0)?],
+                    [at(dilation, 0, 1)?, at(dilation, 1, 1)?],
                 )
             };
             let x = ops::reshape(&x, &geom)?;
@@ -416,9 +417,9 @@ fn conv_ncdhw(cx: &Ctx, geom: &Geom, x: &Array, w: &Array) -> LResult {
     }
     let three = |what: &str, v: &[usize], unit: usize| -> LResult<[i32; 3]> {
         match v.len() {
-            0 => Ok([unit as i32; 3]),
-            1 => Ok([v[0] as i32; 3]),
-            n if n >= 3 => Ok([v[0] as i32, v[1] as i32, v[2] as i32]),
+            0 => Ok([unit.i32()?; 3]),
+            1 => Ok([v[0].i32()?; 3]),
+            n if n >= 3 => Ok([v[0].i32()?, v[1].i32()?, v[2].i32()?]),
             n => Err(format!("Conv3d with a {n}-entry {what} is not lowered").into()),
         }
     };
@@ -509,7 +510,7 @@ fn transposed(
     dims.extend_from_slice(k);
     let w = weight_as(w, &dims)?;
     let mut perm = vec![0, 2, 1];
-    perm.extend((0..nsp as i32).map(|i| i + 3));
+    perm.extend((0..nsp.i32()?).map(|i| i + 3));
     let w = ops::transpose(&w, &perm)?;
     let mut dims = vec![c_out, cin_g];
     dims.extend_from_slice(k);
@@ -561,10 +562,10 @@ fn conv_transpose2d(cx: &Ctx, a: &[&Array]) -> LResult {
     let y = transposed(
         &x,
         &wf,
-        &[kernel_size[0] as i32, kernel_size[1] as i32],
-        &[at(stride, 0, 1), at(stride, 1, 1)],
-        &[at(padding, 0, 0), at(padding, 1, 0)],
-        &[at(dilation, 0, 1), at(dilation, 1, 1)],
+        &[kernel_size[0].i32()?, kernel_size[1].i32()?],
+        &[at(stride, 0, 1)?, at(stride, 1, 1)?],
+        &[at(padding, 0, 0)?, at(padding, 1, 0)?],
+        &[at(dilation, 0, 1)?, at(dilation, 1, 1)?],
         *groups,
         c_out,
         &out_sp,
@@ -590,15 +591,16 @@ fn conv_transpose3d(cx: &Ctx, a: &[&Array]) -> LResult {
             "ConvTranspose3d on operands other than NCDHW / 5-d weights is not lowered".into(),
         );
     }
-    let i32s = |v: &[usize; 3]| v.map(|e| e as i32);
+    let i32s =
+        |v: &[usize; 3]| -> LResult<[i32; 3]> { Ok([v[0].i32()?, v[1].i32()?, v[2].i32()?]) };
     let (x, w) = (to_f32(a[0])?, to_f32(a[1])?);
     transposed(
         &x,
         &w,
         &wd[2..],
-        &i32s(stride),
-        &i32s(padding),
-        &i32s(dilation),
+        &i32s(stride)?,
+        &i32s(padding)?,
+        &i32s(dilation)?,
         *groups,
         od[1],
         &od[2..],
@@ -632,10 +634,10 @@ fn im2col(cx: &Ctx, a: &[&Array]) -> LResult {
     check_len("dilation", dilation, 2, false, 1)?;
     check_len("padding", padding, 2, false, 0)?;
     let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
-    let k = [kernel_size[0] as i32, kernel_size[1] as i32];
-    let s = [at(stride, 0, 1), at(stride, 1, 1)];
-    let p = [at(padding, 0, 0), at(padding, 1, 0)];
-    let d = [at(dilation, 0, 1), at(dilation, 1, 1)];
+    let k = [kernel_size[0].i32()?, kernel_size[1].i32()?];
+    let s = [at(stride, 0, 1)?, at(stride, 1, 1)?];
+    let p = [at(padding, 0, 0)?, at(padding, 1, 0)?];
+    let d = [at(dilation, 0, 1)?, at(dilation, 1, 1)?];
     // rlx-cpu derives the patch grid from the geometry (conv output rule).
     let out = |len: i32, i: usize| -> i32 {
         let span = d[i] * (k[i] - 1);
@@ -694,9 +696,14 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     check_len("stride", stride, nsp, false, 1)?;
     check_len("padding", padding, nsp, true, 0)?;
-    let k: Vec<i32> = kernel_size.iter().map(|v| *v as i32).collect();
-    let s: Vec<i32> = (0..nsp).map(|i| at(stride, i, 1)).collect();
-    let p: Vec<i32> = (0..nsp).map(|i| at(padding, i, 0)).collect();
+    let k: Vec<i32> = kernel_size
+        .iter()
+        .map(|v| v.i32())
+        .collect::<LResult<_>>()?;
+    let s: Vec<i32> = (0..nsp).map(|i| at(stride, i, 1)).collect::<LResult<_>>()?;
+    let p: Vec<i32> = (0..nsp)
+        .map(|i| at(padding, i, 0))
+        .collect::<LResult<_>>()?;
     if s.contains(&0) || k.contains(&0) {
         return Err("Pool with a zero stride or kernel is not supported".into());
     }
@@ -715,7 +722,7 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
     let hi: Vec<i32> = (0..nsp)
         .map(|i| ((osp[i] - 1) * s[i] + k[i] - sp[i] - p[i]).max(0))
         .collect();
-    let axes: Vec<i32> = (0..nsp as i32).map(|i| i + 2).collect();
+    let axes: Vec<i32> = (0..nsp.i32()?).map(|i| i + 2).collect();
     let fill = if is_max { f64::NEG_INFINITY } else { 0.0 };
     let xp = ops::pad(&x, &axes, &p, &hi, fill)?;
     let xp = ops::contiguous(&xp)?;
@@ -727,7 +734,8 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
     strides.extend((0..nsp).map(|i| st[i + 2] * s[i] as i64));
     strides.extend((0..nsp).map(|i| st[i + 2]));
     let win = ops::as_strided(&xp, &shape, &strides, 0)?;
-    let red: Vec<i32> = (0..nsp as i32).map(|i| i + 2 + nsp as i32).collect();
+    let n = nsp.i32()?;
+    let red: Vec<i32> = (0..n).map(|i| i + 2 + n).collect();
     if is_max {
         return Ok(ops::max(&win, &red, false)?);
     }
@@ -806,9 +814,11 @@ fn interpolate3d(cx: &Ctx, a: &[&Array]) -> LResult {
         if i == o {
             continue;
         }
-        let idx: Vec<i32> = (0..o).map(|j| ((j * i) / o).min(i - 1) as i32).collect();
-        let idx = Array::from_slice(&idx, &[o as i32])?;
-        y = ops::take(&y, &idx, ax as i32)?;
+        let idx: Vec<i32> = (0..o)
+            .map(|j| ((j * i) / o).min(i - 1).i32())
+            .collect::<LResult<_>>()?;
+        let idx = Array::from_slice(&idx, &[o.i32()?])?;
+        y = ops::take(&y, &idx, ax.i32()?)?;
     }
     Ok(y)
 }

@@ -57,9 +57,10 @@
 //!   activation is one of the epilogue set below (others not lowered).
 
 use super::attention::{attend, rope_neox_bhld, ScoreMask};
-use super::norm::{f32_of, normalise, Norm};
+use super::norm::{f32_of, normalise, Norm, Shift};
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::Activation;
 use rlx_mlx_shim::{ops, Array, DType as MxDType};
@@ -258,7 +259,7 @@ fn residual_norm(cx: &Ctx, a: &[&Array], kind: Norm, has_bias: bool, eps: f32) -
     } else {
         (a[2], a[3])
     };
-    normalise(kind, &v, g, b, eps, dt, &out)
+    normalise(kind, &v, g, b, Shift::Values, eps, dt, &out)
 }
 
 fn residual_rms_norm(cx: &Ctx, a: &[&Array]) -> LResult {
@@ -346,7 +347,7 @@ fn block_rope_table(name: &str, t: &Array, b: i32, s: i32, nh: i32, half: i32) -
         half
     };
     let rows = if stride > 0 {
-        t.size() as i32 / stride
+        t.size().i32()? / stride
     } else {
         0
     };
@@ -358,7 +359,7 @@ fn block_rope_table(name: &str, t: &Array, b: i32, s: i32, nh: i32, half: i32) -
         )
         .into());
     }
-    let flat = ops::reshape(t, &[t.size() as i32])?;
+    let flat = ops::reshape(t, &[t.size().i32()?])?;
     let flat = ops::slice(&flat, &[0], &[s * half], &[1])?;
     Ok(ops::reshape(&*f32_of(&flat)?, &[s, half])?)
 }
@@ -376,7 +377,7 @@ fn attention_block(cx: &Ctx, a: &[&Array]) -> LResult {
     const OP: &str = "FusedAttentionBlock";
     let want = 4 + if *has_bias { 2 } else { 0 } + if *has_rope { 2 } else { 0 };
     arity(a, want, OP)?;
-    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
+    let (nh, dh) = ((*num_heads).i32()?, (*head_dim).i32()?);
     let hs = nh * dh;
     let hd = a[0].shape();
     let (b, s) = match hd.len() {
@@ -449,9 +450,9 @@ fn transformer_layer(cx: &Ctx, a: &[&Array]) -> LResult {
         .into());
     }
     let (b, s, h) = (hd[0], hd[1], hd[2]);
-    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
+    let (nh, dh) = ((*num_heads).i32()?, (*head_dim).i32()?);
     let inner = nh * dh;
-    let inter = *intermediate_size as i32;
+    let inter = (*intermediate_size).i32()?;
     if inner == 0 {
         return Err(format!("{OP} with {nh} heads of width {dh} is not lowered").into());
     }
@@ -483,7 +484,21 @@ fn transformer_layer(cx: &Ctx, a: &[&Array]) -> LResult {
     let f = MxDType::F32;
     let zeros: A = rlx_mlx_shim::array::full(&[h], 0.0, f)?;
     let ln = |v: &Array, g: &Array, beta: Option<&Array>, eps: f32, out: &[i32]| -> LResult {
-        normalise(Norm::Layer, v, g, beta.unwrap_or(&zeros), eps, f, out)
+        let shift = if beta.is_some() {
+            Shift::Values
+        } else {
+            Shift::Zero
+        };
+        normalise(
+            Norm::Layer,
+            v,
+            g,
+            beta.unwrap_or(&zeros),
+            shift,
+            eps,
+            f,
+            out,
+        )
     };
     let m2 = [b * s, h];
     let x = ops::reshape(&*f32_of(a[0])?, &m2)?;

@@ -4,6 +4,7 @@
 
 use super::{arity, numel, rows_of, scalar, to_f32, Ctx, LResult, Lowering};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_mlx_shim::{ops, Array, DType as Mx};
 
@@ -40,7 +41,7 @@ fn lora_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
     let n = *out.last().ok_or("LoraMatMul: output has rank 0")?;
     let x = rows_of(a[0], k)?;
     let w = ops::reshape(a[1], &[k, n])?;
-    let r = (numel(&cx.in_dims(2)) / k as i64) as i32;
+    let r = (numel(&cx.in_dims(2)) / k as i64).i32()?;
     let am = ops::reshape(a[2], &[k, r])?;
     let bm = ops::reshape(a[3], &[r, n])?;
     let base = ops::matmul(&x, &*to_f32(&w)?)?;

@@ -49,6 +49,7 @@
 //! dtype. Gathers only move values and keep the dtype.
 
 use super::{arity, scalar, Ctx, LResult, Lowering};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::ScatterNdReduction as Red;
 use rlx_ir::DType as IrDType;
@@ -126,7 +127,7 @@ fn i32_scalar(v: i64) -> LResult {
 }
 
 fn i32_vec(v: &[i32]) -> LResult {
-    Ok(Array::from_slice(v, &[v.len() as i32])?)
+    Ok(Array::from_slice(v, &[v.len().i32()?])?)
 }
 
 fn arange_i32(n: i32) -> LResult {
@@ -215,7 +216,7 @@ fn float_input(cx: &Ctx, i: usize, op: &str, what: &str) -> LResult<()> {
     }
 }
 
-/// Index values as i32: floats truncated toward zero (NaN -> 0) like
+/// Index values.i32()?: floats truncated toward zero (NaN -> 0) like
 /// rlx-cpu's `as i64`, everything saturated to +-LIM.
 fn index_i32(x: &Array, dt: IrDType, op: &str) -> LResult {
     let lim = LIM as f64;
@@ -366,7 +367,7 @@ fn scatter_add(cx: &Ctx, a: &[&Array]) -> LResult {
     let dt = work(cx.out_dtype());
     let n = od[ax];
     let rest: Vec<i32> = (0..r).filter(|&d| d != ax).map(|d| od[d]).collect();
-    let s = prod(&rest) as i32;
+    let s = prod(&rest).i32()?;
     if m == 0 || prod(&od) == 0 {
         return zeros(&od, dt);
     }
@@ -379,12 +380,12 @@ fn scatter_add(cx: &Ctx, a: &[&Array]) -> LResult {
         false,
     )?;
     let t = ops::minimum(&idx, &*i32_scalar(n as i64 - 1)?)?;
-    let u = ops::moveaxis(&*cast(a[0], dt)?, ax as i32, 0)?;
+    let u = ops::moveaxis(&*cast(a[0], dt)?, ax.i32()?, 0)?;
     let u2 = ops::reshape(&u, &[m, s])?;
     let out2 = scatter_rows(&*zeros(&[n, s], dt)?, &t, &u2, Red::Add)?;
     let mut front = vec![n];
     front.extend_from_slice(&rest);
-    let out = ops::moveaxis(&*ops::reshape(&out2, &front)?, 0, ax as i32)?;
+    let out = ops::moveaxis(&*ops::reshape(&out2, &front)?, 0, ax.i32()?)?;
     Ok(ops::multiply(&out, &*cast(&*fail_if(&bad)?, dt)?)?)
 }
 
@@ -418,13 +419,13 @@ fn scatter_nd(cx: &Ctx, a: &[&Array]) -> LResult {
     check_size(&dd, OP, "data")?;
     let dt = work(cx.out_dtype());
     let data = cast(a[0], dt)?;
-    let m = prod(&id[..q - 1]) as i32;
-    let p = prod(&dd[..k]) as i32;
-    let s = prod(&dd[k..]) as i32;
+    let m = prod(&id[..q - 1]).i32()?;
+    let p = prod(&dd[..k]).i32()?;
+    let s = prod(&dd[k..]).i32()?;
     if m == 0 || p == 0 || s == 0 {
         return Ok(data);
     }
-    let idx = ops::reshape(&*index_i32(a[1], cx.in_dtype(1), OP)?, &[m, k as i32])?;
+    let idx = ops::reshape(&*index_i32(a[1], cx.in_dtype(1), OP)?, &[m, k.i32()?])?;
     let t = tuple_rows(&idx, &dd[..k])?;
     let d2 = ops::reshape(&data, &[p, s])?;
     let u2 = ops::reshape(&*cast(a[2], dt)?, &[m, s])?;
@@ -455,8 +456,8 @@ fn scatter_elements(cx: &Ctx, a: &[&Array]) -> LResult {
     let data = cast(a[0], dt)?;
     // rlx-cpu zeroes non-finite data values before scattering.
     let data = ops::where_(&*ops::isfinite(&data)?, &data, &*scalar(0.0, dt)?)?;
-    let n = prod(&dd) as i32;
-    let m = prod(&id) as i32;
+    let n = prod(&dd).i32()?;
+    let m = prod(&id).i32()?;
     if m == 0 || n == 0 {
         return Ok(data);
     }
@@ -528,11 +529,11 @@ fn gather_nd(cx: &Ctx, a: &[&Array]) -> LResult {
     if prod(&dd) == 0 {
         return Err(format!("{OP}: gathering from empty data {dd:?} is not supported").into());
     }
-    let bc = prod(&dd[..b]) as i32;
-    let t = prod(&id[b..q - 1]) as i32;
-    let pk = prod(&dd[b..b + k]) as i32;
-    let s = prod(&dd[b + k..]) as i32;
-    let idx = ops::reshape(&*index_i32(a[1], cx.in_dtype(1), OP)?, &[bc, t, k as i32])?;
+    let bc = prod(&dd[..b]).i32()?;
+    let t = prod(&id[b..q - 1]).i32()?;
+    let pk = prod(&dd[b..b + k]).i32()?;
+    let s = prod(&dd[b + k..]).i32()?;
+    let idx = ops::reshape(&*index_i32(a[1], cx.in_dtype(1), OP)?, &[bc, t, k.i32()?])?;
     let rows = tuple_rows(&idx, &dd[b..b + k])?;
     let base = ops::multiply(
         &*ops::reshape(&*arange_i32(bc)?, &[bc, 1])?,

@@ -10,6 +10,7 @@
 //!   and -inf are never chosen and the slots left over read index 0.
 
 use super::{arity, axis, scalar, Ctx, LResult, Lowering};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::{DType as IrDType, Op};
 use rlx_mlx_shim::{array, ops, Array, DType as MxDType};
@@ -108,8 +109,8 @@ fn reverse(cx: &Ctx, a: &[&Array]) -> LResult {
                 format!("Reverse axis {ax} on a rank-{rank} input is not supported").into(),
             );
         }
-        if !flip.contains(&(ax as i32)) {
-            flip.push(ax as i32);
+        if !flip.contains(&(ax.i32()?)) {
+            flip.push(ax.i32()?);
         }
     }
     if flip.is_empty() {
@@ -181,7 +182,7 @@ fn arg_reduce(cx: &Ctx, a: &[&Array], is_max: bool) -> LResult {
         return Err(format!("{op} over an empty axis is not supported").into());
     }
     let x = select_input(cx, a[0], op)?;
-    let ax_i = *ax as i32;
+    let ax_i = (*ax).i32()?;
     let pick = |v: &Array| -> LResult {
         Ok(if is_max {
             ops::argmax(v, ax_i, true)?
@@ -236,7 +237,7 @@ fn top_k(cx: &Ctx, a: &[&Array]) -> LResult {
         return Err(format!("TopK k={k} over a last axis of {n} is not supported").into());
     }
     let x = select_input(cx, a[0], "TopK")?;
-    let last = dims.len() as i32 - 1;
+    let last = dims.len().i32()? - 1;
     // Keys sorted ascending by a stable sort = values descending, ties to the
     // smaller index. NaN and -inf are never chosen by rlx (key +inf, after
     // every valid element); a NaN at element 0 is chosen first (key -inf,
@@ -257,7 +258,7 @@ fn top_k(cx: &Ctx, a: &[&Array]) -> LResult {
     let mut start = vec![0; dims.len()];
     let mut stop = dims.clone();
     start[last as usize] = 0;
-    stop[last as usize] = *k as i32;
+    stop[last as usize] = (*k).i32()?;
     let order = ops::slice(&order, &start, &stop, &vec![1; dims.len()])?;
     // Past the valid elements every remaining value is -inf to rlx's scan,
     // which then reads index 0.

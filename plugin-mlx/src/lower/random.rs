@@ -27,6 +27,7 @@
 //! `sample_row` expressed with MLX ops.
 
 use super::{arity, Ctx, LResult, Lowering, A};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::{DType as IrDType, RngBackend};
 use rlx_mlx_shim::{array, ops, Array, ArrayList, DType as MxDType};
@@ -85,7 +86,7 @@ fn philox_words(seed: u64, n_words: usize) -> LResult {
     }
     // Counter = (block, 0, 0, 0): block < 2^32, so the carries never reach
     // the upper counter words.
-    let zeros = array::full(&[n_blocks as i32], 0.0, MxDType::U32)?;
+    let zeros = array::full(&[n_blocks.i32()?], 0.0, MxDType::U32)?;
     let mut s: [A; 4] = [
         array::arange(0.0, n_blocks as f64, 1.0, MxDType::U32)?,
         zeros.clone_handle(),
@@ -113,8 +114,8 @@ fn philox_words(seed: u64, n_words: usize) -> LResult {
     }
     let list = ArrayList::from_arrays(s.iter().map(|a| &**a));
     // [blocks, 4] row-major = the words in stream order.
-    let words = ops::reshape(&*ops::stack(&list, 1)?, &[(n_blocks * 4) as i32])?;
-    Ok(ops::slice(&words, &[0], &[n_words as i32], &[1])?)
+    let words = ops::reshape(&*ops::stack(&list, 1)?, &[(n_blocks * 4).i32()?])?;
+    Ok(ops::slice(&words, &[0], &[n_words.i32()?], &[1])?)
 }
 
 /// `Philox4x32::next_f32` on each word: `(w >> 8) / 2^24` in f32 (exact).
@@ -132,7 +133,7 @@ fn words_to_unit_f32(words: &Array) -> LResult {
 /// the product and the sum; the `[n, 1]` shape only has to differ from the
 /// product's, as MLX returns a same-shape reshape unchanged.
 fn rounded_product(a: &Array, b: &Array, n: usize) -> LResult {
-    Ok(ops::reshape(&*ops::multiply(a, b)?, &[n as i32, 1])?)
+    Ok(ops::reshape(&*ops::multiply(a, b)?, &[n.i32()?, 1])?)
 }
 
 /// The seed rlx-cpu's Philox path uses for a random node.
@@ -176,14 +177,14 @@ fn rng_normal(cx: &Ctx, args: &[&Array]) -> LResult {
     }
     let n = out_len(cx);
     let u = words_to_unit_f32(&*philox_words(node_seed(cx, *key)?, 2 * n)?)?;
-    let pairs = ops::reshape(&u, &[n as i32, 2])?;
+    let pairs = ops::reshape(&u, &[n.i32()?, 2])?;
     let u1 = ops::reshape(
-        &*ops::slice(&pairs, &[0, 0], &[n as i32, 1], &[1, 1])?,
-        &[n as i32],
+        &*ops::slice(&pairs, &[0, 0], &[n.i32()?, 1], &[1, 1])?,
+        &[n.i32()?],
     )?;
     let u2 = ops::reshape(
-        &*ops::slice(&pairs, &[0, 1], &[n as i32, 2], &[1, 1])?,
-        &[n as i32],
+        &*ops::slice(&pairs, &[0, 1], &[n.i32()?, 2], &[1, 1])?,
+        &[n.i32()?],
     )?;
     let u1 = ops::maximum(&u1, &*f32_scalar(f32::MIN_POSITIVE)?)?;
     // r = sqrt(-2 * ln u1); theta = (2 * PI) * u2 (the f32 constant 2π).
@@ -230,7 +231,7 @@ fn sample(cx: &Ctx, args: &[&Array]) -> LResult {
         )
         .into());
     }
-    let (b, v) = (rows as i32, vocab as i32);
+    let (b, v) = (rows.i32()?, vocab.i32()?);
     let x = ops::reshape(args[0], &[b, v])?;
     let temp = temperature.max(1e-6);
     let mut scaled = ops::divide(&x, &*f32_scalar(temp)?)?;
@@ -239,7 +240,7 @@ fn sample(cx: &Ctx, args: &[&Array]) -> LResult {
     let k = (*top_k).min(vocab);
     if *top_k > 0 && k < vocab {
         let sorted = ops::sort(&scaled, 1)?;
-        let kth = (vocab - k) as i32;
+        let kth = (vocab - k).i32()?;
         let cutoff = ops::slice(&sorted, &[0, kth], &[b, kth + 1], &[1, 1])?;
         let below = ops::less(&scaled, &cutoff)?;
         scaled = ops::where_(&below, &*f32_scalar(f32::NEG_INFINITY)?, &scaled)?;

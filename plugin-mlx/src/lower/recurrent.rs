@@ -25,6 +25,7 @@
 //! is read from the process environment.
 
 use super::{arity, Ctx, LResult, Lowering, A};
+use crate::lower::I32;
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
 
 /// The host setting that opts f32 recurrences into fp16 compute.
@@ -77,7 +78,7 @@ fn block(flat: &Array, off: usize, dims: &[i32], what: &str) -> LResult {
         )
         .into());
     }
-    let s = ops::slice(flat, &[off as i32], &[(off + n) as i32], &[1])?;
+    let s = ops::slice(flat, &[off.i32()?], &[(off + n).i32()?], &[1])?;
     Ok(ops::reshape(&s, dims)?)
 }
 
@@ -86,8 +87,8 @@ fn gate(z: &Array, k: usize, h: usize) -> LResult {
     let b = z.shape()[0];
     Ok(ops::slice(
         z,
-        &[0, (k * h) as i32],
-        &[b, ((k + 1) * h) as i32],
+        &[0, (k * h).i32()?],
+        &[b, ((k + 1) * h).i32()?],
         &[1, 1],
     )?)
 }
@@ -97,8 +98,8 @@ fn step(x: &Array, t: usize) -> LResult {
     let s = x.shape();
     let r = ops::slice(
         x,
-        &[0, t as i32, 0],
-        &[s[0], t as i32 + 1, s[2]],
+        &[0, t.i32()?, 0],
+        &[s[0], t.i32()? + 1, s[2]],
         &[1, 1, 1],
     )?;
     Ok(ops::squeeze(&r, &[1])?)
@@ -187,8 +188,8 @@ fn recurrent(
     } else {
         None
     };
-    let (h, bsz) = (d.hidden as i32, d.batch as i32);
-    let gh = (g * d.hidden) as i32;
+    let (h, bsz) = (d.hidden.i32()?, d.batch.i32()?);
+    let gh = (g * d.hidden).i32()?;
     let zeros = || rlx_mlx_shim::array::full(&[bsz, h], 0.0, dt);
     let mut layer_in: A = compute(a[0])?;
     let mut in_l = d.input;
@@ -202,7 +203,7 @@ fn recurrent(
             let wih = block(
                 &w_ih,
                 wih_off + dir * g * d.hidden * in_l,
-                &[gh, in_l as i32],
+                &[gh, in_l.i32()?],
                 "w_ih",
             )?;
             let whh = block(&w_hh, ld * g * d.hidden * d.hidden, &[gh, h], "w_hh")?;
@@ -213,10 +214,10 @@ fn recurrent(
             };
             let whh_t = ops::transpose(&whh, &[1, 0])?;
             // The sequence's input projection in one GEMM: [B, S, G·H].
-            let x2 = ops::reshape(&layer_in, &[bsz * d.seq as i32, in_l as i32])?;
+            let x2 = ops::reshape(&layer_in, &[bsz * d.seq.i32()?, in_l.i32()?])?;
             let zx = ops::matmul(&x2, &*ops::transpose(&wih, &[1, 0])?)?;
             let zx = ops::add(&zx, &bih)?;
-            let zx = ops::reshape(&zx, &[bsz, d.seq as i32, gh])?;
+            let zx = ops::reshape(&zx, &[bsz, d.seq.i32()?, gh])?;
             let state = |s: &Option<A>| -> LResult {
                 match s {
                     Some(s) => block(s, ld * d.batch * d.hidden, &[bsz, h], "initial state"),

@@ -30,6 +30,7 @@
 
 use super::{scalar, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::{Activation, ChainOperand, ChainStep, CmpOp, RegionPrologue, TransformStep};
 use rlx_ir::DType as IrDType;
@@ -145,7 +146,7 @@ fn check_chain(chain: &[ChainStep], num_inputs: usize) -> LResult<()> {
 fn place_input(x: &Array, i: usize, is_scalar: bool, modulus: u32, out_dims: &[i32]) -> LResult {
     let len: usize = out_dims.iter().map(|d| *d as usize).product();
     let n = x.size();
-    let flat = ops::reshape(&*to_f32(x)?, &[n as i32])?;
+    let flat = ops::reshape(&*to_f32(x)?, &[n.i32()?])?;
     // How many leading flat elements the output reads.
     let period = if is_scalar {
         1
@@ -164,7 +165,7 @@ fn place_input(x: &Array, i: usize, is_scalar: bool, modulus: u32, out_dims: &[i
     let base = if n == period {
         flat
     } else {
-        ops::slice(&flat, &[0], &[period as i32], &[1])?
+        ops::slice(&flat, &[0], &[period.i32()?], &[1])?
     };
     // A trailing run of output dims whose size is the period: reshaping to it
     // and broadcasting reads `gid % period` exactly.
@@ -176,15 +177,15 @@ fn place_input(x: &Array, i: usize, is_scalar: bool, modulus: u32, out_dims: &[i
         }
     }
     // Flat tiling.
-    let p = period as i32;
+    let p = period.i32()?;
     let tiled = if len.is_multiple_of(period) {
         let row = ops::reshape(&base, &[1, p])?;
-        let b = ops::broadcast_to(&row, &[(len / period) as i32, p])?;
-        ops::reshape(&b, &[len as i32])?
+        let b = ops::broadcast_to(&row, &[(len / period).i32()?, p])?;
+        ops::reshape(&b, &[len.i32()?])?
     } else {
-        let reps = len.div_ceil(period) as i32;
+        let reps = len.div_ceil(period).i32()?;
         let t = ops::tile(&base, &[reps])?;
-        ops::slice(&t, &[0], &[len as i32], &[1])?
+        ops::slice(&t, &[0], &[len.i32()?], &[1])?
     };
     Ok(ops::reshape(&tiled, out_dims)?)
 }

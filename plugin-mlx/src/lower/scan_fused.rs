@@ -13,6 +13,7 @@
 
 use super::{LResult, A};
 use crate::graph_text::leaves;
+use crate::lower::I32;
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType, Graph, Op};
 use rlx_mlx_shim::{kernels, Array, ArrayList};
@@ -77,9 +78,12 @@ fn program(body: &Graph, dims: &[usize]) -> Option<(Vec<i32>, usize, usize)> {
         reg[n.id.0 as usize] = next;
         code.extend([
             op,
-            next as i32,
-            src[0] as i32,
-            src.get(1).map_or(-1, |&r| r as i32),
+            next.i32().ok()?,
+            src[0].i32().ok()?,
+            match src.get(1) {
+                Some(&r) => r.i32().ok()?,
+                None => -1,
+            },
         ]);
         next += 1;
     }

@@ -6,6 +6,7 @@
 //! result against them.
 
 use super::{arity, numel, Ctx, LResult, Lowering};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::DType as IrDType;
 use rlx_mlx_shim::{ops, Array, ArrayList, DType as MxDType};
@@ -113,7 +114,7 @@ fn transpose(cx: &Ctx, a: &[&Array]) -> LResult {
     if perm.len() != rank {
         return Err(format!("Transpose perm {perm:?} is not a permutation of rank {rank}").into());
     }
-    let p: Vec<i32> = perm.iter().map(|p| *p as i32).collect();
+    let p: Vec<i32> = perm.iter().map(|p| p.i32()).collect::<LResult<_>>()?;
     Ok(ops::transpose(a[0], &p)?)
 }
 
@@ -148,18 +149,23 @@ fn dynamic_update_slice(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    let last = (od[*axis] - ud[*axis]) as f64;
-    let start = ops::reshape(a[2], &[1])?;
-    // Floats truncate toward zero, as rlx-cpu reads an f32 start.
-    let start = ops::astype(&start, MxDType::F32)?;
-    let start = ops::clip(&start, 0.0, last)?;
-    let start = ops::astype(&start, MxDType::I32)?;
+    let last = od[*axis] - ud[*axis];
+    // Every cache write of a step starts at one position: clamped once.
+    let start = cx
+        .memo
+        .get_or(cx.input(2), "update start", last.into(), || {
+            let start = ops::reshape(a[2], &[1])?;
+            // Floats truncate toward zero, as rlx-cpu reads an f32 start.
+            let start = ops::astype(&start, MxDType::F32)?;
+            let start = ops::clip(&start, 0.0, last.into())?;
+            Ok(ops::astype(&start, MxDType::I32)?)
+        })?;
     let update = ops::astype(a[1], a[0].dtype())?;
     Ok(ops::slice_update_dynamic(
         a[0],
         &update,
         &start,
-        &[*axis as i32],
+        &[(*axis).i32()?],
     )?)
 }
 
@@ -179,13 +185,19 @@ fn narrow(cx: &Ctx, a: &[&Array]) -> LResult {
         .into());
     }
     let lo: Vec<i32> = (0..dims.len())
-        .map(|i| if i == *axis { *start as i32 } else { 0 })
-        .collect();
+        .map(|i| if i == *axis { start.i32() } else { Ok(0) })
+        .collect::<LResult<_>>()?;
     let hi: Vec<i32> = dims
         .iter()
         .enumerate()
-        .map(|(i, d)| if i == *axis { (start + len) as i32 } else { *d })
-        .collect();
+        .map(|(i, d)| {
+            if i == *axis {
+                (start + len).i32()
+            } else {
+                Ok(*d)
+            }
+        })
+        .collect::<LResult<_>>()?;
     let strides = vec![1; dims.len()];
     Ok(ops::slice(a[0], &lo, &hi, &strides)?)
 }
@@ -213,7 +225,7 @@ fn concat(cx: &Ctx, a: &[&Array]) -> LResult {
         })
         .collect::<Result<_, _>>()?;
     let list = ArrayList::from_arrays(cast.iter().map(|x| &**x));
-    Ok(ops::concatenate(&list, *axis as i32)?)
+    Ok(ops::concatenate(&list, (*axis).i32()?)?)
 }
 
 fn expand(cx: &Ctx, a: &[&Array]) -> LResult {
@@ -282,7 +294,7 @@ fn gather(cx: &Ctx, a: &[&Array]) -> LResult {
         }
         other => return Err(format!("Gather with {other} indices is not supported").into()),
     };
-    let got = ops::take(table, &safe, *axis as i32)?;
+    let got = ops::take(table, &safe, (*axis).i32()?)?;
     // `valid` has the indices' shape; the output is
     // table[:axis] ++ indices ++ table[axis+1:]: give it trailing unit axes
     // and let it broadcast over the leading ones.

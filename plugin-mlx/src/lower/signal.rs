@@ -6,6 +6,7 @@
 //! lowered in `pocketfft.rs`.
 
 use super::{arity, Ctx, LResult, Lowering, A};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::fft::{FftAlgo, FftNorm};
 use rlx_ir::DType as IrDType;
@@ -118,7 +119,7 @@ fn fft(cx: &Ctx, a: &[&Array]) -> LResult {
     if r == 0 {
         return Err("Fft on a rank-0 tensor is not supported".into());
     }
-    let axis = (r - 1) as i32;
+    let axis = (r - 1).i32()?;
     let (z, n) = if dt == IrDType::C64 {
         (ops::copy(x)?, shape[r - 1])
     } else {
@@ -158,7 +159,7 @@ fn fft(cx: &Ctx, a: &[&Array]) -> LResult {
 /// interleave as `[..., n, 2]` f32 and view the pairs as complex64.
 fn to_complex(re: &Array, im: &Array) -> LResult {
     let shape = re.shape();
-    let pairs = ops::stack(&ArrayList::from_arrays([re, im]), shape.len() as i32)?;
+    let pairs = ops::stack(&ArrayList::from_arrays([re, im]), shape.len().i32()?)?;
     let pairs = ops::contiguous(&pairs)?;
     let z = ops::view(&pairs, MxDType::C64)?;
     Ok(ops::reshape(&z, &shape)?)
@@ -188,7 +189,7 @@ fn mel_front(cx: &Ctx, spec: &Array, filters: &Array, op: &str) -> LResult<MelFr
     }
     let n_mels = fshape[0];
     let size: i64 = spec.shape().iter().map(|&d| d as i64).product();
-    let outer = (size / (2 * n_fft as i64).max(1)) as i32;
+    let outer = (size / (2 * n_fft as i64).max(1)).i32()?;
     let _ = cx;
     let flat = ops::reshape(spec, &[outer, 2 * n_fft])?;
     let re = last_slice(&flat, 0, n_bins)?;
@@ -273,8 +274,8 @@ fn welch_peaks(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     let n_fft = block_n(spec, "WelchPeaks")?;
     let n_bins = n_fft / 2 + 1;
-    let segs = *n_segments as i32;
-    let k = *k as i32;
+    let segs = (*n_segments).i32()?;
+    let k = (*k).i32()?;
     if shape[0] % segs != 0 {
         return Err(format!(
             "WelchPeaks: {} rows are not a multiple of n_segments {segs}: not supported",

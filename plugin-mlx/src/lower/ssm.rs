@@ -4,6 +4,7 @@
 //! head at once, unrolled over the sequence in the MLX graph.
 
 use super::{arity, Ctx, LResult, Lowering, A};
+use crate::lower::I32;
 use rlx_mlx_shim::{ops, Array, ArrayList};
 
 /// Step `t` of `x` along axis 1, the axis removed.
@@ -11,8 +12,8 @@ fn at(x: &Array, t: usize) -> LResult {
     let s = x.shape();
     let mut start = vec![0i32; s.len()];
     let mut stop = s.clone();
-    start[1] = t as i32;
-    stop[1] = t as i32 + 1;
+    start[1] = t.i32()?;
+    stop[1] = t.i32()? + 1;
     let r = ops::slice(x, &start, &stop, &vec![1; s.len()])?;
     Ok(ops::squeeze(&r, &[1])?)
 }

@@ -55,6 +55,7 @@
 
 use super::{arity, axis as norm_axis, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::{Activation, ScaleMode, SteKind};
 use rlx_ir::{Graph, Node, NodeId, Op};
@@ -427,7 +428,7 @@ fn chan_layout(op: &str, x: &Array, axis: Option<usize>) -> LResult<(Option<i32>
 fn per_batch_scale(x: &Array, chan: Option<i32>, q: f64) -> LResult {
     let ax = ops::abs(x)?;
     let ax = ops::where_(&*ops::isnan(&ax)?, &*s(0.0)?, &ax)?;
-    let axes: Vec<i32> = (0..x.ndim() as i32).filter(|&i| Some(i) != chan).collect();
+    let axes: Vec<i32> = (0..x.ndim().i32()?).filter(|&i| Some(i) != chan).collect();
     let m = if axes.is_empty() {
         ax
     } else {
@@ -656,8 +657,8 @@ fn gated_residual_backward(_cx: &Ctx, a: &[&Array]) -> LResult {
     let pad = xd.len() - gd.len();
     let axes: Vec<i32> = (0..xd.len())
         .filter(|&i| i < pad || gd[i - pad] == 1)
-        .map(|i| i as i32)
-        .collect();
+        .map(|i| i.i32())
+        .collect::<LResult<_>>()?;
     let prod = ops::multiply(&dy, &y)?;
     let dg = if axes.is_empty() {
         prod

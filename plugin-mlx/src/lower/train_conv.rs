@@ -51,8 +51,10 @@
 //!
 //! Reduced-precision inputs are computed in f32 and rounded once.
 
+use super::attention::Layout;
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::{AttentionBwdWrt, MaskKind};
 use rlx_ir::Op;
@@ -135,12 +137,12 @@ fn geom(
     list("stride", stride, false)?;
     list("dilation", dilation, false)?;
     list("padding", padding, true)?;
-    let at = |v: &[usize], i: usize, dflt: usize| v.get(i).copied().unwrap_or(dflt) as i32;
+    let at = |v: &[usize], i: usize, dflt: usize| v.get(i).copied().unwrap_or(dflt).i32();
     let g = Geom {
-        k: [kernel_size[0] as i32, kernel_size[1] as i32],
-        s: [at(stride, 0, 1), at(stride, 1, 1)],
-        p: [at(padding, 0, 0), at(padding, 1, 0)],
-        d: [at(dilation, 0, 1), at(dilation, 1, 1)],
+        k: [kernel_size[0].i32()?, kernel_size[1].i32()?],
+        s: [at(stride, 0, 1)?, at(stride, 1, 1)?],
+        p: [at(padding, 0, 0)?, at(padding, 1, 0)?],
+        d: [at(dilation, 0, 1)?, at(dilation, 1, 1)?],
     };
     if g.k.contains(&0) || g.s.contains(&0) || g.d.contains(&0) {
         return Err(format!("{op} with a zero kernel, stride or dilation is not supported").into());
@@ -164,7 +166,7 @@ fn to_f32(x: &Array) -> LResult {
 }
 
 fn groups_of(op: &str, groups: usize, c_in: i32, c_out: i32) -> LResult<i32> {
-    let g = groups as i32;
+    let g = groups.i32()?;
     if g <= 0 || c_in % g != 0 || c_out % g != 0 {
         return Err(format!(
             "{op}: groups={groups} does not divide C_in={c_in} and C_out={c_out}: not supported"
@@ -377,10 +379,10 @@ fn maxpool2d_backward(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     let (nc, hw) = (n * c, h * w);
     let x = ops::reshape(&*to_f32(a[0])?, &[nc, hw])?;
-    let idx_a = Array::from_slice(&idx, &[(nwin * kk) as i32])?;
+    let idx_a = Array::from_slice(&idx, &[(nwin * kk).i32()?])?;
     let win = ops::take(&x, &idx_a, 1)?;
-    let win = ops::reshape(&win, &[nc, nwin as i32, kk as i32])?;
-    let valid_a = Array::from_slice(&valid, &[1, nwin as i32, kk as i32])?;
+    let win = ops::reshape(&win, &[nc, nwin.i32()?, kk.i32()?])?;
+    let valid_a = Array::from_slice(&valid, &[1, nwin.i32()?, kk.i32()?])?;
     // Candidates: in-bounds, not NaN. m = their max; the chosen tap is the
     // first candidate equal to m (strict `>` keeps the first maximum).
     let cand = ops::logical_and(&valid_a, &*ops::logical_not(&*ops::isnan(&win)?)?)?;
@@ -394,13 +396,13 @@ fn maxpool2d_backward(cx: &Ctx, a: &[&Array]) -> LResult {
         // taps routes nothing.
         hit = ops::logical_and(&hit, &*ops::greater(&m, &ninf)?)?;
     }
-    let tap = Array::from_slice(&(0..kk as i32).collect::<Vec<_>>(), &[1, 1, kk as i32])?;
+    let tap = Array::from_slice(&(0..kk.i32()?).collect::<Vec<_>>(), &[1, 1, kk.i32()?])?;
     let none = super::scalar(kk as f64, MxDType::I32)?;
     let mut chosen = ops::min(&*ops::where_(&hit, &tap, &none)?, &[2], false)?; // [nc, nwin]
     if !padded {
         // The first tap is the starting candidate: it keeps the gradient
         // when it is NaN (nothing compares greater than NaN).
-        let first = ops::slice(&win, &[0, 0, 0], &[nc, nwin as i32, 1], &[1, 1, 1])?;
+        let first = ops::slice(&win, &[0, 0, 0], &[nc, nwin.i32()?, 1], &[1, 1, 1])?;
         let first = ops::squeeze(&first, &[2])?;
         let zero = super::scalar(0.0, MxDType::I32)?;
         chosen = ops::where_(&*ops::isnan(&first)?, &zero, &chosen)?;
@@ -408,11 +410,11 @@ fn maxpool2d_backward(cx: &Ctx, a: &[&Array]) -> LResult {
     let routed = ops::less(&chosen, &none)?;
     let safe = ops::minimum(&chosen, &*super::scalar(kk as f64 - 1.0, MxDType::I32)?)?;
     // flat index of the chosen tap: idx[window, tap]
-    let table = Array::from_slice(&idx, &[1, nwin as i32, kk as i32])?;
-    let table = ops::broadcast_to(&table, &[nc, nwin as i32, kk as i32])?;
+    let table = Array::from_slice(&idx, &[1, nwin.i32()?, kk.i32()?])?;
+    let table = ops::broadcast_to(&table, &[nc, nwin.i32()?, kk.i32()?])?;
     let pos = ops::take_along_axis(&table, &*ops::expand_dims(&safe, &[2])?, 2)?;
     let pos = ops::squeeze(&pos, &[2])?;
-    let dy = ops::reshape(&*to_f32(a[1])?, &[nc, nwin as i32])?;
+    let dy = ops::reshape(&*to_f32(a[1])?, &[nc, nwin.i32()?])?;
     let zero = super::scalar(0.0, MxDType::F32)?;
     let dy = ops::where_(&routed, &dy, &zero)?;
     let dx = rlx_mlx_shim::array::full(&[nc, hw], 0.0, MxDType::F32)?;
@@ -421,18 +423,6 @@ fn maxpool2d_backward(cx: &Ctx, a: &[&Array]) -> LResult {
 }
 
 // ── AttentionBackward ───────────────────────────────────────────────────
-
-/// How rlx lays Q/K/V out (decided from Q's shape as rlx-cpu and the
-/// forward lowering decide it).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Layout {
-    Bhsd,
-    Bshd,
-    /// `[B, S, H*D]`
-    Packed3,
-    /// `[S, H*D]`
-    Packed2,
-}
 
 /// Heads in an operand of `layout` whose heads are `d` wide.
 fn heads_of(name: &str, s: &[i32], layout: Layout, d: i32) -> LResult<i32> {
@@ -590,7 +580,7 @@ fn attention_backward(cx: &Ctx, a: &[&Array]) -> LResult {
         4
     };
     arity(a, want, OP)?;
-    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
+    let (nh, dh) = ((*num_heads).i32()?, (*head_dim).i32()?);
     let qs = a[0].shape();
     let layout = match qs.len() {
         4 if qs[1] == nh => Layout::Bhsd,

@@ -49,6 +49,7 @@
 use super::norm::{check_last_axis, f32_of};
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::AdaNormKind;
 use rlx_mlx_shim::{ops, Array, ArrayList};
@@ -216,14 +217,14 @@ fn group_dims(op: &str, x: &Array, dy: &Array, g: usize) -> LResult<Vec<i32>> {
 
 /// `x̂` of a GroupNorm input with dims `d`, as `[N, G, C/G·spatial]`, and its `inv`.
 fn group_normalised(x: &Array, d: &[i32], g: usize, eps: f32) -> LResult<(A, A)> {
-    let grouped = ops::reshape(&*f32_of(x)?, &[d[0], g as i32, -1])?;
+    let grouped = ops::reshape(&*f32_of(x)?, &[d[0], g.i32()?, -1])?;
     normalised(&grouped, 2, eps, true)
 }
 
 /// Sum an NC.. tensor over every axis but the channel axis, shaped to
 /// the node's declared output.
 fn per_channel_sum(cx: &Ctx, t: &Array) -> LResult {
-    let axes: Vec<i32> = (0..t.ndim() as i32).filter(|&i| i != 1).collect();
+    let axes: Vec<i32> = (0..t.ndim().i32()?).filter(|&i| i != 1).collect();
     Ok(ops::reshape(&*ops::sum(t, &axes, false)?, &cx.out_dims())?)
 }
 
@@ -238,7 +239,7 @@ fn group_norm_backward_input(cx: &Ctx, a: &[&Array]) -> LResult {
     gshape[1] = c;
     let gm = ops::reshape(&*per_feature(op, "gamma", gamma, c)?, &gshape)?;
     let sy = ops::multiply(&*f32_of(dy)?, &gm)?;
-    let sy = ops::reshape(&sy, &[d[0], *num_groups as i32, -1])?;
+    let sy = ops::reshape(&sy, &[d[0], (*num_groups).i32()?, -1])?;
     let (xh, inv) = group_normalised(x, &d, *num_groups, *eps)?;
     let dx = input_adjoint(&sy, &xh, &inv, 2, true)?;
     Ok(ops::reshape(&dx, &d)?)
@@ -297,8 +298,8 @@ fn unbroadcast_flat(t: &Array, md: &[i32]) -> LResult {
     let lead = xd.len() - md.len();
     let axes: Vec<i32> = (0..xd.len())
         .filter(|&i| i < lead || (md[i - lead] == 1 && xd[i] != 1))
-        .map(|i| i as i32)
-        .collect();
+        .map(|i| i.i32())
+        .collect::<LResult<_>>()?;
     let s = if axes.is_empty() {
         t.clone_handle()
     } else {

@@ -4,6 +4,7 @@
 //! DequantMatMul, DequantGroupedMatMul and DequantMoEWeights.
 
 use super::{const_i32, const_u32, f32, lut, scalar_of, table};
+use crate::lower::I32;
 use crate::lower::{LResult, A};
 use rlx_gguf::iq_grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
@@ -63,7 +64,7 @@ fn gguf_e8m0(byte: u8) -> f32 {
     if byte == 0xFF {
         return 0.0;
     }
-    let exp = byte as i32 - 127;
+    let exp = i32::from(byte) - 127;
     if exp >= 128 {
         f32::INFINITY
     } else if exp < -126 {
@@ -87,7 +88,7 @@ fn gguf_e4m3(byte: u8) -> f32 {
     } else if exp == 0x0F && mant == 0x07 {
         0.0
     } else {
-        (1.0 + mant as f32 / 8.0) * 2f32.powi(exp as i32 - 7)
+        (1.0 + mant as f32 / 8.0) * 2f32.powi(i32::from(exp) - 7)
     };
     sign * v
 }
@@ -99,7 +100,7 @@ fn base3_digits(blk: &Array, elems: usize, pos: impl Fn(usize) -> (usize, usize)
     const POW3: [u32; 5] = [1, 3, 9, 27, 81];
     let b = field(blk, elems, |y| vec![part(pos(y).0, 0, 0xff, 0)])?;
     let off: Vec<u32> = (0..elems).map(|y| 256 * pos(y).1 as u32).collect();
-    let idx = ops::add(&b, &*const_u32(&off, &[1, elems as i32])?)?;
+    let idx = ops::add(&b, &*const_u32(&off, &[1, elems.i32()?])?)?;
     let digits: Vec<f32> = (0..5 * 256)
         .map(|t| {
             let (n, byte) = (t / 256, (t % 256) as u32);
@@ -141,7 +142,7 @@ fn sign7(base: usize, l: usize) -> Vec<Part> {
 /// `tab[idx * width + j]` per element (`idx` uint32 `[nb, E]`, `j` per
 /// element), as f32.
 fn grid_values(idx: &Array, width: u32, j: &[u32], tab: &[f32]) -> LResult {
-    let jc = const_u32(j, &[1, j.len() as i32])?;
+    let jc = const_u32(j, &[1, j.len().i32()?])?;
     let w = scalar_of(width as f64, Mx::U32)?;
     lut(&*ops::add(&*ops::multiply(idx, &w)?, &jc)?, tab)
 }
@@ -214,11 +215,13 @@ fn field(blk: &Array, elems: usize, f: impl Fn(usize) -> Vec<Part>) -> LResult {
     let mut acc: Option<A> = None;
     for j in 0..np {
         let get = |i: usize| per[i].get(j).copied().unwrap_or(part(0, 0, 0, 0));
-        let at: Vec<i32> = (0..elems).map(|i| get(i).at as i32).collect();
+        let at: Vec<i32> = (0..elems)
+            .map(|i| get(i).at.i32())
+            .collect::<LResult<_>>()?;
         let sh: Vec<u32> = (0..elems).map(|i| get(i).shift).collect();
         let mk: Vec<u32> = (0..elems).map(|i| get(i).mask).collect();
         let ls: Vec<u32> = (0..elems).map(|i| get(i).lshift).collect();
-        let e = elems as i32;
+        let e = elems.i32()?;
         let v = ops::take(blk, &*const_i32(&at, &[e])?, 1)?;
         let v = ops::right_shift(&v, &*const_u32(&sh, &[1, e])?)?;
         let v = ops::bitwise_and(&v, &*const_u32(&mk, &[1, e])?)?;
@@ -259,7 +262,7 @@ fn scale_min_k4(j: usize, base: usize) -> (Vec<Part>, Vec<Part>) {
 /// rlx-gguf's block decoders (and their f32 operation order).
 fn gguf_dequant(bytes: &Array, nblocks: i32, s: &QuantScheme) -> LResult {
     use QuantScheme::*;
-    let bb = s.gguf_block_bytes() as i32;
+    let bb = s.gguf_block_bytes().i32()?;
     let be = s.gguf_block_size() as usize;
     let nb = nblocks;
     let blk8 = ops::reshape(&*ops::astype(bytes, Mx::U8)?, &[nb, bb])?;
@@ -516,7 +519,7 @@ fn gguf_dequant(bytes: &Array, nblocks: i32, s: &QuantScheme) -> LResult {
             let bit = field(&blk, be, |j| vec![part(2 + j / 8, (j % 8) as u32, 1, 0)])?;
             let set = ops::astype(&bit, Mx::Bool)?;
             let nd = ops::negative(&d)?;
-            let shape = [nb, be as i32];
+            let shape = [nb, be.i32()?];
             ops::where_(
                 &set,
                 &*ops::broadcast_to(&d, &shape)?,
@@ -762,7 +765,7 @@ pub(super) fn gguf_rows(
         )
         .into());
     }
-    let nblocks = (experts as i64 * n as i64 * k as i64 / be) as i32;
+    let nblocks = (experts as i64 * n as i64 * k as i64 / be).i32()?;
     let w = gguf_dequant(bytes, nblocks, s)?;
     Ok(ops::reshape(&w, &[experts, n, k])?)
 }

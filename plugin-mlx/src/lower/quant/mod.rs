@@ -21,6 +21,7 @@ mod gguf;
 
 use super::grouped::{expert_ids, gather_matmul};
 use super::{arity, Ctx, LResult, Lowering, A};
+use crate::lower::I32;
 // Named as this family has always called them (gguf.rs too).
 use super::{numel, rows_of, scalar as scalar_of, to_f32 as f32};
 use crate::row;
@@ -85,7 +86,9 @@ fn unpack_bits(bytes: &Array, rows: i32, row_bytes: i32, cols: i32, bits: u32) -
     // One zero byte of padding so a code's high byte always exists.
     let pad = array::full(&[rows, 1], 0.0, Mx::U32)?;
     let b = ops::concatenate(&ArrayList::from_arrays([&*b, &*pad]), 1)?;
-    let lo: Vec<i32> = (0..cols).map(|c| (c as u32 * bits / 8) as i32).collect();
+    let lo: Vec<i32> = (0..cols)
+        .map(|c| (c as u32 * bits / 8).i32())
+        .collect::<LResult<_>>()?;
     let hi: Vec<i32> = lo.iter().map(|i| i + 1).collect();
     let sh: Vec<u32> = (0..cols).map(|c| c as u32 * bits % 8).collect();
     let lo_b = ops::take(&b, &*const_i32(&lo, &[cols])?, 1)?;
@@ -111,7 +114,7 @@ fn expand_cols(p: &Array, rows: i32, groups: i32, gs: i32) -> LResult {
 }
 
 fn const_f32(v: &[f32]) -> LResult {
-    Ok(Array::from_slice(v, &[v.len() as i32])?)
+    Ok(Array::from_slice(v, &[v.len().i32()?])?)
 }
 
 /// Decode byte/nibble codes through a host-built table (f32, same shape as
@@ -137,7 +140,7 @@ fn fp8_rlx<const MANT: u32, const BIAS: i32>(b: u8) -> f32 {
         if mant == 0 {
             return 0.0;
         }
-        return sign * (mant as f32) * 2f32.powi(1 - BIAS - MANT as i32);
+        return sign * (mant as f32) * 2f32.powi(1 - BIAS) / (1u32 << MANT) as f32;
     }
     if exp == exp_max {
         return if mant == 0 {
@@ -146,14 +149,14 @@ fn fp8_rlx<const MANT: u32, const BIAS: i32>(b: u8) -> f32 {
             f32::NAN
         };
     }
-    sign * (1.0 + mant as f32 / (1u32 << MANT) as f32) * 2f32.powi(exp as i32 - BIAS)
+    sign * (1.0 + mant as f32 / (1u32 << MANT) as f32) * 2f32.powi(i32::from(exp) - BIAS)
 }
 
 /// rlx-mlx-io's OCP E4M3 decode (MLX mxfp8 codes and 16-group scales):
 /// no inf, NaN only at 0x7f / 0xff.
 fn fp8_e4m3_ocp(s: u8) -> f32 {
     let sign = (s >> 7) as u32;
-    let exp = ((s >> 3) & 0x0f) as i32;
+    let exp = i32::from((s >> 3) & 0x0f);
     let mant = (s & 0x07) as u32;
     if exp == 0x0f && mant == 0x07 {
         return f32::NAN;
@@ -213,7 +216,7 @@ fn dequant_grouped_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    let experts = (total / slab.max(1)) as i32;
+    let experts = (total / slab.max(1)).i32()?;
     let bank = gguf_bank(a[1], experts, k, n, scheme, "DequantGroupedMatMul")?;
     let ids = expert_ids(a[2], experts)?;
     gather_matmul(a[0], &bank, &ids, k, &out)
@@ -281,7 +284,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
     let y: A = match *scheme {
         QuantScheme::Int8Block { block_size } | QuantScheme::Int8BlockAsym { block_size } => {
             arity(a, 4, "DequantMatMul")?;
-            let bs = block_size.max(1) as i32;
+            let bs = block_size.max(1).i32()?;
             let nb = (k + bs - 1) / bs;
             // w[p, j] = (q[p, j] - zp[b, j]) * scale[b, j], b = p / block.
             let q = f32(&*ops::reshape(&*ops::astype(a[1], Mx::I8)?, &[k, n])?)?;
@@ -295,7 +298,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
         }
         QuantScheme::Int4Block { block_size } => {
             arity(a, 4, "DequantMatMul")?;
-            let bs = block_size.max(1) as i32;
+            let bs = block_size.max(1).i32()?;
             let nb = (k + bs - 1) / bs;
             // Element e = p*n + j of the [k, n] weight is nibble e of the
             // flat byte stream (low nibble first); w = nibble * scale
@@ -308,28 +311,28 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             ops::matmul(&x, &*ops::multiply(&q, &s)?)?
         }
         QuantScheme::MlxAffine { bits, group_size }
-            if native_affine(bits as i32, group_size as i32, k) =>
+            if native_affine(bits.i32()?, group_size.i32()?, k) =>
         {
             arity(a, 4, "DequantMatMul")?;
-            let gs = group_size as i32;
+            let gs = group_size.i32()?;
             let sc = ops::reshape(&*f32(a[2])?, &[n, k / gs])?;
             let bi = ops::reshape(&*f32(a[3])?, &[n, k / gs])?;
-            let w = packed_words(a[1], n, k, bits as i32)?;
+            let w = packed_words(a[1], n, k, bits.i32()?)?;
             // On the CPU, the plugin's own kernel where it takes the
             // operands (4 and 8 bits): MLX's runs on one thread.
             if super::cpu_f32(&[&x])
-                && kernels::quantized_matmul_cpu_takes(&x, &w, &sc, &bi, gs, bits as i32)
+                && kernels::quantized_matmul_cpu_takes(&x, &w, &sc, &bi, gs, bits.i32()?)
             {
-                kernels::quantized_matmul_cpu(&x, &w, &sc, &bi, gs, bits as i32)?
+                kernels::quantized_matmul_cpu(&x, &w, &sc, &bi, gs, bits.i32()?)?
             } else {
-                ops::quantized_matmul(&x, &w, &sc, Some(&*bi), true, gs, bits as i32, "affine")?
+                ops::quantized_matmul(&x, &w, &sc, Some(&*bi), true, gs, bits.i32()?, "affine")?
             }
         }
         QuantScheme::MlxMxfp4 { group_size } | QuantScheme::MlxMxfp8 { group_size }
-            if native_mxfp(group_size as i32, k) && cx.in_dtype(2) == IrDType::U8 =>
+            if native_mxfp(group_size.i32()?, k) && cx.in_dtype(2) == IrDType::U8 =>
         {
             arity(a, 4, "DequantMatMul")?;
-            let gs = group_size as i32;
+            let gs = group_size.i32()?;
             let (bits, mode) = if matches!(scheme, QuantScheme::MlxMxfp4 { .. }) {
                 (4, "mxfp4")
             } else {
@@ -347,7 +350,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             if !matches!(bits, 2 | 3 | 4 | 5 | 6 | 8) {
                 return Err(format!("DequantMatMul MlxAffine bits={bits} is not lowered").into());
             }
-            let gs = group_size as i32;
+            let gs = group_size.i32()?;
             if gs <= 0 || k % gs != 0 || !(gs as u32 * bits as u32).is_multiple_of(8) {
                 return Err(format!(
                     "DequantMatMul MlxAffine: k={k} with group_size={gs} is not supported \
@@ -358,7 +361,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             let groups = k / gs;
             // W is [n, k], each row packed low bits first along k;
             // w = scale * code + bias per (row, group).
-            let row_bytes = k * bits as i32 / 8;
+            let row_bytes = k * bits.i32()? / 8;
             let codes = f32(&*unpack_bits(a[1], n, row_bytes, k, bits as u32)?)?;
             let s = expand_cols(a[2], n, groups, gs)?;
             let b = expand_cols(a[3], n, groups, gs)?;
@@ -386,7 +389,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             // Flat nibble stream over the [k, n] weight (low nibble first),
             // E2M1 codes; FP8 E4M3 scale per 16 rows of k and column;
             // one f32 global scale. w = fp4 * (scale * global).
-            let gs = rlx_ir::NVFP4_GROUP_SIZE as i32;
+            let gs = rlx_ir::NVFP4_GROUP_SIZE.i32()?;
             let nb = (k + gs - 1) / gs;
             let total = k * n;
             let codes = unpack_bits(a[1], 1, (total + 1) / 2, total, 4)?;
@@ -411,7 +414,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
             // Two E2M1 nibble planes over the [k, n] weight (each a flat
             // nibble stream, low nibble first), and two f32 scale sets
             // [k/group, n]: w = fp4(q0) * s0 + fp4(q1) * s1.
-            let g = group_size.max(1) as i32;
+            let g = group_size.max(1).i32()?;
             let nb = (k + g - 1) / g;
             let total = k * n;
             let plane = (total + 1) / 2;
@@ -431,7 +434,7 @@ fn dequant_matmul(cx: &Ctx, a: &[&Array]) -> LResult {
         }
         QuantScheme::MlxMxfp4 { group_size } | QuantScheme::MlxMxfp8 { group_size } => {
             arity(a, 4, "DequantMatMul")?;
-            let gs = group_size as i32;
+            let gs = group_size.i32()?;
             if gs <= 0 || k % gs != 0 || gs % 2 != 0 {
                 return Err(format!(
                     "DequantMatMul {scheme}: k={k} not a multiple of the group size: not supported"
