@@ -37,6 +37,7 @@ use std::fmt;
 
 pub mod array;
 pub mod compile;
+pub mod cuda_kernels;
 pub mod distributed;
 pub mod fast;
 pub mod fft;

@@ -25,6 +25,7 @@
 #include "rlx-mlx-shim/src/kernels.rs.h"
 #include "rlx-mlx-shim/src/cpu_kernel.h"
 #include "rlx-mlx-shim/src/rlx_math.h"
+#include "rlx-mlx-shim/src/rope_shape.h"
 #include "rlx-mlx-shim/src/simd.h"
 
 namespace rlx {
@@ -430,23 +431,10 @@ std::unique_ptr<Array> rope_cpu(const Array& x, const Array& cos, const Array& s
                                 size_t head_dim, size_t n_rot, size_t stride, bool per_token,
                                 bool gptj) {
   for (const auto* a : {&x, &cos, &sin}) need_f32(a->a, "rope");
-  // [..., S, H * D]: the leading axes are the batch; read as [B, S, H, D]
-  // without a reshape op around the kernel.
-  const auto& sh = x.a.shape();
-  int r = x.a.ndim();
-  if (r < 2 || head_dim == 0 || size_t(sh[r - 1]) % head_dim != 0) {
-    throw std::invalid_argument("[rlx rope] needs x as [..., S, H * head_dim]");
-  }
-  size_t b = 1;
-  for (int i = 0; i < r - 2; ++i) b *= size_t(sh[i]);
-  RopeParams p{b, size_t(sh[r - 2]), size_t(sh[r - 1]) / head_dim, head_dim, n_rot, stride,
-               per_token, gptj};
-  size_t rows = per_token ? p.b * p.s : p.s;
-  if (n_rot > p.d || n_rot % 2 != 0 || n_rot / 2 > stride || cos.a.size() < rows * stride ||
-      sin.a.size() != cos.a.size()) {
-    throw std::invalid_argument("[rlx rope] tables too small for the rotation asked");
-  }
-  return wrap(cpu_kernel("RlxRope", run_rope, p, sh, {x.a, cos.a, sin.a}, false));
+  // Read as [B, S, H, D] as it lies: no reshape op around the kernel.
+  auto rs = rope_shape(x.a, cos.a, sin.a, head_dim, n_rot, stride, per_token);
+  RopeParams p{rs.b, rs.s, rs.h, head_dim, n_rot, stride, per_token, gptj};
+  return wrap(cpu_kernel("RlxRope", run_rope, p, x.a.shape(), {x.a, cos.a, sin.a}, false));
 }
 
 std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx) {

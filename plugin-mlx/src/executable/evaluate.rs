@@ -96,6 +96,7 @@ pub fn evaluate_select(
         uses[o.0 as usize] += 1;
     }
     let mut vals: Vec<Option<A>> = (0..graph.len()).map(|_| None).collect();
+    let memo = crate::lower::Memo::default();
     let on_gpu = rlx_mlx_shim::array::thread_device_is_gpu();
     // One value fewer to keep for each read of it.
     let release = |vals: &mut Vec<Option<A>>, uses: &mut Vec<usize>, inputs: &[NodeId]| {
@@ -183,6 +184,7 @@ pub fn evaluate_select(
                     how,
                     writes: env.writes,
                     nested,
+                    memo: &memo,
                 };
                 let out = lower(&cx, &args).map_err(|e| {
                     PluginError::new(

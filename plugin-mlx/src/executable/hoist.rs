@@ -13,11 +13,14 @@
 //! overwritten range, a run's param write: each gives the param a new
 //! array, which is what is compared).
 //!
-//! Only nodes whose cone materialises something are hoisted (a reshape or
-//! transpose of a weight is a view, free in every run), and only up to a
-//! memory budget: a hoisted value is a second copy beside the params it
-//! came from (a bf16 model whose every weight is cast to f32 would double
-//! or triple its memory). `RLX_MLX_HOIST=0`, read once, turns it off.
+//! Views of the weights are hoisted too (a linear layer's transposed
+//! weight): a view costs no memory, but each is a node every run builds and
+//! MLX evaluates, and a small model's decode step is mostly such overhead
+//! (49 of a 6-layer Llama step's 381 nodes were weight transposes). What
+//! a cone materialises counts against a memory budget: a hoisted value is a
+//! second copy beside the params it came from (a bf16 model whose every
+//! weight is cast to f32 would double or triple its memory).
+//! `RLX_MLX_HOIST=0`, read once, turns it off.
 
 use super::evaluate::{evaluate, evaluate_select, Env, Select};
 use crate::lower::custom_scope::CustomScope;
@@ -64,7 +67,7 @@ fn pure(kind: OpKind) -> bool {
     )
 }
 
-/// Ops whose result MLX makes as a view of its operand: nothing to save.
+/// Ops whose result MLX makes as a view of its operand: no memory to pay.
 fn view(kind: OpKind) -> bool {
     use OpKind::*;
     matches!(kind, Reshape | Transpose | Narrow | Expand | Slice)
@@ -120,7 +123,8 @@ impl Hoisting {
             }
         }
         // A fixed node read by one that is not (or an output) is where a
-        // run would start: hoisted when its cone costs something.
+        // run would start: hoisted unless it is a leaf itself; what its
+        // cone materialises is paid from the budget.
         let mut frontier = vec![false; n];
         for node in graph.nodes() {
             if fixed[node.id.0 as usize] {
@@ -138,13 +142,18 @@ impl Hoisting {
         let mut nodes = Vec::new();
         for node in graph.nodes() {
             let i = node.id.0 as usize;
-            if !(frontier[i] && fixed[i] && costly[i]) {
+            let leaf = matches!(node.op.kind(), OpKind::Param | OpKind::Constant);
+            if !(frontier[i] && fixed[i]) || leaf {
                 continue;
             }
-            let bytes = graph
-                .shape(node.id)
-                .size_bytes()
-                .unwrap_or(u64::MAX as usize) as u64;
+            let bytes = if costly[i] {
+                graph
+                    .shape(node.id)
+                    .size_bytes()
+                    .unwrap_or(u64::MAX as usize) as u64
+            } else {
+                0
+            };
             if spent.saturating_add(bytes) > budget {
                 continue;
             }

@@ -57,6 +57,7 @@
 
 use super::{Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::{MaskKind, RopeStyle};
 use rlx_mlx_shim::{fast, ops, Array, ArrayList, DType as MxDType};
@@ -110,12 +111,13 @@ fn concat(parts: &[&Array], axis: i32) -> LResult {
 /// A boolean `[lq, lk]` keep-mask from a predicate on (query, key).
 fn keep_mask(lq: usize, lk: usize, keep: impl Fn(usize, usize) -> bool) -> LResult {
     let v: Vec<bool> = (0..lq * lk).map(|i| keep(i / lk, i % lk)).collect();
-    Ok(Array::from_slice(&v, &[lq as i32, lk as i32])?)
+    Ok(Array::from_slice(&v, &[lq.i32()?, lk.i32()?])?)
 }
 
-/// How rlx lays Q/K/V out (see the module docs).
+/// How rlx lays Q/K/V out (see the module docs); the backward's lowering
+/// reads its operands the same way.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Layout {
+pub(crate) enum Layout {
     Bhsd,
     Bshd,
     /// `[B, S, H*D]`
@@ -258,8 +260,11 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    let (nh, dh) = (*num_heads as i32, *head_dim as i32);
-    let dv = v_head_dim.map_or(dh, |v| v as i32);
+    let (nh, dh) = ((*num_heads).i32()?, (*head_dim).i32()?);
+    let dv = match v_head_dim {
+        Some(v) => v.i32()?,
+        None => dh,
+    };
     let dt = cx.out_dtype();
     let qs = a[0].shape();
     let layout = match qs.len() {
@@ -549,6 +554,20 @@ pub(crate) fn attend(
             false,
         )?);
     }
+    // One query row with a bias on a CUDA GPU: the shim's kernel, where
+    // MLX's CUDA vector kernel takes no mask and its fallback is a
+    // composite of a handful of kernels.
+    if let Some(bias) = bias.as_deref() {
+        if keep.is_none()
+            && row_any.is_none()
+            && super::cuda_kernels(&[q, k, v, bias])
+            && rlx_mlx_shim::cuda_kernels::attention_row_cuda_takes(q, k, v, bias)
+        {
+            return Ok(rlx_mlx_shim::cuda_kernels::attention_row_cuda(
+                q, k, v, bias, scale,
+            )?);
+        }
+    }
     let mode = if causal_mode { "causal" } else { "" };
     let m = keep.or(bias);
     let mut o = fast::scaled_dot_product_attention(q, k, v, scale, mode, m.as_deref())?;
@@ -674,7 +693,7 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     let rh = nr / 2;
     let dt = cx.out_dtype();
     let x = cast(a[0], dt)?;
-    let x4 = ops::reshape(&x, &[b as i32, s as i32, nh as i32, dh as i32])?;
+    let x4 = ops::reshape(&x, &[b.i32()?, s.i32()?, nh.i32()?, dh.i32()?])?;
     if rh == 0 {
         return Ok(ops::reshape(&x4, &dims)?);
     }
@@ -702,25 +721,30 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     // On the CPU, float32 runs the shim's rope kernel on the tables as they
     // are: one MLX op where the composite below makes about twenty.
     // x is read as [B, S, H, D] as it lies: no reshape ops around it.
+    // On a CUDA GPU, the shim's CUDA kernel, one node as well.
+    let spec = rlx_mlx_shim::kernels::RopeSpec {
+        head_dim: dh,
+        n_rot: nr,
+        stride,
+        per_token,
+        gptj: matches!(style, RopeStyle::GptJ),
+    };
     if super::cpu_f32(&[&x, a[1], a[2]]) && x.shape() == cx.out_dims() {
-        let spec = rlx_mlx_shim::kernels::RopeSpec {
-            head_dim: dh,
-            n_rot: nr,
-            stride,
-            per_token,
-            gptj: matches!(style, RopeStyle::GptJ),
-        };
         return Ok(rlx_mlx_shim::kernels::rope_cpu(&x, a[1], a[2], &spec)?);
     }
+    if super::cuda_kernels(&[&x, a[1], a[2]]) && super::one_row(&x) {
+        let y = rlx_mlx_shim::cuda_kernels::rope_cuda(&x, a[1], a[2], &spec)?;
+        return Ok(ops::reshape(&y, &cx.out_dims())?);
+    }
     let table = |t: &Array| -> LResult {
-        let flat = ops::reshape(t, &[t.size() as i32])?;
-        let flat = ops::slice(&flat, &[0], &[(rows * stride) as i32], &[1])?;
-        let m = ops::reshape(&flat, &[rows as i32, stride as i32])?;
-        let m = ops::slice(&m, &[0, 0], &[need as i32, rh as i32], &[1, 1])?;
+        let flat = ops::reshape(t, &[t.size().i32()?])?;
+        let flat = ops::slice(&flat, &[0], &[(rows * stride).i32()?], &[1])?;
+        let m = ops::reshape(&flat, &[rows.i32()?, stride.i32()?])?;
+        let m = ops::slice(&m, &[0, 0], &[need.i32()?, rh.i32()?], &[1, 1])?;
         let shape: [i32; 4] = if per_token {
-            [b as i32, s as i32, 1, rh as i32]
+            [b.i32()?, s.i32()?, 1, rh.i32()?]
         } else {
-            [1, s as i32, 1, rh as i32]
+            [1, s.i32()?, 1, rh.i32()?]
         };
         let m = ops::reshape(&m, &shape)?;
         cast(&m, dt)
@@ -735,25 +759,25 @@ fn rope(cx: &Ctx, a: &[&Array]) -> LResult {
     };
     let rotated = match style {
         RopeStyle::NeoX => {
-            let x1 = last_slice(&x4, 0, rh as i32)?;
-            let x2 = last_slice(&x4, rh as i32, nr as i32)?;
+            let x1 = last_slice(&x4, 0, rh.i32()?)?;
+            let x2 = last_slice(&x4, rh.i32()?, nr.i32()?)?;
             let (o1, o2) = rot(&x1, &x2, &c, &sn)?;
             concat(&[&o1, &o2], 3)?
         }
         RopeStyle::GptJ => {
-            let xr = last_slice(&x4, 0, nr as i32)?;
-            let xr = ops::reshape(&xr, &[b as i32, s as i32, nh as i32, rh as i32, 2])?;
+            let xr = last_slice(&x4, 0, nr.i32()?)?;
+            let xr = ops::reshape(&xr, &[b.i32()?, s.i32()?, nh.i32()?, rh.i32()?, 2])?;
             let x1 = last_slice(&xr, 0, 1)?;
             let x2 = last_slice(&xr, 1, 2)?;
             let c5 = ops::expand_dims(&c, &[4])?;
             let s5 = ops::expand_dims(&sn, &[4])?;
             let (o1, o2) = rot(&x1, &x2, &c5, &s5)?;
             let pairs = concat(&[&o1, &o2], 4)?;
-            ops::reshape(&pairs, &[b as i32, s as i32, nh as i32, nr as i32])?
+            ops::reshape(&pairs, &[b.i32()?, s.i32()?, nh.i32()?, nr.i32()?])?
         }
     };
     let out = if nr < dh {
-        let rest = last_slice(&x4, nr as i32, dh as i32)?;
+        let rest = last_slice(&x4, nr.i32()?, dh.i32()?)?;
         concat(&[&rotated, &rest], 3)?
     } else {
         rotated

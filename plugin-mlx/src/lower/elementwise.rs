@@ -10,6 +10,7 @@
 
 use super::{arity, scalar, Ctx, LResult, Lowering, A};
 use crate::dtype::{ALL, FLOATS};
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::{Activation, BinaryOp, CmpOp};
 use rlx_ir::DType as IrDType;
@@ -129,7 +130,7 @@ fn int_const(v: i128, dt: MxDType) -> LResult {
         MxDType::Bool => Ar::from_slice(&[v != 0], &[])?,
         MxDType::I8 => Ar::from_slice(&[v as i8], &[])?,
         MxDType::I16 => Ar::from_slice(&[v as i16], &[])?,
-        MxDType::I32 => Ar::from_slice(&[v as i32], &[])?,
+        MxDType::I32 => Ar::from_slice(&[v.i32()?], &[])?,
         MxDType::I64 => Ar::from_slice(&[v as i64], &[])?,
         MxDType::U8 => Ar::from_slice(&[v as u8], &[])?,
         MxDType::U16 => Ar::from_slice(&[v as u16], &[])?,
@@ -254,6 +255,18 @@ fn composite_activation(act: Activation, x: &Array) -> LResult {
                 Activation::Sigmoid => kernels::sigmoid_rlx_cpu(x)?,
                 _ => kernels::silu_rlx_cpu(x)?,
             }
+        }
+        // On a CUDA GPU, the shim's kernel over the same saturating exp.
+        Activation::Exp | Activation::Sigmoid | Activation::Silu
+            if super::cuda_kernels(&[x]) && super::one_row(x) =>
+        {
+            use rlx_mlx_shim::cuda_kernels::{activation_rlx_cuda, ExpActivation};
+            let kind = match act {
+                Activation::Exp => ExpActivation::Exp,
+                Activation::Sigmoid => ExpActivation::Sigmoid,
+                _ => ExpActivation::Silu,
+            };
+            activation_rlx_cuda(x, kind)?
         }
         // rlx's exp saturates (see `exp_rlx`): exp(100) is 3.3e38, not inf.
         Activation::Exp => exp_rlx(x)?,

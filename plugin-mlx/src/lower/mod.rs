@@ -71,12 +71,59 @@ impl From<&str> for LowerError {
 
 pub type LResult<T = A> = Result<T, LowerError>;
 
+/// A size, index or axis as the `int32` MLX takes, checked: never a
+/// wrapped value. The graph's own integers are bounded once, before any
+/// lowering ([`crate::bounds`]); what a lowering derives from them (a
+/// product, a sum) may still not fit, and is refused here. The one way a
+/// lowering turns an integer into MLX's `int32` (`as i32` is not used in
+/// `lower/`: `tests/tests/source_rules.rs`).
+pub(crate) trait I32: Copy + std::fmt::Display + TryInto<i32> {
+    fn i32(self) -> LResult<i32> {
+        self.try_into()
+            .map_err(|_| LowerError(format!("{self} is past the int32 range MLX takes")))
+    }
+}
+
+impl I32 for usize {}
+impl I32 for u64 {}
+impl I32 for i64 {}
+impl I32 for u32 {}
+impl I32 for u8 {}
+impl I32 for i32 {}
+impl I32 for i128 {}
+
 /// Whether the shim's own CPU kernels take these operands: every one is
 /// float32 and this thread builds for the CPU (the GPU, and other dtypes,
 /// keep MLX's ops).
 pub(crate) fn cpu_f32(operands: &[&Array]) -> bool {
     operands.iter().all(|a| a.dtype() == MxDType::F32)
         && !rlx_mlx_shim::array::thread_device_is_gpu()
+}
+
+/// Whether the shim's own CUDA kernels (`rlx_mlx_shim::cuda_kernels`) take
+/// these operands: this thread builds for the GPU of a CUDA build of MLX,
+/// every operand is float32, float16 or bfloat16, and
+/// `RLX_MLX_CUDA_COMPOSITES` (read once per process) does not ask for
+/// MLX's composites instead. Callers also keep them to steps of one row
+/// ([`one_row`]): each kernel is compiled for its sizes.
+pub(crate) fn cuda_kernels(operands: &[&Array]) -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| {
+        rlx_mlx_shim::array::gpu_backend() == 1
+            && !rlx_plugin_api::setting_flag("RLX_MLX_CUDA_COMPOSITES")
+    });
+    on && rlx_mlx_shim::array::thread_device_is_gpu()
+        && operands
+            .iter()
+            .all(|a| matches!(a.dtype(), MxDType::F32 | MxDType::F16 | MxDType::BF16))
+}
+
+/// Whether `x` (`[..., rows, features]`) holds one row: a decode step's
+/// shapes, the same every step (a prompt's change with its length).
+pub(crate) fn one_row(x: &Array) -> bool {
+    let d = x.shape();
+    d.len() >= 2 && d[d.len() - 2] == 1
 }
 
 /// While the returned guard lives, this thread's MLX ops go to the CPU when
@@ -131,6 +178,36 @@ pub struct Ctx<'a> {
     pub writes: &'a param_writes::ParamWrites,
     /// See [`NestedFn`].
     pub nested: NestedFn,
+    /// What this build derived once for several nodes.
+    pub memo: &'a Memo,
+}
+
+/// Values one build derives once and several nodes read (the clamped start
+/// of every cache write at one position), by the node they come from and
+/// what was derived from it. One per build of one graph: node ids name
+/// values of that graph only.
+#[derive(Default)]
+pub struct Memo(std::cell::RefCell<std::collections::HashMap<(NodeId, &'static str, i64), A>>);
+
+impl Memo {
+    /// The value `what` (with `key`) derived from node `from`, made by
+    /// `make` the first time this build asks for it.
+    pub fn get_or(
+        &self,
+        from: NodeId,
+        what: &'static str,
+        key: i64,
+        make: impl FnOnce() -> LResult,
+    ) -> LResult {
+        if let Some(v) = self.0.borrow().get(&(from, what, key)) {
+            return Ok(v.clone_handle());
+        }
+        let v = make()?;
+        self.0
+            .borrow_mut()
+            .insert((from, what, key), v.clone_handle());
+        Ok(v)
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -163,6 +240,15 @@ impl<'a> Ctx<'a> {
     pub fn input(&self, i: usize) -> NodeId {
         self.node.inputs[i]
     }
+    /// Whether input `i` is a constant of all-zero bytes (+0.0 for floats):
+    /// a shift a lowering may leave out where the sign of a zero result
+    /// does not matter.
+    pub fn input_is_zeros(&self, i: usize) -> bool {
+        matches!(
+            &self.graph.node(self.input(i)).op,
+            rlx_ir::Op::Constant { data } if data.iter().all(|b| *b == 0)
+        )
+    }
     /// A scalar of the output dtype.
     pub fn scalar(&self, v: f64) -> LResult {
         scalar(v, self.out_dtype())
@@ -193,7 +279,10 @@ pub fn numel(dims: &[i32]) -> i64 {
 pub fn static_dims(d: &[Dim]) -> Vec<i32> {
     d.iter()
         .map(|d| match d {
-            Dim::Static(n) => *n as i32,
+            // Bounded before any lowering (`crate::bounds`): a dimension
+            // past int32 never gets here; were it to, MLX would refuse
+            // i32::MAX as a shape rather than read a wrapped one.
+            Dim::Static(n) => i32::try_from(*n).unwrap_or(i32::MAX),
             Dim::Dynamic(_) => -1,
         })
         .collect()
@@ -206,7 +295,7 @@ pub fn axis(a: i64, rank: usize) -> LResult<i32> {
     if n < 0 || n >= r.max(1) {
         return Err(format!("axis {a} is out of range for rank {rank}").into());
     }
-    Ok(n as i32)
+    n.i32()
 }
 
 /// Check the number of inputs.

@@ -46,6 +46,7 @@
 
 use super::{arity, Ctx, LResult, Lowering, A};
 use crate::dtype::FLOATS;
+use crate::lower::I32;
 use crate::row;
 use rlx_ir::op::AdaNormKind;
 use rlx_mlx_shim::{fast, ops, Array, DType as MxDType};
@@ -118,7 +119,7 @@ pub(crate) enum Norm {
 
 /// Check that `axis` names the last axis of a rank-`rank` input.
 pub(crate) fn check_last_axis(op: &str, axis: i32, rank: usize) -> LResult<()> {
-    let r = rank as i32;
+    let r = rank.i32()?;
     if rank == 0 {
         return Err(format!("{op} of a scalar is not lowered").into());
     }
@@ -155,14 +156,27 @@ fn affine(name: &str, a: &Array, c: i32, dt: rlx_mlx_shim::DType) -> LResult {
     })
 }
 
+/// How a normalisation's `beta` is known at build time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shift {
+    /// Any values.
+    Values,
+    /// All +0.0 (a zero constant): the GPU adds nothing, one kernel fewer
+    /// a norm (the CPU kernel still adds it, as rlx-cpu does, for the sign
+    /// of a zero result).
+    Zero,
+}
+
 /// Normalise `x` over its last axis with the affine `gamma` / `beta`,
 /// then reshape to `out_dims` (RmsNorm may declare a leading-flattened
 /// output). Computed in dtype `dt`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn normalise(
     kind: Norm,
     x: &Array,
     gamma: &Array,
     beta: &Array,
+    shift: Shift,
     eps: f32,
     dt: rlx_mlx_shim::DType,
     out_dims: &[i32],
@@ -185,11 +199,15 @@ pub(crate) fn normalise(
     } else {
         let g = affine("gamma", gamma, c, dt)?;
         let b = affine("beta", beta, c, dt)?;
+        let b = (shift == Shift::Values).then_some(&*b);
         match kind {
-            Norm::Layer => fast::layer_norm(&xc, Some(&g), Some(&b), eps)?,
+            Norm::Layer => fast::layer_norm(&xc, Some(&g), b, eps)?,
             Norm::Rms => {
                 let n = fast::rms_norm(&xc, Some(&g), eps)?;
-                ops::add(&n, &b)?
+                match b {
+                    Some(b) => ops::add(&n, b)?,
+                    None => n,
+                }
             }
         }
     };
@@ -198,6 +216,15 @@ pub(crate) fn normalise(
     } else {
         y
     })
+}
+
+/// What input `i` (a beta) is known to be.
+fn shift_of(cx: &Ctx, i: usize) -> Shift {
+    if cx.input_is_zeros(i) {
+        Shift::Zero
+    } else {
+        Shift::Values
+    }
 }
 
 fn layer_norm(cx: &Ctx, a: &[&Array]) -> LResult {
@@ -209,6 +236,7 @@ fn layer_norm(cx: &Ctx, a: &[&Array]) -> LResult {
         a[0],
         a[1],
         a[2],
+        shift_of(cx, 2),
         *eps,
         cx.out_dtype(),
         &cx.out_dims(),
@@ -224,6 +252,7 @@ fn rms_norm(cx: &Ctx, a: &[&Array]) -> LResult {
         a[0],
         a[1],
         a[2],
+        shift_of(cx, 2),
         *eps,
         cx.out_dtype(),
         &cx.out_dims(),
@@ -277,7 +306,7 @@ fn group_norm(cx: &Ctx, a: &[&Array]) -> LResult {
         .into());
     }
     let x = f32_of(a[0])?;
-    let grouped = ops::reshape(&x, &[n, g as i32, -1])?;
+    let grouped = ops::reshape(&x, &[n, g.i32()?, -1])?;
     let y = fast::layer_norm(&grouped, None, None, *eps)?;
     let y = ops::reshape(&y, &d)?;
     let gamma = channel_affine("gamma", a[1], c, d.len())?;
