@@ -13,16 +13,104 @@
 use rlx_ir::{Graph, NodeId};
 use serde::{Deserialize, Serialize};
 
-/// The form's name for rlx-ir `rlx_ir_version`. rlx-ir's serde layout is
+/// The form's name for rlx-ir `rlx_ir_version` whose serde layout has the
+/// fingerprint `layout` ([`layout_fingerprint`]). rlx-ir's serde layout is
 /// that release's and no other's, so both sides must be built against the
-/// same release; `v1` is this module's layout around it.
-pub fn rlx_ir_bincode(rlx_ir_version: &str) -> String {
-    format!("rlx-ir {rlx_ir_version} bincode v1")
+/// same release, and from the same sources: a `[patch]` or a fork under one
+/// version number may lay a graph out otherwise, which the fingerprint
+/// tells apart. `v1` is this module's layout around it.
+pub fn rlx_ir_bincode(rlx_ir_version: &str, layout: &str) -> String {
+    format!("rlx-ir {rlx_ir_version} bincode v1 layout {layout}")
+}
+
+/// Of `forms`, the one that is `form` in another layout (the same name up
+/// to its layout fingerprint), if any: a host and a plugin built from
+/// different rlx-ir sources under one version.
+pub fn in_other_layout<'a>(form: &str, forms: &'a [String]) -> Option<&'a String> {
+    let base = |f: &'a str| f.split(" layout ").next().unwrap_or(f);
+    let ours = form.split(" layout ").next().unwrap_or(form);
+    forms.iter().find(|f| f.as_str() != form && base(f) == ours)
 }
 
 /// [`rlx_ir_bincode`] for the rlx-ir this crate is built with.
 pub fn this_rlx_ir_bincode() -> String {
-    rlx_ir_bincode(rlx_ir::rlxmodel::RLX_VERSION)
+    rlx_ir_bincode(rlx_ir::rlxmodel::RLX_VERSION, layout_fingerprint())
+}
+
+/// The fingerprint of the serde layout of rlx-ir's `Graph` in this build:
+/// every type it reaches, with its fields and variants in order, as
+/// `serde-reflection` traces them ([`graph_schema`]), hashed (FNV-1a, 64
+/// bits, hex: the same on every platform and compiler). Computed once.
+pub fn layout_fingerprint() -> &'static str {
+    static FP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FP.get_or_init(|| hash_schema(graph_schema()))
+}
+
+/// The serde schema of rlx-ir's `Graph`: every container it reaches, with
+/// every variant of every enum. Tracing explores the variants of the enum
+/// it is asked for and takes the first variant of any other it meets, so
+/// each enum a graph holds is traced by name here; a test keeps the list
+/// whole (an enum missing from it fails the trace).
+pub fn graph_schema() -> Result<serde_reflection::Registry, String> {
+    use rlx_ir::op::*;
+    use serde_reflection::{Tracer, TracerConfig};
+    let mut t = Tracer::new(TracerConfig::default());
+    macro_rules! trace {
+        ($($ty:ty),* $(,)?) => {
+            $(t.trace_simple_type::<$ty>().map_err(|e| e.to_string())?;)*
+        };
+    }
+    trace!(Graph, rlx_ir::Op, rlx_ir::DType, rlx_ir::Dim);
+    trace!(
+        Activation,
+        AdaNormKind,
+        AttentionBwdWrt,
+        BinaryOp,
+        ChainOperand,
+        ChainStep,
+        CmpOp,
+        rlx_ir::double_single::DfOp,
+        rlx_ir::fft::FftAlgo,
+        rlx_ir::fft::FftNorm,
+        rlx_ir::fft::FftQScale,
+        rlx_ir::fft::FftContraction,
+        rlx_ir::fft::FftTwiddles,
+        rlx_ir::number_format::FormatScaling,
+        MaskKind,
+        PadMode,
+        QrPart,
+        rlx_ir::quant::QuantScheme,
+        ReduceOp,
+        RegionPrologue,
+        RopeStyle,
+        rlx_ir::quant::ScaleLayout,
+        ScaleMode,
+        rlx_ir::quant::ScaledFormat,
+        ScatterNdReduction,
+        SpdMatFn,
+        SteKind,
+        SvdPart,
+        SynthBwdWrt,
+        SynthKind,
+        TransformStep,
+    );
+    t.registry().map_err(|e| e.to_string())
+}
+
+/// The hash of a traced schema (a sorted map of containers), or, should
+/// tracing fail, of its error: deterministic for one build either way (a
+/// test keeps rlx-ir's Graph traced whole).
+fn hash_schema(schema: Result<serde_reflection::Registry, String>) -> String {
+    let text = match schema {
+        Ok(r) => format!("{r:?}"),
+        Err(e) => format!("untraced: {e}"),
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// What rlx-ir's serde form leaves out of one graph and this form keeps.
@@ -254,6 +342,66 @@ mod tests {
         let mut out = Vec::new();
         each_graph(g, &mut |g| out.push(g.output_names().to_vec()));
         out
+    }
+
+    /// [`layout_fingerprint`]'s hash of a simple type `T` (one whose enums,
+    /// if any, are `T` itself): what tells two layouts of one name apart.
+    fn fingerprint_of<T: serde::de::DeserializeOwned>() -> String {
+        let mut t = serde_reflection::Tracer::new(serde_reflection::TracerConfig::default());
+        let schema = t
+            .trace_simple_type::<T>()
+            .map_err(|e| e.to_string())
+            .and_then(|_| t.registry().map_err(|e| e.to_string()));
+        hash_schema(schema)
+    }
+
+    #[test]
+    fn the_layout_fingerprint_is_traced_and_tells_layouts_apart() {
+        let fp = layout_fingerprint();
+        assert_eq!(fp.len(), 16, "{fp}");
+        assert_eq!(fp, hash_schema(graph_schema()), "stable");
+        assert!(this_rlx_ir_bincode().ends_with(&format!(" layout {fp}")));
+        // The schema was traced whole, not its failure hashed.
+        let t = std::time::Instant::now();
+        let registry = graph_schema().unwrap();
+        eprintln!(
+            "traced {} containers in {:?}: {fp}",
+            registry.len(),
+            t.elapsed()
+        );
+        assert!(registry.contains_key("Op") && registry.contains_key("Shape"));
+        // Two layouts of one name differ: a field added, fields reordered.
+        mod a {
+            #[allow(dead_code)]
+            #[derive(serde::Deserialize)]
+            pub struct Node {
+                pub id: u32,
+                pub name: String,
+            }
+        }
+        mod b {
+            #[allow(dead_code)]
+            #[derive(serde::Deserialize)]
+            pub struct Node {
+                pub id: u32,
+                pub name: String,
+                pub extra: bool,
+            }
+        }
+        mod c {
+            #[allow(dead_code)]
+            #[derive(serde::Deserialize)]
+            pub struct Node {
+                pub name: String,
+                pub id: u32,
+            }
+        }
+        let (fa, fb, fc) = (
+            fingerprint_of::<a::Node>(),
+            fingerprint_of::<b::Node>(),
+            fingerprint_of::<c::Node>(),
+        );
+        assert!(fa != fb && fa != fc && fb != fc, "{fa} {fb} {fc}");
     }
 
     #[test]

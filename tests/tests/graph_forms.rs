@@ -140,6 +140,31 @@ fn the_plugin_refuses_other_forms_and_bytes_that_are_no_graph() {
     assert!(e.message.contains("reads no graph form"), "{e}");
 }
 
+/// A host built from other rlx-ir sources under the same version (a
+/// `[patch]`, a fork) names the form with another layout fingerprint: the
+/// plugin refuses it saying what differs, and such a host sends text.
+#[test]
+fn a_form_in_another_layout_is_refused_saying_what_differs() {
+    let plugin = mlx();
+    let ours = this_rlx_ir_bincode();
+    let fp = rlx_plugin_api::graph_forms::layout_fingerprint();
+    assert!(ours.ends_with(fp), "{ours}");
+    let other = rlx_plugin_api::graph_forms::rlx_ir_bincode(
+        rlx_ir::rlxmodel::RLX_VERSION,
+        "0123456789abcdef",
+    );
+    assert_ne!(other, ours);
+    let bytes = encode(&graph()).unwrap();
+    let e = plugin
+        .compile_form(&other, &bytes, &CompileOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(e.code, StatusCode::Unsupported);
+    assert!(e.message.contains("0123456789abcdef"), "{e}");
+    assert!(e.message.contains(&format!("it reads {ours:?}")), "{e}");
+    assert!(e.message.contains("laid out otherwise"), "{e}");
+}
+
 /// A plugin that reads no form but text (the fixture plugin publishes no
 /// table) gets text from `compile_graph`.
 #[test]

@@ -41,9 +41,18 @@ unsafe extern "C" fn compile_form(
             let form = form
                 .to_str()
                 .map_err(|e| PluginError::invalid_argument(format!("form is not UTF-8: {e}")))?;
-            if !PUBLISHED.get().is_some_and(|f| f.iter().any(|f| f == form)) {
+            let published = PUBLISHED.get().map(Vec::as_slice).unwrap_or_default();
+            if !published.iter().any(|f| f == form) {
+                let why = match crate::graph_forms::in_other_layout(form, published) {
+                    Some(ours) => format!(
+                        ": it reads {ours:?}, the same form laid out otherwise (host and plugin \
+                         built from different rlx-ir sources under one version); send \
+                         .rlxmodel text"
+                    ),
+                    None => String::new(),
+                };
                 return Err(PluginError::unsupported(format!(
-                    "plugin {} reads no graph form {form:?}",
+                    "plugin {} reads no graph form {form:?}{why}",
                     plugin.descriptor().name
                 )));
             }

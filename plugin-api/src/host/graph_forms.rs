@@ -9,7 +9,7 @@
 use super::executable::PluginExecutable;
 use super::plugin::LoadedPlugin;
 use crate::error::{PluginError, PluginResult};
-use crate::graph_forms::{encode, this_rlx_ir_bincode};
+use crate::graph_forms::{encode, in_other_layout, this_rlx_ir_bincode};
 use crate::plugin::CompileOptions;
 use crate::strings::RlxStr;
 use crate::tables::RlxExecutable;
@@ -73,10 +73,33 @@ impl LoadedPlugin {
             if let Ok(bytes) = encode(graph) {
                 return self.compile_form(&form, &bytes, options);
             }
+        } else if !text_only {
+            self.warn_of_other_layout(&form);
         }
         let text = rlx_ir::rlxmodel::to_text(graph).map_err(|e| {
             PluginError::invalid_argument(format!("cannot write the graph as .rlxmodel: {e}"))
         })?;
         self.compile_with(&text, options)
+    }
+
+    /// Say once, when the plugin reads this host's rlx-ir release in
+    /// another layout (the two built from different rlx-ir sources under
+    /// one version), that graphs go to it as text, and what differs.
+    fn warn_of_other_layout(&self, ours: &str) {
+        let Some(theirs) = in_other_layout(ours, self.graph_forms()) else {
+            return;
+        };
+        if self
+            .other_layout_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        log::warn!(
+            "plugin {} reads {theirs:?}, this host writes {ours:?}: the same rlx-ir release \
+             laid out otherwise (built from different rlx-ir sources under one version), \
+             so graphs go to it as .rlxmodel text",
+            self.descriptor.name
+        );
     }
 }

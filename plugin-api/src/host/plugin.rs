@@ -50,6 +50,8 @@ pub struct LoadedPlugin {
     /// at load.
     pub(super) graph_forms: Option<RlxGraphFormApi>,
     pub(super) graph_form_names: Vec<String>,
+    /// Whether the plugin's reading of another rlx-ir layout was reported.
+    pub(super) other_layout_warned: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the tables are immutable process-lifetime data and the ABI requires the root functions to be thread-safe (docs/ABI.md, threading).
@@ -260,6 +262,7 @@ impl LoadedPlugin {
             host_memory,
             graph_forms,
             graph_form_names,
+            other_layout_warned: Default::default(),
         })
     }
 
