@@ -22,30 +22,6 @@ pub struct Waits {
     pub answer: Duration,
 }
 
-/// Write `tensors` (f32) as one safetensors file.
-pub fn write_f32_safetensors(path: &Path, tensors: &[(String, Vec<f32>)]) -> Result<(), String> {
-    let bytes: Vec<(String, Vec<u8>, usize)> = tensors
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.clone(),
-                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                v.len(),
-            )
-        })
-        .collect();
-    let views = bytes
-        .iter()
-        .map(|(n, b, len)| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![*len], b)
-                .map(|v| (n.clone(), v))
-                .map_err(|e| format!("{n}: {e}"))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    safetensors::serialize_to_file(views, &None, path)
-        .map_err(|e| format!("{}: {e}", path.display()))
-}
-
 /// `rlx-host dist pipeline`'s options.
 #[derive(Clone, Debug)]
 pub struct PipelineOptions {
@@ -108,7 +84,7 @@ pub fn pipeline(opts: &PipelineOptions) -> Result<PipelineReport, String> {
         Some(p) => std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?,
         None => {
             let p = dir.path().join("params.safetensors");
-            write_f32_safetensors(&p, &data.params)?;
+            crate::tensor_files::write_f32_safetensors(&p, &data.params)?;
             p
         }
     };
@@ -385,7 +361,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainReport, String> {
         digits::accuracy(Device::Cpu, &params, &held_out)
     })?;
     if let Some(p) = &opts.output {
-        write_f32_safetensors(p, &params)?;
+        crate::tensor_files::write_f32_safetensors(p, &params)?;
     }
     Ok(TrainReport {
         workers: results,

@@ -414,6 +414,9 @@ pub struct RunReport {
     pub plugin_path: Option<String>,
     /// With `--explain` on a plugin: where each node ran.
     pub placement: Option<rlx_plugin_host::partition::Plan>,
+    /// Why the comparison asked for could not be made (the reference
+    /// failed or crashed in its child process).
+    pub reference_error: Option<String>,
 }
 
 fn num(v: f64) -> serde_json::Value {
@@ -428,8 +431,9 @@ fn num(v: f64) -> serde_json::Value {
 impl RunReport {
     /// The contract object: `{"backend", "mode", "outputs": [{"name",
     /// "shape", "dtype", "max_abs_err", "max_rel_err"}], "compile_ms",
-    /// "run_ms", "placement"}`; error fields are null without a comparison,
-    /// `placement` ([`Plan::to_json`](rlx_plugin_host::partition::Plan::to_json))
+    /// "run_ms", "placement", "reference_error"}`; error fields are null
+    /// without a comparison (and when the reference failed:
+    /// `reference_error` says how), `placement` ([`Plan::to_json`](rlx_plugin_host::partition::Plan::to_json))
     /// without `--explain`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -445,6 +449,7 @@ impl RunReport {
             "compile_ms": num(self.compile_ms),
             "run_ms": num(self.run_ms),
             "placement": self.placement.as_ref().map(|p| p.to_json()),
+            "reference_error": self.reference_error,
         })
     }
 
@@ -460,9 +465,10 @@ impl RunReport {
         }
         println!("compile  {:.3} ms", self.compile_ms);
         println!("run      {:.3} ms", self.run_ms);
-        match &self.compare {
-            Some(c) => println!("compare  against {c} (rel = |a-b| / max(|b|, 1e-6))"),
-            None => println!("compare  none (use --compare cpu)"),
+        match (&self.compare, &self.reference_error) {
+            (Some(c), Some(e)) => println!("compare  against {c}: not made, {e}"),
+            (Some(c), None) => println!("compare  against {c} (rel = |a-b| / max(|b|, 1e-6))"),
+            (None, _) => println!("compare  none (use --compare cpu)"),
         }
         let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3e}"));
         let rows: Vec<[String; 5]> = self
@@ -507,6 +513,8 @@ pub struct RunOptions {
     pub output: Option<std::path::PathBuf>,
     /// Report where each node runs ([`RunReport::placement`]).
     pub explain: bool,
+    /// Write the outputs' f32 values here (`--compare`'s reference child).
+    pub reference_out: Option<std::path::PathBuf>,
     /// Whether nodes the plugin does not take may run on the CPU backend.
     pub fallback: rlx_plugin_host::partition::Fallback,
     pub plugins: Vec<std::path::PathBuf>,
@@ -572,13 +580,26 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
     if let Some(p) = &opts.output {
         crate::tensor_files::write_outputs(&graph, &exec.outputs, p)?;
     }
-    let reference = match &opts.compare {
-        Some(_) => Some(
-            execute(Device::Cpu, &graph, &data, 1)
-                .map_err(|e| format!("cpu reference: {e}"))?
-                .outputs,
-        ),
-        None => None,
+    if let Some(p) = &opts.reference_out {
+        // Fault injection for the tests of `--compare`: the reference child
+        // dies as a crashing backend would.
+        if std::env::var("RLX_HOST_FAULT").as_deref() == Ok("reference-abort") {
+            std::process::abort();
+        }
+        let named: Vec<(String, Vec<f32>)> = exec
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i.to_string(), v.clone()))
+            .collect();
+        crate::tensor_files::write_f32_safetensors(p, &named)?;
+    }
+    let (reference, reference_error) = match &opts.compare {
+        Some(_) => match reference_in_child(model, opts, graph.outputs.len()) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e)),
+        },
+        None => (None, None),
     };
     let infos = output_infos(&graph, &exec.outputs);
     if exec.outputs.len() != infos.len() {
@@ -616,7 +637,48 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
         compare: opts.compare.clone(),
         plugin_path,
         placement,
+        reference_error,
     })
+}
+
+/// The CPU backend's outputs for `--compare cpu`, computed in a child
+/// process (this executable, `run --backend cpu`, the same seed and files):
+/// a reference that crashes on a graph (rlx-runtime's CPU backend does on
+/// some) is then reported as the reference's failure, and the backend's
+/// own result still stands.
+fn reference_in_child(
+    model: &Path,
+    opts: &RunOptions,
+    outputs: usize,
+) -> Result<Vec<Vec<f32>>, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find this executable to run the reference: {e}"))?;
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+    let out = dir.path().join("reference.safetensors");
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.arg("run")
+        .arg(model)
+        .args(["--backend", "cpu", "--seed", &opts.seed.to_string()])
+        .arg("--reference-out")
+        .arg(&out);
+    if let Some(p) = &opts.params {
+        cmd.arg("--params").arg(p);
+    }
+    if let Some(p) = &opts.inputs {
+        cmd.arg("--inputs").arg(p);
+    }
+    // No limit: a reference of a large model may take long; Ctrl-C stops both.
+    let done = crate::bench::spawn::run_with_limit(cmd, std::time::Duration::MAX)
+        .map_err(|e| format!("cannot run the cpu reference ({}): {e}", exe.display()))?
+        .ok_or("the cpu reference did not finish")?;
+    if !done.status.success() {
+        return Err(format!(
+            "the cpu reference failed: {}",
+            crate::bench::spawn::failure_reason(&done)
+        ));
+    }
+    crate::tensor_files::read_f32_values(&out, outputs)
+        .map_err(|e| format!("the cpu reference's outputs: {e}"))
 }
 
 /// Per-output (max abs, max rel) errors of `got` against `want`.

@@ -458,3 +458,50 @@ pub fn write_outputs(graph: &Graph, outputs: &[Vec<f32>], path: &Path) -> Result
     safetensors::serialize_to_file(views, &None, path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
+
+/// Write `tensors` (f32), each flat under its name, as one safetensors
+/// file: the params a distributed run's workers read, and the outputs
+/// `run --compare`'s reference child hands back exactly (named by
+/// position, read by [`read_f32_values`]).
+pub fn write_f32_safetensors(path: &Path, tensors: &[(String, Vec<f32>)]) -> Result<(), String> {
+    let bytes: Vec<(String, Vec<u8>, usize)> = tensors
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.clone(),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                v.len(),
+            )
+        })
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(n, b, len)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![*len], b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| format!("{n}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    safetensors::serialize_to_file(views, &None, path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Read back `n` outputs [`write_f32_safetensors`] wrote under the names
+/// `0` .. `n - 1`.
+pub fn read_f32_values(path: &Path, n: usize) -> Result<Vec<Vec<f32>>, String> {
+    let tensors = read_safetensors(path)?;
+    (0..n)
+        .map(|i| {
+            let what = format!("output {i}");
+            let t = tensors
+                .iter()
+                .find(|(name, _)| *name == i.to_string())
+                .map(|(_, t)| t)
+                .ok_or_else(|| format!("{}: no {what}", path.display()))?;
+            if t.dtype != Dtype::F32 {
+                return Err(format!("{}: {what} is not f32", path.display()));
+            }
+            to_values(t, DType::F32, &what, path)
+        })
+        .collect()
+}

@@ -32,11 +32,17 @@ impl Env {
 
     /// rlx-host with discovery limited to what the test names.
     fn rlx_host(&self, args: &[&str]) -> Output {
+        self.rlx_host_with(args, &[])
+    }
+
+    /// [`Env::rlx_host`] with these variables set too.
+    fn rlx_host_with(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_rlx-host"))
             .args(args)
             .env_remove("RLX_BACKEND_PLUGINS")
             .env("RLX_HOME", self.path("home"))
             .env_remove("RUST_BACKTRACE")
+            .envs(vars.iter().copied())
             .output()
             .expect("spawn rlx-host")
     }
@@ -113,10 +119,12 @@ fn run_on_the_fixture_prints_one_json_object_with_small_errors() {
             "compile_ms",
             "run_ms",
             "placement",
+            "reference_error",
         ] {
             assert!(keys.contains(&k), "{k} missing from {v}");
         }
-        assert_eq!(keys.len(), 6, "{v}");
+        assert_eq!(keys.len(), 7, "{v}");
+        assert!(v["reference_error"].is_null(), "{v}");
         assert_eq!(
             v["placement"],
             serde_json::Value::Null,
@@ -157,6 +165,46 @@ fn without_compare_the_error_fields_are_null() {
     assert_eq!(v["mode"], "lazy");
     assert!(v["outputs"][0]["max_abs_err"].is_null(), "{v}");
     assert!(v["outputs"][0]["max_rel_err"].is_null(), "{v}");
+}
+
+#[test]
+fn a_reference_that_crashes_is_reported_as_the_references_and_the_result_stands() {
+    let env = Env::new();
+    let model = env.model();
+    let fixture = common::fixture_path();
+    let run = |json: bool| {
+        let mut args = vec![
+            "run",
+            s(&model),
+            "--backend",
+            "fixture",
+            "--plugin",
+            s(&fixture),
+            "--compare",
+            "cpu",
+        ];
+        if json {
+            args.push("--json");
+        }
+        env.rlx_host_with(&args, &[("RLX_HOST_FAULT", "reference-abort")])
+    };
+    let o = run(true);
+    // The comparison asked for was not made: a failure, in one line.
+    let line = assert_one_line_failure(&o, &["--compare cpu: the cpu reference failed"]);
+    assert!(line.contains("killed by signal"), "{line}");
+    // The backend's own result is still reported, without errors.
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["backend"], "fixture");
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([4, 6]));
+    assert!(v["outputs"][0]["max_abs_err"].is_null(), "{v}");
+    let e = v["reference_error"].as_str().unwrap();
+    assert!(e.contains("the cpu reference failed"), "{e}");
+    let text = stdout(&run(false));
+    assert!(
+        text.contains("compare  against cpu: not made, the cpu reference failed"),
+        "{text}"
+    );
+    assert!(text.contains("[4, 6]"), "{text}");
 }
 
 #[test]

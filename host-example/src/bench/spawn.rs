@@ -73,7 +73,7 @@ pub fn measure(
 
 /// Run `cmd` to its end, collecting stdout and stderr, or kill it once it
 /// has run for `limit` (then `None`).
-pub(super) fn run_with_limit(mut cmd: Command, limit: Duration) -> std::io::Result<Option<Output>> {
+pub(crate) fn run_with_limit(mut cmd: Command, limit: Duration) -> std::io::Result<Option<Output>> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -142,7 +142,7 @@ fn row_line(out: &Output) -> Option<Result<Row, String>> {
 }
 
 /// Why a child failed, in one line: its error line, else how it ended.
-pub(super) fn failure_reason(out: &Output) -> String {
+pub(crate) fn failure_reason(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let how = exit_description(&out.status);
     // The child's own error line (see main.rs), else its last line.

@@ -85,6 +85,10 @@ pub enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// Internal: write the outputs' f32 values to this file (the
+        /// reference child of `--compare`).
+        #[arg(long, hide = true, value_name = "FILE")]
+        reference_out: Option<PathBuf>,
     },
     /// Discover plugins, then run a decoder transformer on the `mlx`
     /// plugin in every mode and on rlx-runtime's CPU backend: parity,
@@ -283,6 +287,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
             explain,
             no_fallback,
             json,
+            reference_out,
         } => {
             let mode = Mode::from_name(&mode).ok_or_else(|| {
                 format!("unknown mode {mode:?} (expected lazy, eager or compiled)")
@@ -296,6 +301,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
                 inputs,
                 output,
                 explain,
+                reference_out,
                 fallback: if no_fallback {
                     rlx_plugin_host::partition::Fallback::Never
                 } else {
@@ -309,7 +315,12 @@ pub fn dispatch(cli: Cli) -> CliResult {
             } else {
                 report.print_text(&model);
             }
-            Ok(())
+            // The backend's result is shown above; a comparison asked for
+            // and not made is still a failure.
+            match &report.reference_error {
+                Some(e) => Err(format!("--compare cpu: {e}")),
+                None => Ok(()),
+            }
         }
         Command::Demo {
             runs,
