@@ -7,6 +7,7 @@ pub mod mlp_reference;
 pub mod parity;
 pub mod recurrent;
 pub mod relu_affine;
+pub mod train_mlp;
 pub mod warmup;
 
 use std::path::{Path, PathBuf};

@@ -4,10 +4,10 @@
 //! the same fused graph host-chained.
 
 use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
-use rlx_ir::infer::GraphExt;
-use rlx_ir::{DType, Graph, Shape};
+use rlx_ir::Graph;
 use rlx_plugin_api::Mode;
 use rlx_plugin_tests::parity::{mlx, MODES};
+use rlx_plugin_tests::train_mlp::{mse_mlp, values, MlpDims};
 use rlx_runtime::train::{AdamSpec, ResidentTrainer, TrainableParam};
 use rlx_runtime::Device;
 use std::collections::HashMap;
@@ -19,44 +19,15 @@ const D_OUT: usize = 4;
 
 /// `loss = mean((relu(x·w1 + b1)·w2 + b2 - t)^2)`.
 fn mlp() -> (Graph, Vec<TrainableParam>) {
-    let mut g = Graph::new("mlp_mse");
-    let x = g.input("x", Shape::new(&[BATCH, D_IN], DType::F32));
-    let t = g.input("t", Shape::new(&[BATCH, D_OUT], DType::F32));
-    let mut wrt = Vec::new();
-    let mut param = |g: &mut Graph, name: &str, dims: &[usize]| {
-        let id = g.param(name, Shape::new(dims, DType::F32));
-        wrt.push(TrainableParam {
-            name: name.into(),
-            node: id,
-        });
-        id
-    };
-    let w1 = param(&mut g, "w1", &[D_IN, D_HID]);
-    let b1 = param(&mut g, "b1", &[1, D_HID]);
-    let w2 = param(&mut g, "w2", &[D_HID, D_OUT]);
-    let b2 = param(&mut g, "b2", &[1, D_OUT]);
-    let h = g.mm(x, w1);
-    let h = g.add(h, b1);
-    let h = g.relu(h);
-    let y = g.mm(h, w2);
-    let y = g.add(y, b2);
-    let d = g.sub(y, t);
-    let sq = g.mul(d, d);
-    let loss = g.mean(sq, vec![0, 1], false);
-    g.set_outputs(vec![loss]);
-    (g, wrt)
-}
-
-/// Deterministic values in [-scale, scale).
-fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let h = (i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed.wrapping_mul(40503));
-            ((h >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    mse_mlp(
+        "mlp_mse",
+        MlpDims {
+            batch: BATCH,
+            d_in: D_IN,
+            d_hid: D_HID,
+            d_out: D_OUT,
+        },
+    )
 }
 
 fn initial() -> HashMap<String, Vec<f32>> {
