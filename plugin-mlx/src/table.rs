@@ -5,6 +5,7 @@
 
 use crate::lower::{self, Lowering};
 use rlx_ir::OpKind;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// The whole table, in family order.
@@ -49,7 +50,18 @@ pub fn table() -> &'static [Lowering] {
     })
 }
 
-/// The lowering for an op kind.
+/// The lowering for an op kind (the table's first row for it): one lookup
+/// in an index made once, as every node of every build asks.
 pub fn find(kind: OpKind) -> Option<&'static Lowering> {
-    table().iter().find(|l| l.op_kind == kind)
+    static INDEX: OnceLock<HashMap<OpKind, &'static Lowering>> = OnceLock::new();
+    INDEX
+        .get_or_init(|| {
+            let mut index = HashMap::new();
+            for l in table() {
+                index.entry(l.op_kind).or_insert(l);
+            }
+            index
+        })
+        .get(&kind)
+        .copied()
 }
