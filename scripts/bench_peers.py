@@ -3,7 +3,7 @@
 
     python3 scripts/bench_peers.py --model mlp [--runs 20] [--warmup 3] [--seed 0] [--json]
 
-The same graphs as `rlx-host bench` builds (host-example/src/bench/
+The same graphs as `rlx-host bench` builds (cli/src/bench/
 builtins.rs), at the same sizes, timed in:
 
 - MLX, eager (`python-mlx`, mode `eager`): the ops called, then `mx.eval`;
