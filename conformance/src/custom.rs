@@ -1,6 +1,7 @@
-//! Check 7, the custom-op registry (ABI 1.1+): list and lookup, a host
-//! kernel registered, looked up, executed, refused twice, unregistered;
-//! its context dropped exactly when the ABI says; null pointers refused.
+//! Check 7, the custom-op registry, for a plugin whose minor is at least 1:
+//! list and lookup, a host kernel registered, looked up, executed, refused
+//! twice, unregistered; its context dropped exactly when the ABI says; null
+//! pointers refused.
 
 use super::raw::expect_status;
 use super::{expect_err, Kit, Outcome};
@@ -47,8 +48,9 @@ pub(super) fn run(kit: &mut Kit) {
     }
 }
 
-/// (1.5) An in-place kernel with a shape rule: its shape is inferred, its
-/// attributes arrive unchanged, and `infer_shape` refuses a null `out`.
+/// For a plugin whose minor is at least 5: an in-place kernel with a shape
+/// rule: its shape is inferred, its attributes arrive unchanged, and
+/// `infer_shape` refuses a null `out`.
 fn in_place_kernel(kit: &mut Kit) {
     use rlx_plugin_api::{CustomImpl, CustomKernel, CustomOp, ShapeRule, TensorType};
     let name = fresh_name("add_attr");
@@ -76,8 +78,9 @@ fn in_place_kernel(kit: &mut Kit) {
                 ok = true;
                 Outcome::Ok
             }
-            // §12: a 1.5 plugin that does not implement in-place kernels
-            // refuses them so (the C plugin takes 1.1-form kernels only).
+            // §12: a plugin that does not implement in-place kernels refuses
+            // them so (the C plugin takes only kernels that return their
+            // outputs).
             Err(e) if e.code == StatusCode::Unsupported => Outcome::Skip(format!(
                 "the plugin takes no in-place kernels (UNSUPPORTED, as §12 allows): {}",
                 e.message

@@ -1,6 +1,6 @@
-//! Check 8, devices (ABI 1.4): the descriptor lists the devices the plugin
-//! runs on, each one compiles and says it runs there, and a device the
-//! plugin lacks is refused with UNSUPPORTED.
+//! Check 8, devices, for a plugin whose minor is at least 4: the descriptor
+//! lists the devices the plugin runs on, each one compiles and says it runs
+//! there, and a device the plugin lacks is refused with UNSUPPORTED.
 
 use super::{Kit, Outcome};
 use rlx_plugin_api::{CompileOptions, DeviceKind, StatusCode};

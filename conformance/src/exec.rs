@@ -242,9 +242,9 @@ fn bind_and_run(exe: &mut PluginExecutable, b: &Base) -> Result<(), String> {
     Ok(())
 }
 
-/// (1.8) The params bound above; the outputs of fixed shape written into
-/// buffers the kit lends (filled with 0xAB first, so an element the plugin
-/// did not write shows), the others handed over; against the CPU.
+/// The params bound above; the outputs of fixed shape written into buffers the
+/// kit lends (filled with 0xAB first, so an element the plugin did not write
+/// shows), the others handed over; against the CPU.
 fn run_into(exe: &mut PluginExecutable, b: &Base) -> Result<(), String> {
     let outs: Vec<ValueInfo> = exe.values(Role::Output).cloned().collect();
     let mut bufs: Vec<Option<Vec<u8>>> = outs

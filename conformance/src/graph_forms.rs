@@ -1,10 +1,10 @@
-//! Check 11, ABI 1.12 (docs/ABI.md §24): graph forms. A plugin that lists
-//! forms names each once; compiles the kit's graph sent in this host's
-//! rlx-ir release's form (when it lists it) to an executable that runs as
-//! the graph's text does, in every mode; and refuses a form it does not
-//! list (`UNSUPPORTED`) and bytes that are no graph (`INVALID_ARGUMENT`).
-//! A plugin that reads text only is one skipped check (the part is
-//! optional).
+//! Check 11, for a plugin whose minor is at least 12 (docs/ABI.md §24): graph
+//! forms. A plugin that lists forms names each once; compiles the kit's graph
+//! sent in this host's rlx-ir release's form (when it lists it) to an
+//! executable that runs as the graph's text does, in every mode; and refuses a
+//! form it does not list (`UNSUPPORTED`) and bytes that are no graph
+//! (`INVALID_ARGUMENT`). A plugin that reads text only is one skipped check
+//! (the part is optional).
 
 use crate::graphs::{counter, text, COUNTER};
 use crate::{expect_err, Kit, Outcome};

@@ -1,7 +1,7 @@
 //! The few whole graphs the kit compiles beyond its single-op cases: the
-//! executable checks' `relu(x @ w) + b`, and the 1.9 checks' graphs,
-//! built from additions only (f32, small integers: every value exact, and
-//! any plugin that claims `Binary` in f32 can run them).
+//! executable checks' `relu(x @ w) + b`, and check 9's graphs, built from
+//! additions only (f32, small integers: every value exact, and any plugin that
+//! claims `Binary` in f32 can run them).
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Graph, Op, Shape};
@@ -86,7 +86,7 @@ pub fn claims_f32(p: &LoadedPlugin, kinds: &[&str]) -> bool {
     })
 }
 
-/// Why the 1.9 checks' graphs cannot run, if the plugin lacks their ops.
+/// Why check 9's graphs cannot run, if the plugin lacks their ops.
 pub fn additions_unclaimed(p: &LoadedPlugin) -> Option<String> {
     (!claims_f32(p, &["Input", "Param", "Binary"])).then(|| {
         "the kit's 1.9 graphs need Input, Param and Binary in f32, which the plugin does not claim"

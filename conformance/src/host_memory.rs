@@ -1,11 +1,11 @@
-//! Check 10, ABI 1.11 (docs/ABI.md §23): host memory mapped for
-//! transfers. A plugin that offers `dma_map` refuses what the ABI names
-//! (a null or empty range, one overlapping a mapped range, an unmap where
-//! no mapping starts) and changes nothing by refusing; ranges that only
-//! touch are two mappings; and runs read their inputs from, and write
-//! their outputs into, mapped memory with the same values as unmapped
-//! memory gives (the kit's counter graph, exact small integers). A plugin
-//! that does not offer it is one skipped check (the part is optional).
+//! Check 10, for a plugin whose minor is at least 11 (docs/ABI.md §23): host
+//! memory mapped for transfers. A plugin that offers `dma_map` refuses what the
+//! ABI names (a null or empty range, one overlapping a mapped range, an unmap
+//! where no mapping starts) and changes nothing by refusing; ranges that only
+//! touch are two mappings; and runs read their inputs from, and write their
+//! outputs into, mapped memory with the same values as unmapped memory gives
+//! (the kit's counter graph, exact small integers). A plugin that does not
+//! offer it is one skipped check (the part is optional).
 
 use crate::graphs::{counter, text, COUNTER};
 use crate::{expect_err, Kit, Outcome};

@@ -27,16 +27,17 @@
 //!
 //! Areas, one file each: `handshake` (loading, versions, sizes, the entry),
 //! `tables` (descriptor, op list, lowering table), `eager` (every lowering
-//! entry's `execute` on the single-op graphs of `cases`, against
-//! rlx-runtime's CPU backend through `reference`), `exec` (compile / bind /
-//! run / destroy in every mode), `errors` (documented status codes, null
-//! pointers), `status` (status ownership), `custom` (the custom-op
-//! registry), `devices` (1.4), and `abi19` (1.9: state, clones and shared
-//! params, submitted runs, param ranges, RNG, active extents, memory
-//! figures, skipped output slots; each part the plugin does not offer is
-//! one skipped "not offered" check), `host_memory` (1.11: mapped host
-//! memory's refusals and runs over it), and `graph_forms` (1.12: a graph
-//! sent in a faster form than text runs as its text does).
+//! entry's `execute` on the single-op graphs of `cases`, against rlx-runtime's
+//! CPU backend through `reference`), `exec` (compile / bind / run / destroy in
+//! every mode), `errors` (documented status codes, null pointers), `status`
+//! (status ownership), `custom` (the custom-op registry), `devices` (for a
+//! plugin of minor 4 or later), and `abi19` (state, clones and shared params,
+//! submitted runs, param ranges, RNG, active extents, memory figures, skipped
+//! output slots; each part the plugin does not offer is one skipped "not
+//! offered" check), `host_memory` (for a plugin of minor 11 or later: mapped
+//! host memory's refusals and runs over it), and `graph_forms` (for a plugin of
+//! minor 12 or later: a graph sent in a faster form than text runs as its text
+//! does).
 //!
 //! Checks are independent: each runs inside `catch_unwind`, so a failing
 //! or panicking check is recorded and the next one still runs. The kit

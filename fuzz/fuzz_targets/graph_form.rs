@@ -1,5 +1,5 @@
-//! Bytes in the ABI 1.12 graph form (rlx-ir's serialisation of a graph,
-//! `rlx_plugin_api::graph_forms`) into the MLX plugin's `compile_form`,
+//! Bytes in the graph form this build writes (rlx-ir's serialisation of a
+//! graph, `rlx_plugin_api::graph_forms`) into the MLX plugin's `compile_form`,
 //! then a run on small generated inputs, in lazy and eager mode
 //! (`src/exercise.rs`).
 //!

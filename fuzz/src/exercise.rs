@@ -1,8 +1,8 @@
 //! What the `compile_run` and `graph_form` fuzz targets do with one input,
 //! shared with the test that replays the committed corpora
 //! (`tests/tests/fuzz_replay.rs` includes this file): `.rlxmodel` text, or
-//! bytes in the ABI 1.12 graph form, into the plugin's compile, and when
-//! that succeeds, a run on small generated inputs.
+//! bytes in the graph form this build writes, into the plugin's compile, and
+//! when that succeeds, a run on small generated inputs.
 //!
 //! A finding is a crash or hang of the process, or a PANIC status (a Rust
 //! panic the plugin caught: a bug, even though the host survived). Any other
@@ -47,8 +47,8 @@ pub fn exercise(
     exercise_compile(plugin.compile(text, mode), seed)
 }
 
-/// As [`exercise`], for bytes in rlx-ir's serialisation of a graph (the
-/// ABI 1.12 graph form this build writes, the `graph_form` target).
+/// As [`exercise`], for bytes in rlx-ir's serialisation of a graph (the graph
+/// form this build writes, the `graph_form` target).
 pub fn exercise_form(plugin: &Arc<LoadedPlugin>, bytes: &[u8], mode: Mode) -> Result<(), Finding> {
     let form = rlx_plugin_api::graph_forms::this_rlx_ir_bincode();
     let compiled = plugin.compile_form(&form, bytes, &rlx_plugin_api::CompileOptions::mode(mode));

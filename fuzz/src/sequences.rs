@@ -1,12 +1,12 @@
 //! Call sequences on executables and the custom-op registry, through the
-//! host-side API: register (host kernels of several behaviours, composites)
-//! and unregister ops, look them up, list and execute them; compile graphs
-//! that use them, run, and drop those executables, in any order, across up
-//! to six live executables. Ops a live executable uses may be unregistered
-//! under it (the registry keeps them alive until the executable goes).
-//! Interleaved with them, the ABI 1.9 steps of `state_steps.rs` (state,
-//! clones, shared params, submitted runs, param ranges, RNG, extents) on
-//! the same slots, and on the handles of the executables dropped so far.
+//! host-side API: register (host kernels of several behaviours, composites) and
+//! unregister ops, look them up, list and execute them; compile graphs that use
+//! them, run, and drop those executables, in any order, across up to six live
+//! executables. Ops a live executable uses may be unregistered under it (the
+//! registry keeps them alive until the executable goes). Interleaved with them,
+//! the steps of `state_steps.rs` (state, clones, shared params, submitted runs,
+//! param ranges, RNG, extents) on the same slots, and on the handles of the
+//! executables dropped so far.
 //!
 //! Checked: no crash or hang; no PANIC status except from a step in which
 //! one of this harness's kernels panicked on purpose; no empty error
@@ -173,7 +173,7 @@ pub fn one_input(p: &Arc<LoadedPlugin>, data: &[u8]) -> Result<(), Finding> {
         return Ok(());
     }
     let mut slots: Vec<Option<Slot>> = (0..SLOTS).map(|_| None).collect();
-    // Handles of the executables dropped so far, for the 1.9 steps.
+    // Handles of the executables dropped so far, for the state steps.
     let mut dead: Vec<*mut RlxExecutable> = Vec::new();
     let result = (|| {
         for step in steps.iter().take(24) {

@@ -1,4 +1,4 @@
-//! The graphs the 1.9 steps of `sequences` compile, and their run inputs.
+//! The graphs the state steps of `sequences` compile, and their run inputs.
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Graph, Op, Shape};

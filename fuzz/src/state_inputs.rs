@@ -1,7 +1,7 @@
-//! What the fuzzer decides in a 1.9 step of `sequences` (`state_steps.rs`):
-//! the steps themselves, and names, sizes, values and row feeds biased to
-//! the slot's own graph, so that calls get past the plugin's first checks
-//! often enough to reach what is behind them.
+//! What the fuzzer decides in a state step of `sequences` (`state_steps.rs`):
+//! the steps themselves, and names, sizes, values and row feeds biased to the
+//! slot's own graph, so that calls get past the plugin's first checks often
+//! enough to reach what is behind them.
 
 use arbitrary::Arbitrary;
 use rlx_plugin_api::host::PluginExecutable;

@@ -1,16 +1,16 @@
-//! The ABI 1.9 steps of the `sequences` target (docs/ABI.md §20-§22, §11):
-//! executables of four small graphs with state inputs, and on them state
-//! bind / unbind / read / list / set_feed / feed_rows / read_output with
-//! fuzzed names, dtypes, shapes, element ranges, feed kinds and row feeds
-//! (every `RlxRowFeed` field); runs; clones and `share_params` between
-//! live executables and the handles of dropped ones; submit and wait in
-//! any order (past `RLX_MAX_SUBMITTED` too) with read, lent and skipped
-//! slots; param ranges, RNG policies and active extents; memory figures.
-//! Names and output names go through the raw table, so any string can be
-//! sent; what the harness keeps true is the caller's side of the ABI
-//! (buffers as large as their descriptors say, `dst_rows` holding `batch`
-//! rows). The steps and their biased choices are in `state_inputs.rs`,
-//! the graphs in `state_graphs.rs`; this file makes the calls.
+//! The state steps of the `sequences` target (docs/ABI.md §20-§22, §11):
+//! executables of four small graphs with state inputs, and on them state bind /
+//! unbind / read / list / set_feed / feed_rows / read_output with fuzzed names,
+//! dtypes, shapes, element ranges, feed kinds and row feeds (every `RlxRowFeed`
+//! field); runs; clones and `share_params` between live executables and the
+//! handles of dropped ones; submit and wait in any order (past
+//! `RLX_MAX_SUBMITTED` too) with read, lent and skipped slots; param ranges,
+//! RNG policies and active extents; memory figures. Names and output names go
+//! through the raw table, so any string can be sent; what the harness keeps
+//! true is the caller's side of the ABI (buffers as large as their descriptors
+//! say, `dst_rows` holding `batch` rows). The steps and their biased choices
+//! are in `state_inputs.rs`, the graphs in `state_graphs.rs`; this file makes
+//! the calls.
 
 #[path = "state_graphs.rs"]
 mod graphs;
@@ -76,10 +76,10 @@ fn status(p: &LoadedPlugin, s: *mut rlx_plugin_api::RlxStatus) -> PluginResult<(
     unsafe { p.take_status(s) }
 }
 
-/// Run one step. `dead` holds the handles of executables this input
-/// dropped (the ABI makes them INVALID_ARGUMENT in every 1.9 entry of a
-/// plugin built with `export_plugin!`; an address reused by a new
-/// executable is that executable's, and the call may succeed).
+/// Run one step. `dead` holds the handles of executables this input dropped
+/// (the ABI makes them INVALID_ARGUMENT in every entry that takes an
+/// executable, of a plugin built with `export_plugin!`; an address reused by a
+/// new executable is that executable's, and the call may succeed).
 pub fn step(
     p: &Arc<LoadedPlugin>,
     s: &StateStep,
@@ -431,8 +431,8 @@ fn dead_call(
 ) -> Result<(), Finding> {
     let mut n = 0usize;
     let sharing = p.raw_sharing();
-    // SAFETY: every 1.9 entry of a plugin built with export_plugin! refuses
-    // a handle that is not one of its live executables.
+    // SAFETY: every entry of a plugin built with export_plugin! that takes an
+    // executable refuses a handle that is not one of its live executables.
     let st = unsafe {
         match (call % 3, sharing, live) {
             (0, Some(t), Some(l)) if t.share_params.is_some() => {

@@ -1,15 +1,14 @@
 //! Custom ops the plugin has no kernel for, run through its host-kernel
 //! bridge with rlx-cpu's kernel.
 //!
-//! A crate registers a custom op with rlx-ir (its shape and gradient) and
-//! a kernel with rlx-cpu's registry (rlx-cpu's own `spd.matfn_batched` is
-//! one); the plugin's registry does not know the name. Such a node is
-//! claimed for the plugin when rlx-cpu has a kernel for it and the plugin
-//! takes host kernels (ABI 1.5): before a graph is compiled on the plugin,
-//! each such name is registered with it as a host kernel that runs
-//! rlx-cpu's kernel on the inputs in place. Otherwise the node is not
-//! claimed, and runs on the CPU backend with its reason
-//! ([`crate::partition::Claims`]).
+//! A crate registers a custom op with rlx-ir (its shape and gradient) and a
+//! kernel with rlx-cpu's registry (rlx-cpu's own `spd.matfn_batched` is one);
+//! the plugin's registry does not know the name. Such a node is claimed for the
+//! plugin when rlx-cpu has a kernel for it and the plugin takes in-place host
+//! kernels (its minor is at least 5): before a graph is compiled on the plugin,
+//! each such name is registered with it as a host kernel that runs rlx-cpu's
+//! kernel on the inputs in place. Otherwise the node is not claimed, and runs
+//! on the CPU backend with its reason ([`crate::partition::Claims`]).
 
 use rlx_ir::{Graph, Op};
 use rlx_plugin_api::host::LoadedPlugin;
@@ -22,8 +21,8 @@ pub fn runs(plugin: &LoadedPlugin, name: &str) -> bool {
     plugin.lookup_custom_op(name).is_ok() || bridgeable(plugin, name)
 }
 
-/// rlx-cpu has a kernel for `name` and the plugin takes in-place host
-/// kernels (ABI 1.5).
+/// rlx-cpu has a kernel for `name` and the plugin takes in-place host kernels:
+/// it has a custom-op registry and its minor is at least 5.
 fn bridgeable(plugin: &LoadedPlugin, name: &str) -> bool {
     plugin.abi_version().minor >= 5
         && plugin.has_custom_ops()

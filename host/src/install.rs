@@ -19,8 +19,8 @@ pub struct Options {
     pub device: Device,
     /// The execution mode its compiles use (see [`crate::set_plugin_mode`]).
     pub mode: Mode,
-    /// The most bytes one tensor may take in its compiles (ABI 1.7); None
-    /// = the plugin's own limit (its device's memory). See
+    /// The most bytes one tensor may take in its compiles; None = the plugin's
+    /// own limit (its device's memory). See
     /// [`crate::backend::set_memory_limit`].
     pub memory_limit: Option<u64>,
     /// Whether the nodes the plugin does not take run on rlx-runtime's CPU

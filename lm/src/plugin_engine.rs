@@ -11,11 +11,11 @@
 //! caches over from the previous step's executable. The backend is to
 //! recognise the graph it already compiled, so that the two cost the same.
 //!
-//! Where the embedding can be gathered on the device (dense, or packed in 4
-//! or 8 bits) the decode graph takes the token itself, held as state and
-//! fed from each step's arg max: greedy steps then chain on the device and
-//! are submitted ahead (ABI 1.9), the host reading each token while the
-//! next step computes.
+//! Where the embedding can be gathered on the device (dense, or packed in 4 or
+//! 8 bits) the decode graph takes the token itself, held as state and fed from
+//! each step's arg max: greedy steps then chain on the device and are submitted
+//! ahead of their results, the host reading each token while the next step
+//! computes.
 
 use crate::engine::{guarded, param_value, step_out, Counters, Engine, Model, StepOut};
 use crate::graph::{self, LOGITS, NEXT_TOKEN, OUTPUT_NAMES, TOKEN};

@@ -1,5 +1,5 @@
 /*
- * rlx_plugin.h — the RLX backend plugin ABI, version 1.12.0.
+ * rlx_plugin.h — the RLX backend plugin ABI, version 1.13.0.
  *
  * This header *is* the ABI: every struct, field, constant and function
  * pointer type that crosses between an RLX host and a backend plugin. The
@@ -15,8 +15,8 @@
  *   field only when struct_size reaches its end, and never reads a byte
  *   beyond struct_size. Growable structs have no tail padding (explicit
  *   `reserved` fields fill it), so RLX_STRUCT_SIZE(T, last) == sizeof(T).
- *   One exception, from before this rule: RlxCompileOptions' 1.2 fields
- *   are read only when struct_size >= 24 (see that struct).
+ *   One exception, laid out before this rule: RlxCompileOptions' RNG
+ *   fields are read only when struct_size >= 24 (see that struct).
  * - Out-structs (RlxOpList, RlxLoweringTable, RlxDeviceInfo from
  *   executable_device, RlxShapeOut, written through an `out` pointer):
  *   the caller sets struct_size to the size it knows before the call
@@ -98,7 +98,7 @@ typedef struct RlxStatus RlxStatus;
 #define RLX_STATUS_PANIC 5u
 #define RLX_STATUS_NOT_FOUND 6u
 #define RLX_STATUS_ALREADY_EXISTS 7u
-/* (1.6) A tensor too large for the memory available (the machine's, the
+/* A tensor too large for the memory available (the machine's, the
  * device's, or a limit the user set); the message names the tensor, its
  * shape and its bytes, and nothing was allocated. */
 #define RLX_STATUS_RESOURCE_EXHAUSTED 8u
@@ -160,10 +160,11 @@ typedef struct RlxDlTensor {
  * tensors: run, eager and custom-op inputs are borrowed for the call
  * whatever their ownership says, and never released by the receiver. */
 #define RLX_OWNERSHIP_OWNED 2u
-/* (1.9) An output slot of executable_run_into or wait (section 11) whose
+/* An output slot of executable_run_into or wait (section 11) whose
  * output the caller does not want (its dl.data NULL): nothing is written
- * there and nothing is copied off the device for it. A plugin before 1.9
- * hands an OWNED tensor over in it instead, which the caller releases. */
+ * there and nothing is copied off the device for it. A plugin whose minor
+ * is below 9 hands an OWNED tensor over in it instead: a caller checks the
+ * slot's ownership after the call and releases such a tensor. */
 #define RLX_OWNERSHIP_SKIP 3u
 
 /* A tensor crossing the ABI. Frozen within major 1: tensors travel in
@@ -214,8 +215,9 @@ typedef struct RlxLogRecord {
     RlxStr file;
     /* 0 when unknown. */
     uint32_t line;
-    /* (1.3) Written as 0, never read: fills what was tail padding, which
-     * 1.0-1.2 writers already counted in struct_size (88 on 64-bit). */
+    /* Written as 0, never read: fills the bytes that would be tail
+     * padding, which writers count in struct_size (88 on 64-bit), so that
+     * no later field can start inside them. */
     uint32_t reserved0;
 } RlxLogRecord;
 #define RLX_LOG_RECORD_STRUCT_SIZE RLX_STRUCT_SIZE(RlxLogRecord, reserved0)
@@ -230,7 +232,7 @@ typedef struct RlxHostApi {
     RlxAbiVersion abi_version;
     /* The host program, for messages. Host-owned, static. */
     RlxStr host_name;
-    /* Opaque to the plugin; passed back to log, log_max_level and (1.10)
+    /* Opaque to the plugin; passed back to log, log_max_level and
      * setting. */
     void* log_ctx;
     /* Optional: deliver one record (borrowed for the call). Callable from
@@ -241,7 +243,7 @@ typedef struct RlxHostApi {
     uint32_t (*log_max_level)(void* ctx);
 
     /* --- 1.10 --- */
-    /* (1.10) Optional: the host's value of the setting `key` (an RLX_*
+    /* Optional: the host's value of the setting `key` (an RLX_*
      * switch, such as RLX_MLX_RNN_F16). Copies at most `cap` bytes of the
      * value (UTF-8, no terminator) into `buf` and returns the value's whole
      * length in bytes, or -1 when the setting is unset. A length above
@@ -318,7 +320,7 @@ typedef struct RlxPluginApi {
     /* Required. As supported_ops. */
     RlxStatus* (*lowering_table)(RlxLoweringTable* out);
     /* Required. Compile .rlxmodel text (borrowed for the call; other
-     * forms of a graph: graph_forms, 1.12); options borrowed for the call,
+     * forms of a graph: graph_forms); options borrowed for the call,
      * NULL = defaults. On success *out is a new executable owned by the
      * caller, released with executable_destroy. */
     RlxStatus* (*compile)(RlxStr graph, const RlxCompileOptions* options,
@@ -425,17 +427,19 @@ typedef struct RlxPluginApi {
 #define RLX_PLUGIN_API_SIZE_1_0 offsetof(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_1 RLX_STRUCT_SIZE(RlxPluginApi, custom_ops)
 #define RLX_PLUGIN_API_SIZE_1_4 RLX_STRUCT_SIZE(RlxPluginApi, executable_device)
-/* 1.5 to 1.7 added no root-table field: such a plugin declares at least
- * RLX_PLUGIN_API_SIZE_1_4. */
+/* A plugin claiming 1.5 to 1.7 declares at least RLX_PLUGIN_API_SIZE_1_4
+ * (those minors define no root-table field). */
 #define RLX_PLUGIN_API_SIZE_1_8 \
     RLX_STRUCT_SIZE(RlxPluginApi, executable_run_into)
 #define RLX_PLUGIN_API_SIZE_1_9 RLX_STRUCT_SIZE(RlxPluginApi, memory_usage)
-/* 1.10 added no root-table field: such a plugin declares at least
- * RLX_PLUGIN_API_SIZE_1_9. */
+/* A plugin claiming 1.10 declares at least RLX_PLUGIN_API_SIZE_1_9 (that
+ * minor defines no root-table field). */
 #define RLX_PLUGIN_API_SIZE_1_11 RLX_STRUCT_SIZE(RlxPluginApi, host_memory)
 #define RLX_PLUGIN_API_SIZE_1_12 RLX_STRUCT_SIZE(RlxPluginApi, graph_forms)
+/* A plugin claiming 1.13 declares at least RLX_PLUGIN_API_SIZE_1_12 (that
+ * minor defines no root-table field). */
 
-/* (1.9) What the plugin's tensors hold, in bytes, across all its
+/* What the plugin's tensors hold, in bytes, across all its
  * executables (params, state, run buffers). An out-struct. */
 struct RlxMemoryUsage {
     size_t struct_size;
@@ -453,7 +457,7 @@ struct RlxMemoryUsage {
 #define RLX_DEVICE_CPU 1u
 #define RLX_DEVICE_GPU 2u
 
-/* (1.4) One device a plugin can run on. Plugin-owned, static in the
+/* One device a plugin can run on. Plugin-owned, static in the
  * descriptor; an out-struct of executable_device. */
 struct RlxDeviceInfo {
     size_t struct_size;
@@ -586,26 +590,27 @@ struct RlxLoweringTable {
 
 /* Options for compile. Borrowed for the call; NULL = defaults.
  *
- * rng_policy and rng_seed (1.2) are one group: a reader takes them only
- * when struct_size >= RLX_COMPILE_OPTIONS_SIZE_1_2 (24). A 1.0/1.1 host
- * wrote struct_size = 16, which covers rng_policy's bytes as tail padding
- * (docs/ABI.md §3.1 says what 1.2 readers did wrong). */
+ * rng_policy and rng_seed are one group: a reader takes them only when
+ * struct_size >= RLX_COMPILE_OPTIONS_SIZE_1_2 (24), never when struct_size
+ * covers rng_policy alone: a writer of RLX_COMPILE_OPTIONS_SIZE_1_0 (16)
+ * counts rng_policy's bytes as tail padding, whatever they hold
+ * (docs/ABI.md §3.1). */
 struct RlxCompileOptions {
     size_t struct_size;
     /* One of RLX_MODE_*. */
     uint32_t mode;
-    /* (1.2) One of RLX_RNG_*. Absent = RLX_RNG_PHILOX. */
+    /* One of RLX_RNG_*. Absent = RLX_RNG_PHILOX. */
     uint32_t rng_policy;
-    /* (1.2) The global seed mixed into every random op's key. Absent =
+    /* The global seed mixed into every random op's key. Absent =
      * RLX_DEFAULT_RNG_SEED. */
     uint64_t rng_seed;
-    /* (1.4) RLX_DEVICE_*: the device to compile for. Absent or
+    /* RLX_DEVICE_*: the device to compile for. Absent or
      * RLX_DEVICE_DEFAULT = the plugin's default device. A device the
      * plugin does not have now is UNSUPPORTED, naming those it has. */
     uint32_t device_kind;
-    /* (1.4) The index among devices of that kind. */
+    /* The index among devices of that kind. */
     uint32_t device_ordinal;
-    /* (1.7) The most bytes any one tensor of the graph may take. 0 or
+    /* The most bytes any one tensor of the graph may take. 0 or
      * absent = no limit from the host: the plugin's own (its device's
      * memory). A graph with a larger tensor fails to compile with
      * RLX_STATUS_RESOURCE_EXHAUSTED naming the node, its shape and bytes. */
@@ -624,7 +629,7 @@ struct RlxCompileOptions {
 #define RLX_ROLE_INPUT 0u
 #define RLX_ROLE_PARAM 1u
 #define RLX_ROLE_OUTPUT 2u
-/* (1.9) A state tensor: in RlxStateApi.list only, never in a signature. */
+/* A state tensor: in RlxStateApi.list only, never in a signature. */
 #define RLX_ROLE_STATE 3u
 
 /* One input, param or output. Borrowed for the visit call. */
@@ -656,26 +661,27 @@ struct RlxValueVisitor {
 #define RLX_VALUE_VISITOR_STRUCT_SIZE RLX_STRUCT_SIZE(RlxValueVisitor, visit)
 
 /* ======================================================================
- * 8. Custom ops (1.1; attributes, shape rules, composites and
- *    in-place kernels 1.5)           ABI.md §12 (tables/custom_ops.rs)
+ * 8. Custom ops: kernels, attributes, shape rules, composites and
+ *    in-place kernels                ABI.md §12 (tables/custom_ops.rs)
  * ====================================================================== */
 
 /* RlxCustomOpInfo.origin; an unknown origin reads as "plugin". */
 #define RLX_ORIGIN_PLUGIN 0u
 #define RLX_ORIGIN_HOST 1u
 
-/* (1.5) RlxCustomOpInfo.kind: how an op is carried out. An unknown kind
- * reads as RLX_CUSTOM_KIND_KERNEL (what every op was before 1.5). */
+/* RlxCustomOpInfo.kind: how an op is carried out. An unknown kind reads
+ * as RLX_CUSTOM_KIND_KERNEL, as an absent one does. */
 #define RLX_CUSTOM_KIND_KERNEL 0u    /* a kernel the registering party supplied */
 #define RLX_CUSTOM_KIND_NATIVE 1u    /* built by the plugin from its own backend's
                                         ops; registered by the plugin only */
 #define RLX_CUSTOM_KIND_COMPOSITE 2u /* an .rlxmodel body, inlined where used */
 
-/* (1.5) RlxCustomOpDesc.shape_rule and RlxCustomOpInfo.shape_rule: how an
+/* RlxCustomOpDesc.shape_rule and RlxCustomOpInfo.shape_rule: how an
  * op's output dtype and shape follow from its inputs. register_op refuses
  * a rule it does not know (INVALID_ARGUMENT); in an RlxCustomOpInfo an
  * unknown rule reads as RLX_SHAPE_RULE_NONE. */
-/* Not declared (what a desc before 1.5 means): infer_shape is
+/* Not declared (also what a desc too short to hold shape_rule means,
+ * RLX_CUSTOM_OP_DESC_SIZE_1_1): infer_shape is
  * UNSUPPORTED and a graph's node declares the shape. On a composite it
  * means RLX_SHAPE_RULE_BODY. */
 #define RLX_SHAPE_RULE_NONE 0u
@@ -688,10 +694,10 @@ struct RlxValueVisitor {
 /* The composite body's output (composite ops only). */
 #define RLX_SHAPE_RULE_BODY 4u
 
-/* (1.5) The most dimensions an RlxShapeOut holds. */
+/* The most dimensions an RlxShapeOut holds. */
 #define RLX_CUSTOM_MAX_NDIM 16
 
-/* (1.5) An output's dtype and shape, written by infer_shape or a shape
+/* An output's dtype and shape, written by infer_shape or a shape
  * callback. An out-struct: the caller sets struct_size (to
  * RLX_SHAPE_OUT_STRUCT_SIZE); the callee writes no byte beyond it and sets
  * struct_size to what it wrote. */
@@ -706,7 +712,8 @@ typedef struct RlxShapeOut {
 } RlxShapeOut;
 #define RLX_SHAPE_OUT_STRUCT_SIZE RLX_STRUCT_SIZE(RlxShapeOut, dims)
 
-/* A custom-op kernel (the 1.1 form). Writes exactly n_outputs OWNED
+/* A custom-op kernel that returns its outputs (RlxCustomOpDesc.kernel,
+ * beside the in-place kernel_into). Writes exactly n_outputs OWNED
  * tensors into the caller's slots; inputs are borrowed for the call. It
  * receives no attributes. An error status must be made with the plugin's
  * status_new, and a kernel that fails releases any output it wrote (the
@@ -715,7 +722,7 @@ typedef RlxStatus* (*RlxCustomKernelFn)(void* ctx, const RlxTensor* inputs,
                                         size_t n_inputs, RlxTensor* outputs,
                                         size_t n_outputs);
 
-/* (1.5) An in-place kernel: writes into outputs the plugin allocated.
+/* An in-place kernel: writes into outputs the plugin allocated.
  * attrs (attrs_len bytes, borrowed for the call) are the node's
  * attributes, unchanged. inputs are borrowed for the call. outputs are
  * n_outputs (always 1) BORROWED descriptors, compact row-major, of the
@@ -730,7 +737,7 @@ typedef RlxStatus* (*RlxCustomKernelIntoFn)(void* ctx, const uint8_t* attrs,
                                             const RlxTensor* outputs,
                                             size_t n_outputs);
 
-/* (1.5) A shape callback: the output's dtype and shape for inputs of
+/* A shape callback: the output's dtype and shape for inputs of
  * these dtypes and shapes and these attributes. inputs is an array of
  * n_inputs pointers (as for every growable struct) to records borrowed for
  * the call (role RLX_ROLE_INPUT, name empty); attrs is borrowed for the
@@ -762,8 +769,8 @@ typedef struct RlxCustomOpDesc {
     uint32_t n_inputs;
     /* 1 for an op with a shape rule, an in-place kernel or a composite. */
     uint32_t n_outputs;
-    /* The 1.1 kernel; one of kernel, kernel_into or composite is
-     * required. */
+    /* The kernel that returns its outputs; one of kernel, kernel_into
+     * or composite is required. */
     RlxCustomKernelFn kernel;
     /* Passed to kernel, kernel_into and shape_fn. Owned by the plugin
      * from the call on (see above). */
@@ -804,8 +811,9 @@ typedef struct RlxCustomOpInfo {
     uint32_t n_outputs;
     /* One of RLX_ORIGIN_*. */
     uint32_t origin;
-    /* (1.3) Written as 0, never read: fills what was tail padding, which
-     * 1.1-1.2 writers already counted in struct_size (56 on 64-bit). */
+    /* Written as 0, never read: fills the bytes that would be tail
+     * padding, which writers count in struct_size (56 on 64-bit), so that
+     * the fields below cannot start inside them. */
     uint32_t reserved0;
 
     /* --- 1.5 --- */
@@ -880,7 +888,7 @@ struct RlxCustomOpApi {
 #define RLX_CUSTOM_OP_API_SIZE_1_1 offsetof(RlxCustomOpApi, infer_shape)
 
 /* ======================================================================
- * 9. Executable state (1.9)               ABI.md §20 (tables/state.rs)
+ * 9. Executable state                     ABI.md §20 (tables/state.rs)
  * ====================================================================== */
 
 /* Tensors an executable keeps on its device across runs. A state is held
@@ -973,18 +981,20 @@ struct RlxStateApi {
      * the last run's outputs until the next run. */
     RlxStatus* (*read_output)(const RlxExecutable* exe, RlxStr output,
                               uint64_t first_elem, RlxTensor* into);
-    /* (1.13) Hold as the state `name` of exe the value called `value` of
-     * src (another live executable of this plugin on the same device, or
-     * exe itself): src's state of that name if it has one, else the
-     * output of that name of its last run. The value must have the input
-     * `name`'s dtype and shape. Nothing is copied: each executable
-     * replaces its own value as it runs. Binding this way keeps the feed,
-     * as bind does. With `name` and `value` empty, every state src holds
-     * is taken, under its own name and with its feed, all or nothing (each
-     * an input of exe of its dtype and shape, each feed an output of exe
-     * of the dtype, and for REPLACE the shape, it had in src). A src that
-     * is not live, or on another device, is INVALID_ARGUMENT; no such
-     * state or output NOT_FOUND. */
+    /* Optional: absent when NULL or when struct_size does not reach it (a
+     * plugin whose minor is below 13 ends its table at
+     * RLX_STATE_API_SIZE_1_9): check both before calling. Hold as the state
+     * `name` of exe the value called `value` of src (another live
+     * executable of this plugin on the same device, or exe itself): src's
+     * state of that name if it has one, else the output of that name of its
+     * last run. The value must have the input `name`'s dtype and shape.
+     * Nothing is copied: each executable replaces its own value as it runs.
+     * Binding this way keeps the feed, as bind does. With `name` and
+     * `value` empty, every state src holds is taken, under its own name and
+     * with its feed, all or nothing (each an input of exe of its dtype and
+     * shape, each feed an output of exe of the dtype, and for REPLACE the
+     * shape, it had in src). A src that is not live, or on another device,
+     * is INVALID_ARGUMENT; no such state or output NOT_FOUND. */
     RlxStatus* (*bind_from)(RlxExecutable* exe, RlxStr name,
                             const RlxExecutable* src, RlxStr value);
 };
@@ -993,7 +1003,7 @@ struct RlxStateApi {
 #define RLX_STATE_API_SIZE_1_9 RLX_STRUCT_SIZE(RlxStateApi, read_output)
 
 /* ======================================================================
- * 10. Clones and shared params (1.9)    ABI.md §21 (tables/sharing.rs)
+ * 10. Clones and shared params          ABI.md §21 (tables/sharing.rs)
  * ====================================================================== */
 
 /* Plugin-owned, static; NULL in the root table when the plugin shares
@@ -1022,7 +1032,7 @@ struct RlxSharingApi {
 #define RLX_SHARING_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxSharingApi, share_params)
 
 /* ======================================================================
- * 11. Submitted runs (1.9)                ABI.md §22 (tables/submit.rs)
+ * 11. Submitted runs                      ABI.md §22 (tables/submit.rs)
  * ====================================================================== */
 
 /* The most runs one executable keeps submitted at once. */
@@ -1051,7 +1061,7 @@ struct RlxSubmitApi {
 #define RLX_SUBMIT_API_STRUCT_SIZE RLX_STRUCT_SIZE(RlxSubmitApi, wait)
 
 /* ======================================================================
- * 12. Host memory for transfers (1.11)  ABI.md §23 (tables/host_memory.rs)
+ * 12. Host memory for transfers         ABI.md §23 (tables/host_memory.rs)
  * ====================================================================== */
 
 /* Plugin-owned, static; NULL in the root table when the plugin has no use
@@ -1078,7 +1088,7 @@ struct RlxHostMemoryApi {
     RLX_STRUCT_SIZE(RlxHostMemoryApi, dma_unmap)
 
 /* ======================================================================
- * 13. Graph forms (1.12)                ABI.md §24 (tables/graph_forms.rs)
+ * 13. Graph forms                       ABI.md §24 (tables/graph_forms.rs)
  * ====================================================================== */
 
 /* Plugin-owned, static; NULL in the root table when the plugin reads no
@@ -1202,7 +1212,7 @@ RLX_STATIC_ASSERT(sizeof(RlxLogRecord) == RLX_LOG_RECORD_STRUCT_SIZE,
                   "RlxLogRecord has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxHostApi) == RLX_HOST_API_STRUCT_SIZE,
                   "RlxHostApi has tail padding");
-/* 1.10's setting starts where the older hosts' struct_size ended. */
+/* setting starts exactly where RLX_HOST_API_SIZE_1_0 ends. */
 RLX_STATIC_ASSERT(RLX_HOST_API_SIZE_1_0 == RLX_STRUCT_SIZE(RlxHostApi, log_max_level),
                   "RlxHostApi.setting starts inside 1.0 bytes");
 RLX_STATIC_ASSERT(sizeof(RlxPluginApi) == RLX_PLUGIN_API_STRUCT_SIZE,
@@ -1217,7 +1227,7 @@ RLX_STATIC_ASSERT(sizeof(RlxCustomOpApi) == RLX_CUSTOM_OP_API_STRUCT_SIZE,
                   "RlxCustomOpApi has tail padding");
 RLX_STATIC_ASSERT(sizeof(RlxShapeOut) == RLX_SHAPE_OUT_STRUCT_SIZE,
                   "RlxShapeOut has tail padding");
-/* 1.5's fields start where the older writers' struct_size ended. */
+/* The fields beyond each older size start exactly where it ends. */
 RLX_STATIC_ASSERT(RLX_CUSTOM_OP_DESC_SIZE_1_1 ==
                       RLX_STRUCT_SIZE(RlxCustomOpDesc, kernel_ctx_drop),
                   "RlxCustomOpDesc.kernel_into starts inside 1.1 bytes");

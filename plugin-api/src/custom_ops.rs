@@ -3,8 +3,8 @@
 //! - *native*: ops the plugin builds from its own backend's ops (registered
 //!   by the plugin in `Plugin::init`; [`CustomImpl::Native`]);
 //! - *kernels*: a function of the registering party, host or plugin
-//!   ([`CustomImpl::Kernel`], or [`CustomImpl::Owned`] for kernels written
-//!   to ABI 1.1, which return their outputs);
+//!   ([`CustomImpl::Kernel`], which writes into outputs allocated for it, or
+//!   [`CustomImpl::Owned`] for kernels that return their outputs);
 //! - *composites*: an `.rlxmodel` body inlined where the op is used
 //!   ([`CustomImpl::Composite`]).
 //!
@@ -76,7 +76,7 @@ impl TensorType {
     }
 }
 
-/// Conversions to and from the ABI's records (§8, 1.5).
+/// Conversions to and from the ABI's records (§8).
 impl TensorType {
     /// An `RlxShapeOut` holding this type; `InvalidArgument` beyond
     /// `CUSTOM_MAX_NDIM` dimensions.
@@ -155,7 +155,8 @@ pub type CustomKernel = Arc<
     dyn Fn(&[TensorView<'_>], &mut [TensorViewMut<'_>], &[u8]) -> PluginResult<()> + Send + Sync,
 >;
 
-/// A kernel that returns its outputs (the ABI 1.1 form): `(inputs, attrs)`.
+/// A kernel that returns its outputs (the ABI's `kernel`, not `kernel_into`):
+/// `(inputs, attrs)`.
 pub type OwnedKernel =
     Arc<dyn Fn(&[TensorView<'_>], &[u8]) -> PluginResult<Vec<HostTensor>> + Send + Sync>;
 
@@ -208,7 +209,7 @@ impl CustomKind {
             CustomKind::Composite => k::COMPOSITE,
         }
     }
-    /// An unknown kind reads as a kernel (what every op was before 1.5).
+    /// An unknown kind reads as a kernel, as an absent one does.
     pub fn from_raw(raw: u32) -> CustomKind {
         use crate::tables::custom_kind as k;
         match raw {
@@ -229,7 +230,8 @@ impl CustomKind {
 /// How the output's dtype and shape follow from the inputs.
 #[derive(Clone)]
 pub enum ShapeRule {
-    /// Not declared (ops registered through ABI 1.1–1.4).
+    /// Not declared (an op registered without a rule, or through a desc too
+    /// short to hold one).
     None,
     /// Dtype and shape of this input.
     SameAsInput(u32),

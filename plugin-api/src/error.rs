@@ -37,9 +37,9 @@ pub enum StatusCode {
     NotFound = 6,
     /// A registration under a name that is already taken.
     AlreadyExists = 7,
-    /// (1.6) A tensor too large for the memory available (the machine's,
-    /// the device's, or a limit the user set); the message names the
-    /// tensor, its shape and its bytes. Nothing was allocated.
+    /// A tensor too large for the memory available (the machine's, the
+    /// device's, or a limit the user set); the message names the tensor, its
+    /// shape and its bytes. Nothing was allocated.
     ResourceExhausted = 8,
 }
 

@@ -1,6 +1,6 @@
-//! Graph forms (ABI 1.12, docs/ABI.md §24): a graph in a form both sides
-//! read faster than `.rlxmodel` text, for plugins (feature `graph-forms`)
-//! and hosts alike, so that the two ends share one definition.
+//! Graph forms (docs/ABI.md §24): a graph in a form both sides read faster than
+//! `.rlxmodel` text, for plugins (feature `graph-forms`) and hosts alike, so
+//! that the two ends share one definition.
 //!
 //! The one form so far, [`rlx_ir_bincode`]: rlx-ir's own serde form of a
 //! graph written by bincode. rlx-ir leaves four fields of a graph out of

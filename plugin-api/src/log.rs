@@ -16,7 +16,8 @@ pub(crate) struct HostTable {
     pub log_ctx: *mut c_void,
     pub log: Option<unsafe extern "C" fn(*mut c_void, *const RlxLogRecord)>,
     pub log_max_level: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
-    /// (1.10) The host's settings; `None` from an older host.
+    /// The host's settings; `None` when the host table does not reach `setting`
+    /// or leaves it null.
     pub setting: Option<unsafe extern "C" fn(*mut c_void, RlxStr, *mut u8, usize) -> i64>,
 }
 

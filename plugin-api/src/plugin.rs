@@ -21,8 +21,8 @@ pub struct Descriptor {
     pub build_info: Vec<(String, String)>,
     /// The `.rlxmodel` opsets the plugin reads.
     pub opsets: Vec<u32>,
-    /// (ABI 1.4) The devices it can run on now, the default first. Empty
-    /// from a plugin before 1.4.
+    /// The devices it can run on now, the default first. Empty when the
+    /// plugin's descriptor lists none.
     pub device_infos: Vec<DeviceInfo>,
 }
 
@@ -200,11 +200,11 @@ pub struct CompileOptions {
     pub rng_policy: u32,
     /// The global RNG seed (rlx's `RngOptions::seed`).
     pub rng_seed: u64,
-    /// (ABI 1.4) The device to compile for (kind, ordinal); None = the
-    /// plugin's default device.
+    /// The device to compile for (kind, ordinal); None = the plugin's default
+    /// device.
     pub device: Option<(DeviceKind, u32)>,
-    /// (ABI 1.7) The most bytes any one tensor may take, set by the host;
-    /// None = the plugin's own limit.
+    /// The most bytes any one tensor may take, set by the host; None = the
+    /// plugin's own limit.
     pub memory_limit: Option<u64>,
 }
 
@@ -249,7 +249,7 @@ pub enum Role {
     Input,
     Param,
     Output,
-    /// (ABI 1.9) A state tensor, in `Executable::state_list` only.
+    /// A state tensor, in `Executable::state_list` only.
     State,
 }
 
@@ -355,12 +355,12 @@ pub trait Executable: Send {
             .map(OwnedTensor::from_host)
             .collect())
     }
-    /// (ABI 1.8) Run, writing each output whose slot lends memory
-    /// ([`OutputSlot::Into`]) there and handing the others back in their
-    /// slots ([`OutputSlot::Owned`]). `slots` has one entry per output. The
-    /// default runs [`Executable::run_owned`] and copies; a plugin whose
-    /// results must be copied to the host anyway (from a GPU) overrides it
-    /// to make that one copy straight into the caller's memory.
+    /// Run, writing each output whose slot lends memory ([`OutputSlot::Into`])
+    /// there and handing the others back in their slots
+    /// ([`OutputSlot::Owned`]). `slots` has one entry per output. The default
+    /// runs [`Executable::run_owned`] and copies; a plugin whose results must
+    /// be copied to the host anyway (from a GPU) overrides it to make that one
+    /// copy straight into the caller's memory.
     fn run_into(
         &mut self,
         inputs: &[(&str, TensorRef<'_>)],
@@ -379,13 +379,13 @@ pub trait Executable: Send {
         }
         Ok(())
     }
-    /// (ABI 1.4) The device it runs on; None if the plugin does not say.
+    /// The device it runs on; None if the plugin does not say.
     fn device(&self) -> Option<DeviceInfo> {
         None
     }
 
-    // ---- (ABI 1.9) what a plugin offers in its [`Offers`]; the defaults
-    // refuse, and are never called for a part the plugin does not offer.
+    // ---- what a plugin offers in its [`Offers`]; the defaults refuse, and are
+    // never called for a part the plugin does not offer.
 
     /// Hold `value` (checked here against the input `name`'s dtype and
     /// shape) as the state `name`: runs read that input from it.
@@ -393,11 +393,11 @@ pub trait Executable: Send {
         let _ = (name, value);
         Err(not_offered("state"))
     }
-    /// (ABI 1.13) Hold as the state `name` the value `value` of `src` (its
-    /// state of that name, else its last run's output of that name; `None`:
-    /// this executable's), with the input `name`'s dtype and shape,
-    /// without copying it. With `name` and `value` empty: every state of
-    /// `src`, each under its own name with its feed, all or nothing.
+    /// Hold as the state `name` the value `value` of `src` (its state of that
+    /// name, else its last run's output of that name; `None`: this
+    /// executable's), with the input `name`'s dtype and shape, without copying
+    /// it. With `name` and `value` empty: every state of `src`, each under its
+    /// own name with its feed, all or nothing.
     fn state_bind_from(
         &mut self,
         name: &str,
@@ -493,8 +493,8 @@ fn not_offered(what: &str) -> PluginError {
     PluginError::unsupported(format!("this plugin offers no {what}"))
 }
 
-/// (ABI 1.9) Memory a caller lends for [`Executable::state_read`]: room
-/// for `bytes.len() / dtype.size_bytes()` elements of `dtype`.
+/// Memory a caller lends for [`Executable::state_read`]: room for
+/// `bytes.len() / dtype.size_bytes()` elements of `dtype`.
 #[derive(Debug)]
 pub struct StateBuf<'a> {
     pub dtype: DType,
@@ -508,9 +508,9 @@ impl StateBuf<'_> {
     }
 }
 
-/// (ABI 1.9) The parts of the ABI beyond compile and run that a plugin
-/// offers: the glue publishes exactly these (the others stay null), so a
-/// host knows before it asks.
+/// The parts of the ABI beyond compile and run that a plugin offers: the glue
+/// publishes exactly these (the others stay null), so a host knows before it
+/// asks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Offers {
     /// State: bind, unbind, read, list, set_feed, and reads of the last
@@ -518,8 +518,8 @@ pub struct Offers {
     pub state: bool,
     /// State row feeds (`feed_rows`); needs `state`.
     pub row_feeds: bool,
-    /// (ABI 1.13) States bound from another executable's value
-    /// (`bind_from`); needs `state`.
+    /// States bound from another executable's value (`bind_from`); needs
+    /// `state`.
     pub state_from: bool,
     pub clone: bool,
     pub share_params: bool,
@@ -530,11 +530,11 @@ pub struct Offers {
     pub active_extent: bool,
     /// The plugin's memory figures ([`Plugin::memory_usage`]).
     pub memory_usage: bool,
-    /// (ABI 1.11) Host memory mapped for transfers ([`Plugin::dma_map`]).
+    /// Host memory mapped for transfers ([`Plugin::dma_map`]).
     pub dma_map: bool,
 }
 
-/// (ABI 1.9) What a plugin's tensors hold, in bytes.
+/// What a plugin's tensors hold, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryUsage {
     pub active_bytes: u64,
@@ -542,9 +542,8 @@ pub struct MemoryUsage {
     pub cached_bytes: u64,
 }
 
-/// (ABI 1.8) Memory a caller lends for one output of
-/// [`Executable::run_into`]: room for exactly the compact row-major bytes
-/// of `dtype` and `shape`.
+/// Memory a caller lends for one output of [`Executable::run_into`]: room for
+/// exactly the compact row-major bytes of `dtype` and `shape`.
 #[derive(Debug)]
 pub struct OutputBuf<'a> {
     pub dtype: DType,
@@ -575,14 +574,14 @@ impl OutputBuf<'_> {
     }
 }
 
-/// (ABI 1.8) Where [`Executable::run_into`] puts one output.
+/// Where [`Executable::run_into`] puts one output.
 #[derive(Debug)]
 pub enum OutputSlot<'a> {
     /// Written into the caller's memory.
     Into(OutputBuf<'a>),
     /// Handed back as an owned tensor; `None` until the run fills it.
     Owned(Option<OwnedTensor>),
-    /// (ABI 1.9) Not wanted: nothing is written or copied for it.
+    /// Not wanted: nothing is written or copied for it.
     Skip,
 }
 
@@ -618,36 +617,35 @@ pub trait Plugin: Send + Sync + 'static {
     fn init(&self, custom_ops: &'static CustomOpRegistry) -> PluginResult<Vec<LoweringEntry>>;
     /// Compile `.rlxmodel` text.
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>>;
-    /// (ABI 1.9) The parts beyond compile and run its executables offer.
+    /// The parts beyond compile and run its executables offer.
     fn offers(&self) -> Offers {
         Offers::default()
     }
-    /// (ABI 1.9) What its tensors hold now (offered with
-    /// [`Offers::memory_usage`]).
+    /// What its tensors hold now (offered with [`Offers::memory_usage`]).
     fn memory_usage(&self) -> PluginResult<MemoryUsage> {
         Err(not_offered("memory figures"))
     }
-    /// (ABI 1.11) Map the `len` bytes at `data` for the plugin's copies
-    /// until [`Plugin::dma_unmap`] (offered with [`Offers::dma_map`]). The
-    /// glue has checked that `data` is not null and `len` not 0; the
-    /// plugin refuses a range that overlaps a mapped one.
+    /// Map the `len` bytes at `data` for the plugin's copies until
+    /// [`Plugin::dma_unmap`] (offered with [`Offers::dma_map`]). The glue has
+    /// checked that `data` is not null and `len` not 0; the plugin refuses a
+    /// range that overlaps a mapped one.
     fn dma_map(&self, data: *mut u8, len: usize) -> PluginResult<()> {
         let _ = (data, len);
         Err(not_offered("host memory mapping"))
     }
-    /// (ABI 1.11) Undo [`Plugin::dma_map`] of the range starting at
-    /// `data`: `NOT_FOUND` when none starts there.
+    /// Undo [`Plugin::dma_map`] of the range starting at `data`: `NOT_FOUND`
+    /// when none starts there.
     fn dma_unmap(&self, data: *mut u8) -> PluginResult<()> {
         let _ = data;
         Err(not_offered("host memory mapping"))
     }
-    /// (ABI 1.12) The graph forms the plugin reads besides `.rlxmodel`
-    /// text (docs/ABI.md §24 names them), published once at the handshake.
+    /// The graph forms the plugin reads besides `.rlxmodel` text (docs/ABI.md
+    /// §24 names them), published once at the handshake.
     fn graph_forms(&self) -> Vec<String> {
         Vec::new()
     }
-    /// (ABI 1.12) Compile `graph`, bytes in `form` (one of
-    /// [`Plugin::graph_forms`]; the glue has checked that it is listed).
+    /// Compile `graph`, bytes in `form` (one of [`Plugin::graph_forms`]; the
+    /// glue has checked that it is listed).
     fn compile_form(
         &self,
         form: &str,

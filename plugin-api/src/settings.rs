@@ -1,10 +1,10 @@
-//! The host's settings, plugin side (ABI 1.10, header §4): a plugin links
-//! its own copy of rlx-ir, so an `RLX_*` switch the host set in process
-//! (`rlx_ir::env::set`) is invisible to the plugin's `rlx_ir::env`. The
-//! host table's `setting` asks the host instead. [`setting`] uses it when
-//! the host offers it and falls back to this process's environment when
-//! the host is older (its table ends before `setting`) or the plugin was
-//! not loaded through the entry (a unit test calling the plugin directly).
+//! The host's settings, plugin side (header §4): a plugin links its own copy of
+//! rlx-ir, so an `RLX_*` switch the host set in process (`rlx_ir::env::set`) is
+//! invisible to the plugin's `rlx_ir::env`. The host table's `setting` asks the
+//! host instead. [`setting`] uses it when the host offers it and falls back to
+//! this process's environment when the host does not (its table ends before
+//! `setting`, or the field is null) or the plugin was not loaded through the
+//! entry (a unit test calling the plugin directly).
 
 use crate::log::HostTable;
 use crate::strings::RlxStr;
@@ -23,7 +23,8 @@ unsafe impl Send for HostSetting {}
 // SAFETY: as for Send.
 unsafe impl Sync for HostSetting {}
 
-/// `None` inside: the host table has no `setting` (a host before 1.10).
+/// `None` inside: the host table has no `setting` (null, or beyond its
+/// `struct_size`).
 static HOST: OnceLock<Option<HostSetting>> = OnceLock::new();
 
 /// Keep the host's `setting` (the handshake calls this once).
@@ -36,17 +37,17 @@ pub(crate) fn install(host: &HostTable) {
     });
 }
 
-/// Whether the host answers [`setting`] itself (a 1.10 host that offers
-/// it), rather than this process's environment.
+/// Whether the host answers [`setting`] itself (its table offers the function),
+/// rather than this process's environment.
 pub fn host_has_settings() -> bool {
     matches!(HOST.get(), Some(Some(_)))
 }
 
-/// The value of the setting `key` (an `RLX_*` switch) as the host sees it:
-/// for a host that offers the 1.10 `setting` function, its answer (the
-/// Rust host's `rlx_ir::env`: in-process overrides, then the process
-/// environment); otherwise `std::env::var(key)`. `None` when unset (or, in
-/// the fallback, not UTF-8).
+/// The value of the setting `key` (an `RLX_*` switch) as the host sees it: for
+/// a host that offers the `setting` function, its answer (the Rust host's
+/// `rlx_ir::env`: in-process overrides, then the process environment);
+/// otherwise `std::env::var(key)`. `None` when unset (or, in the fallback, not
+/// UTF-8).
 pub fn setting(key: &str) -> Option<String> {
     match HOST.get() {
         Some(Some(h)) => ask_host(*h, key),

@@ -1,6 +1,6 @@
-//! Executable state (ABI 1.9, header §9) in plain Rust: how a state
-//! follows the runs ([`Feed`]) and which rows a row feed copies
-//! ([`RowFeed`]), checked once here for every plugin and host.
+//! Executable state (header §9) in plain Rust: how a state follows the runs
+//! ([`Feed`]) and which rows a row feed copies ([`RowFeed`]), checked once here
+//! for every plugin and host.
 
 use crate::error::{PluginError, PluginResult};
 use crate::tables::{feed_kind, RlxRowFeed};

@@ -1,7 +1,7 @@
-//! A graph as a compile receives it: `.rlxmodel` text, or (ABI 1.12) the
-//! bytes of a faster form (`rlx_plugin_api::graph_forms`). Either way the
-//! plugin reads the same graph; this says which form it came in, so that
-//! a kernel builder process can be handed it as it was.
+//! A graph as a compile receives it: `.rlxmodel` text, or the bytes of a faster
+//! form (`rlx_plugin_api::graph_forms`). Either way the plugin reads the same
+//! graph; this says which form it came in, so that a kernel builder process can
+//! be handed it as it was.
 
 use rlx_ir::Graph;
 use rlx_plugin_api::graph_forms::{decode, this_rlx_ir_bincode};

@@ -5,16 +5,15 @@
 //! aborts; MLX's compiled kernels index past a failed buffer) instead of
 //! failing one call.
 //!
-//! The plugin's own limit is `RLX_MLX_MEMORY_LIMIT` (bytes, with an
-//! optional binary suffix `K`, `M`, `G` or `T`: `512M`, `64G`), else the
-//! memory of the device compiled for (a GPU's own memory; the machine's
-//! physical memory for the CPU). A host may lower it for one compile with
-//! `memory_limit_bytes` in the compile options (ABI 1.7): the smaller of
-//! the two applies. It bounds each tensor on its own, the graph's
-//! leaves and every node's output; what several live tensors add up to is
-//! MLX's allocator's to refuse, which it reports as an error, not an abort.
-//! Nested bodies (If / While / Scan) are bounded by their outer node's
-//! shapes only.
+//! The plugin's own limit is `RLX_MLX_MEMORY_LIMIT` (bytes, with an optional
+//! binary suffix `K`, `M`, `G` or `T`: `512M`, `64G`), else the memory of the
+//! device compiled for (a GPU's own memory; the machine's physical memory for
+//! the CPU). A host may lower it for one compile with `memory_limit_bytes` in
+//! the compile options: the smaller of the two applies. It bounds each tensor
+//! on its own, the graph's leaves and every node's output; what several live
+//! tensors add up to is MLX's allocator's to refuse, which it reports as an
+//! error, not an abort. Nested bodies (If / While / Scan) are bounded by their
+//! outer node's shapes only.
 
 use crate::graph_text::describe;
 use rlx_ir::Graph;

@@ -10,9 +10,9 @@
 //! {"graph":"mlp_train","mode":"compiled","total":31,"ops":{"AddMM":2,...}}
 //! ```
 //!
-//! Eager mode evaluates node by node while it builds, so its lines count
-//! what is left for the end. Read once per process (through the host's
-//! settings, ABI 1.10); off, a run pays one flag test.
+//! Eager mode evaluates node by node while it builds, so its lines count what
+//! is left for the end. Read once per process (through the host's settings);
+//! off, a run pays one flag test.
 
 use rlx_mlx_shim::array::{self, new_array_list};
 use rlx_mlx_shim::ArrayList;

@@ -18,9 +18,9 @@
 //! - `finish`: the run's custom-op failures checked, its state writes kept;
 //! - `outputs`: the outputs handed over (copied out, or lent on the CPU).
 //!
-//! A submitted run (ABI 1.9) prints two lines: its submission (`device`,
-//! `inputs`, `build`, `submit`: MLX's work handed to its stream, `finish`)
-//! tagged `submit`, and its wait (`device`, `eval`, `outputs`) tagged
+//! A submitted run (`submit`, then `wait`) prints two lines: its submission
+//! (`device`, `inputs`, `build`, `submit`: MLX's work handed to its stream,
+//! `finish`) tagged `submit`, and its wait (`device`, `eval`, `outputs`) tagged
 //! `wait`.
 //!
 //! Read once per process. Off, a run pays one flag test per phase.

@@ -1,4 +1,5 @@
-// Host memory mapped for transfers (ABI 1.11; src/host_memory.cc says why).
+// Host memory mapped for transfers (the ABI's host_memory table;
+// src/host_memory.cc says why).
 #pragma once
 
 #include <cstddef>

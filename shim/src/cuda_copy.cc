@@ -12,10 +12,10 @@
 // (`cuMemcpyDtoH`), and an input is written into its managed buffer with one
 // DMA (`cuMemcpyHtoD`), so its pages start on the GPU.
 //
-// From host memory a host mapped (ABI 1.11, src/host_memory.cc), which is
-// page-locked, both copies are asynchronous copies on a stream of the
-// plugin's own, which the copy engine runs at the bus's speed; the call
-// waits for that stream only.
+// From host memory a host mapped (the ABI's host_memory table,
+// src/host_memory.cc), which is page-locked, both copies are asynchronous
+// copies on a stream of the plugin's own, which the copy engine runs at the
+// bus's speed; the call waits for that stream only.
 //
 // The driver is already loaded in such a process (the CUDA libmlx needs
 // `libcuda.so.1`), so it is looked up with RTLD_NOLOAD and never loaded

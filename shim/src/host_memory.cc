@@ -1,12 +1,12 @@
-// Host memory mapped for transfers (ABI 1.11): ranges a host maps once (a
-// batch buffer it refills each step, an output buffer it lends each run)
-// so that the GPU copies them with its DMA engine. The driver copies
-// pageable memory through staging buffers of its own, at about half the
-// bus's speed (measured on an H100: about 10 GB/s for a 1.3 MB input and
-// its output); page-locked memory is read and written by the copy engine
-// directly. Locking costs far more than one copy, so it is done once per
-// mapping, never per run. On the CPU, or with the driver copies off, a
-// mapping only records its range (the contract's checks stay the same).
+// Host memory mapped for transfers (the ABI's host_memory table): ranges a host
+// maps once (a batch buffer it refills each step, an output buffer it lends
+// each run) so that the GPU copies them with its DMA engine. The driver copies
+// pageable memory through staging buffers of its own, at about half the bus's
+// speed (measured on an H100: about 10 GB/s for a 1.3 MB input and its output);
+// page-locked memory is read and written by the copy engine directly. Locking
+// costs far more than one copy, so it is done once per mapping, never per run.
+// On the CPU, or with the driver copies off, a mapping only records its range
+// (the contract's checks stay the same).
 #include "rlx-mlx-shim/include/host_memory.h"
 
 #include <atomic>

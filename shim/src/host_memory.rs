@@ -1,5 +1,6 @@
-//! Host memory mapped for transfers (ABI 1.11): the ranges a host maps so
-//! that the GPU copies them with its DMA engine (`src/host_memory.cc`).
+//! Host memory mapped for transfers (the ABI's `host_memory` table): the ranges
+//! a host maps so that the GPU copies them with its DMA engine
+//! (`src/host_memory.cc`).
 
 #[cxx::bridge(namespace = "rlx")]
 mod ffi {

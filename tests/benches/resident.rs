@@ -1,7 +1,7 @@
-//! What keeping state on the plugin's device (ABI 1.9) is worth, against
-//! the same work with the state crossing the ABI every step, and against
-//! rlx-runtime's CPU backend, side by side in one invocation, each variant
-//! in a process of its own:
+//! What keeping state on the plugin's device is worth, against the same work
+//! with the state crossing the ABI every step, and against rlx-runtime's CPU
+//! backend, side by side in one invocation, each variant in a process of its
+//! own:
 //!
 //! - `train`: one Adam step of an MLP 256x1024 -> 4096 -> 1024 (ReLU,
 //!   mean squared error) through rlx-runtime's `ResidentTrainer`. Resident:
@@ -26,10 +26,11 @@
 //! `--variants cpu,mlx:compiled:resident,...` (default: cpu, then every
 //! plugin mode resident and host). A plugin variant ending in `:mapped`
 //! (`mlx:compiled:resident:mapped`, `train` only) maps the batch's host
-//! memory for the plugin's transfers first (ABI 1.11 `dma_map`), as a
-//! program that refills one batch buffer every step would. Each row: the path taken (resident or
-//! host, as rlx-runtime reports it), the first step, the median and min of
-//! the timed ones, and the median's ratio to the CPU backend's.
+//! memory for the plugin's transfers first (`dma_map`), as a program that
+//! refills one batch buffer every step would. Each row: the path taken
+//! (resident or host, as rlx-runtime reports it), the first step, the
+//! median and min of the timed ones, and the median's ratio to the CPU
+//! backend's.
 
 use rlx_host::rlx_backend::{register_plugin_backend, set_resident};
 use rlx_plugin_api::Mode;

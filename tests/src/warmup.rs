@@ -42,8 +42,8 @@ pub fn tensor(seed: u32) -> HostTensor {
     .unwrap()
 }
 
-/// How the graph reaches the plugin: `.rlxmodel` text, or the fastest
-/// form the plugin reads (ABI 1.12 graph forms), which a host sends.
+/// How the graph reaches the plugin: `.rlxmodel` text, or the fastest form the
+/// plugin reads (a graph form), which a host sends.
 #[derive(Clone, Copy, Debug)]
 pub enum Sent {
     Text,

@@ -262,7 +262,7 @@ fn a_null_host_table_is_refused() {
     );
 }
 
-// ---- ABI 1.10: the host's settings ----
+// ---- The host's settings ----
 
 /// Log messages a raw host table received (its `log_ctx`).
 type Sink = std::sync::Mutex<Vec<String>>;

@@ -12,14 +12,14 @@ use std::collections::BTreeSet;
 use std::mem::{offset_of, size_of};
 
 extern "C" {
-    // tests/c/layout.c: the header's 1.5 custom-op constants.
+    // tests/c/layout.c: the header's custom-op constants.
     static rlx_c_custom_op_sizes: [usize; 4];
     static rlx_c_custom_op_enums: [u32; 8];
     // The header's RLX_STATUS_* in number order.
     static rlx_c_status_codes: [u32; 8];
-    // (1.9) RLX_FEED_*, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED.
+    // RLX_FEED_*, RLX_ROLE_STATE, RLX_OWNERSHIP_SKIP, RLX_MAX_SUBMITTED.
     static rlx_c_state_enums: [u32; 6];
-    // (1.10) RLX_HOST_API_HEADER_SIZE, RLX_HOST_API_SIZE_1_0.
+    // RLX_HOST_API_HEADER_SIZE, RLX_HOST_API_SIZE_1_0.
     static rlx_c_host_api_sizes: [usize; 2];
 }
 

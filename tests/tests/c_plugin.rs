@@ -12,11 +12,11 @@
 //!   handshakes, short compile options, OWNED params, bad descriptors);
 //! - the `rlx-host` CLI end to end;
 //! - the plain-C host (tests/hosts/c-host) on every build, at every claim;
-//! - ABI 1.9 on the 1.9 build, which keeps executable state (no row feeds,
-//!   clones, shared params, submitted runs or 1.9 root functions): through
-//!   the host library, by hand, and through the host adapter, whose
-//!   capabilities each build must report exactly (each flag reported is
-//!   shown to hold, each one not reported is shown to be refused).
+//! - executable state on the 1.9 build, which keeps it (no row feeds, clones,
+//!   shared params, submitted runs, param ranges, RNG changes, active extents
+//!   or memory figures): through the host library, by hand, and through the
+//!   host adapter, whose capabilities each build must report exactly (each flag
+//!   reported is shown to hold, each one not reported is shown to be refused).
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::op::{Activation, BinaryOp};
@@ -1524,7 +1524,7 @@ unsafe fn descs_by_hand(
     assert_eq!(deletions(tag + 1), 1, "1.{minor}");
 }
 
-// ---- ABI 1.9: executable state (the 1.9 build) ----
+// ---- Executable state (the 1.9 build) ----
 
 /// `next = x + s` (output "next"), `y = next * w` (output "y"): a counter
 /// whose state `s` is the running sum when `next` feeds it.
@@ -1593,7 +1593,7 @@ fn error_of<T: std::fmt::Debug>(r: PluginResult<T>) -> (StatusCode, String) {
 #[test]
 fn the_1_9_build_keeps_executable_state_through_the_host_library() {
     let (_dir, p) = load_build(NEWEST_MINOR);
-    // State without row feeds; nothing else of 1.9.
+    // State without row feeds; nothing else is offered.
     assert_eq!(
         p.offers(),
         Offers {
@@ -2618,7 +2618,7 @@ fn the_c_host_runs_every_c_build_at_every_claim() {
     }
 }
 
-// ---- ABI 1.10: settings asked of this host ----
+// ---- Settings asked of this host (the 1.10 build) ----
 
 #[test]
 fn the_1_10_build_asks_this_host_for_its_settings() {

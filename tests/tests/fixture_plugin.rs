@@ -258,9 +258,9 @@ fn fixture_loads_through_discovery_and_works() {
     );
 }
 
-/// (ABI 1.10) The plugin asks this host for its settings: an in-process
-/// `rlx_ir::env` override of the host (here scoped to this thread, which
-/// compiles) reaches the fixture, whose own rlx-ir never sees it.
+/// The plugin asks this host for its settings: an in-process `rlx_ir::env`
+/// override of the host (here scoped to this thread, which compiles) reaches
+/// the fixture, whose own rlx-ir never sees it.
 #[test]
 fn the_fixture_reads_its_setting_from_this_host() {
     // Debug, as the other tests here ask: the level is process-wide.

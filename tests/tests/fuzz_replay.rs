@@ -2,11 +2,11 @@
 //! of `fuzz/corpus/<target>/` goes through the same steps as the fuzz
 //! target (`fuzz/src/exercise.rs` for `compile_run` and `graph_form`,
 //! `fuzz/src/descriptors.rs` for `descriptors`, `fuzz/src/sequences.rs`
-//! with its ABI 1.9 steps, `fuzz/src/state_steps.rs`, for `sequences`,
-//! included here), on the
-//! build tree's MLX plugin, and must not be a finding (a crash, a PANIC
-//! status, a deleter run too often or not at all). The corpus starts from the seeds `write_seed_corpus`
-//! writes and holds what `cargo fuzz` kept (fuzz/README.md).
+//! with its state steps, `fuzz/src/state_steps.rs`, for `sequences`,
+//! included here), on the build tree's MLX plugin, and must not be a
+//! finding (a crash, a PANIC status, a deleter run too often or not at
+//! all). The corpus starts from the seeds `write_seed_corpus` writes and
+//! holds what `cargo fuzz` kept (fuzz/README.md).
 
 #[path = "../../fuzz/src/descriptors.rs"]
 mod descriptors;

@@ -1,9 +1,8 @@
-//! ABI 1.12 graph forms: a host sends a graph in the fastest form the
-//! plugin reads (`LoadedPlugin::compile_graph`), which for the MLX plugin
-//! is this rlx-ir release's own serialisation, and `.rlxmodel` text to a
-//! plugin that reads no other form. Reference: the same graph sent as text,
-//! run on the same plugin; the outputs must be the same bits and the
-//! signatures the same values.
+//! Graph forms: a host sends a graph in the fastest form the plugin reads
+//! (`LoadedPlugin::compile_graph`), which for the MLX plugin is this rlx-ir
+//! release's own serialisation, and `.rlxmodel` text to a plugin that reads no
+//! other form. Reference: the same graph sent as text, run on the same plugin;
+//! the outputs must be the same bits and the signatures the same values.
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::op::BinaryOp;
@@ -97,7 +96,7 @@ fn the_plugin_refuses_other_forms_and_bytes_that_are_no_graph() {
     let plugin = mlx();
     let table = plugin.raw_api().graph_forms;
     assert!(!table.is_null());
-    // SAFETY: the plugin's static table (1.12), as the loader read it.
+    // SAFETY: the plugin's static table, as the loader read it.
     let compile = unsafe { (*table).compile }.unwrap();
     let bytes = encode(&graph()).unwrap();
     let options = CompileOptions::mode(rlx_plugin_api::Mode::Lazy).to_raw();

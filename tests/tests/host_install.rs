@@ -60,11 +60,11 @@ fn a_backend_nobody_serves_is_an_error_naming_the_candidates() {
     assert!(e.contains("(plugin \"mlx\"): loaded"), "{e}");
 }
 
-/// `Options::memory_limit` reaches the plugin through the compile options
-/// (ABI 1.7): a graph with a 4 MiB tensor fails to compile under a 1 MiB
-/// limit, naming the host's limit, and compiles once the limit is lifted.
-/// (Registered on a device slot of its own, so the other test's
-/// registration for `Device::Mlx` does not interfere.)
+/// `Options::memory_limit` reaches the plugin through the compile options: a
+/// graph with a 4 MiB tensor fails to compile under a 1 MiB limit, naming the
+/// host's limit, and compiles once the limit is lifted. (Registered on a device
+/// slot of its own, so the other test's registration for `Device::Mlx` does not
+/// interfere.)
 #[test]
 fn the_memory_limit_option_reaches_the_plugin() {
     let device = Device::Vulkan;

@@ -114,9 +114,9 @@ fn lent(buf: &mut [f32], dims: &mut [i64]) -> RlxTensor {
     )
 }
 
-/// ABI 1.8: outputs written into memory the caller lends, in every mode,
-/// beside a slot left to receive an owned output; the lent slots are left
-/// as they were. Reference as above (exact).
+/// Outputs written into memory the caller lends, in every mode, beside a slot
+/// left to receive an owned output; the lent slots are left as they were.
+/// Reference as above (exact).
 #[test]
 fn run_into_writes_lent_buffers_and_hands_over_the_rest() {
     let plugin = mlx();

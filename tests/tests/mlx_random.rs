@@ -265,9 +265,9 @@ fn sample_with_fewer_outputs_than_rows_fails_at_compile_naming_the_node() {
     assert!(e.message.contains("not lowered"), "{e}");
 }
 
-/// A non-default global seed reaches the plugin in the compile options (ABI
-/// 1.2): the plugin draws the stream the CPU backend draws with that seed,
-/// through the ABI directly and through `Session::new(Device::Mlx)`.
+/// A non-default global seed reaches the plugin in the compile options: the
+/// plugin draws the stream the CPU backend draws with that seed, through the
+/// ABI directly and through `Session::new(Device::Mlx)`.
 #[test]
 fn a_non_default_seed_reaches_the_plugin() {
     use rlx_host::rlx_backend::{register_plugin_backend, with_mode};

@@ -1,7 +1,7 @@
-//! rlx-runtime's `ResidentTrainer` on the MLX plugin (ABI 1.9 state): the
-//! parameters and Adam moments stay in the plugin's executable and only
-//! the loss is read back; results agree with the CPU backend, which runs
-//! the same fused graph host-chained.
+//! rlx-runtime's `ResidentTrainer` on the MLX plugin (executable state): the
+//! parameters and Adam moments stay in the plugin's executable and only the
+//! loss is read back; results agree with the CPU backend, which runs the same
+//! fused graph host-chained.
 
 use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::Graph;

@@ -1,11 +1,11 @@
 //! Resources are errors, not aborts (issue #14's first part): a tensor too
-//! large for the memory available fails with RESOURCE_EXHAUSTED (ABI 1.6)
-//! naming the node, its shape and its bytes, in every mode, before MLX or
-//! the host allocates anything; `RLX_MLX_MEMORY_LIMIT` lowers the limit;
+//! large for the memory available fails with RESOURCE_EXHAUSTED naming the
+//! node, its shape and its bytes, in every mode, before MLX or the host
+//! allocates anything; `RLX_MLX_MEMORY_LIMIT` lowers the limit;
 //! `rlx-host run` refuses random data that cannot fit instead of aborting.
-//! Before this, the 16 TB Expand below aborted the host in lazy and eager
-//! mode ("memory allocation of 16000000000000 bytes failed") and killed it
-//! with SIGSEGV in compiled mode.
+//! Before this, the 16 TB Expand below aborted the host in lazy and eager mode
+//! ("memory allocation of 16000000000000 bytes failed") and killed it with
+//! SIGSEGV in compiled mode.
 
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, Op, Shape};
@@ -293,11 +293,10 @@ fn deeply_nested_text_is_refused_not_a_stack_overflow() {
     assert_clean_failure(&o, &["brackets nested more than 256 deep"]);
 }
 
-/// The host sets the limit through the ABI (1.7: `memory_limit_bytes` in
-/// the compile options): under 1 MiB the 4 MiB graph is refused in every
-/// mode, naming the host's limit; the plugin's own limit (the machine's
-/// memory) lets it compile, and a host limit above the plugin's own does
-/// not raise it.
+/// The host sets the limit through the ABI (`memory_limit_bytes` in the compile
+/// options): under 1 MiB the 4 MiB graph is refused in every mode, naming the
+/// host's limit; the plugin's own limit (the machine's memory) lets it compile,
+/// and a host limit above the plugin's own does not raise it.
 #[test]
 fn the_host_sets_a_limit_through_the_compile_options() {
     let text = rlx_ir::rlxmodel::to_text(&four_mib()).unwrap();

@@ -1,9 +1,9 @@
-//! `RLX_MLX_RNN_F16` on the MLX plugin: rlx-runtime's switch that computes
-//! the native Lstm / Gru / Rnn recurrences in fp16 (inputs and outputs f32),
-//! set the way rlx-runtime's own `rnn_mlx_f16.rs` sets it: with
-//! `rlx_ir::env::set` in the host, an in-process override the plugin's own
-//! copy of rlx-ir never sees. The plugin asks the host for it through the
-//! host table's `setting` (ABI 1.10) when it lowers the op.
+//! `RLX_MLX_RNN_F16` on the MLX plugin: rlx-runtime's switch that computes the
+//! native Lstm / Gru / Rnn recurrences in fp16 (inputs and outputs f32), set
+//! the way rlx-runtime's own `rnn_mlx_f16.rs` sets it: with `rlx_ir::env::set`
+//! in the host, an in-process override the plugin's own copy of rlx-ir never
+//! sees. The plugin asks the host for it through the host table's `setting`
+//! when it lowers the op.
 //!
 //! On: the result differs from rlx-runtime's f32 CPU backend by fp16
 //! rounding (more than 1e-6, less than 1e-2, rlx-runtime's bounds). Off

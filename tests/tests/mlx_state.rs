@@ -1,9 +1,8 @@
-//! The MLX plugin's executable state (ABI 1.9, docs/ABI.md §20-§22)
-//! through the host library: states bound, read, fed and listed; clones
-//! and shared params; submitted runs; and every misuse the ABI names,
-//! each a status saying what was wrong. References are the values the
-//! tests write in, computed on the host (additions and products of small
-//! integers, exact in f32).
+//! The MLX plugin's executable state (docs/ABI.md §20-§22) through the host
+//! library: states bound, read, fed and listed; clones and shared params;
+//! submitted runs; and every misuse the ABI names, each a status saying what
+//! was wrong. References are the values the tests write in, computed on the
+//! host (additions and products of small integers, exact in f32).
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Graph, Shape};

@@ -1,8 +1,8 @@
-//! (1.9, docs/ABI.md §11, §9) The root table's 1.9 functions, each where
-//! offered: `executable_bind_param_range` (only its elements change; a
-//! clone sharing the param keeps its own; misuse refused, nothing
-//! changed), `executable_set_rng` (as a compile with that policy and seed;
-//! an unknown policy `UNSUPPORTED`), `executable_set_active_extent` (live
+//! (docs/ABI.md §11, §9) The root table's optional executable functions and
+//! memory figures, each where offered: `executable_bind_param_range` (only its
+//! elements change; a clone sharing the param keeps its own; misuse refused,
+//! nothing changed), `executable_set_rng` (as a compile with that policy and
+//! seed; an unknown policy `UNSUPPORTED`), `executable_set_active_extent` (live
 //! rows exact, bounds checked, cleared) and `memory_usage`.
 
 use super::util::*;

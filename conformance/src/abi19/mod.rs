@@ -1,14 +1,16 @@
-//! Check 9, ABI 1.9: the tables agree with themselves, then each part the
-//! plugin's table offers (`LoadedPlugin::offers`) is checked with exact
-//! values and every misuse the ABI names; each part it does not offer is
-//! one skipped "not offered" check (every 1.9 part is optional).
+//! Check 9, the executable as a whole backend (state, clones and shared params,
+//! submitted runs and the root table's extras): the tables agree with
+//! themselves, then each part the plugin's table offers
+//! (`LoadedPlugin::offers`) is checked with exact values and every misuse the
+//! ABI names; each part it does not offer is one skipped "not offered" check
+//! (every part is optional).
 //!
 //! Files: `tables` (consistency), `state` and `state_errors` (§20),
-//! `state_from` (§20's `bind_from`, ABI 1.13),
-//! `rows` (row feeds), `sharing` (§21), `submit` (§22), `extras` (the
-//! root table's param ranges, RNG, active extents and memory figures) and
-//! `slots` (skipped output slots, §11). Their graphs are additions only
-//! (`crate::graphs`), so any plugin that claims `Binary` in f32 runs them.
+//! `state_from` (§20's `bind_from`), `rows` (row feeds), `sharing` (§21),
+//! `submit` (§22), `extras` (the root table's param ranges, RNG, active extents
+//! and memory figures) and `slots` (skipped output slots, §11). Their graphs
+//! are additions only (`crate::graphs`), so any plugin that claims `Binary` in
+//! f32 runs them.
 
 mod extras;
 mod rows;

@@ -1,8 +1,8 @@
-//! (1.9, docs/ABI.md §20) Row feeds: a cache fed `ROWS` grows by one row
-//! a step through `feed_rows`, by every state or by name; rows out of
-//! range, a feed before any run and a feed with no state fed rows are
-//! refused and write nothing. A plugin that keeps state without
-//! `feed_rows` must refuse `ROWS` with `UNSUPPORTED`.
+//! (docs/ABI.md §20) Row feeds: a cache fed `ROWS` grows by one row a step
+//! through `feed_rows`, by every state or by name; rows out of range, a feed
+//! before any run and a feed with no state fed rows are refused and write
+//! nothing. A plugin that keeps state without `feed_rows` must refuse `ROWS`
+//! with `UNSUPPORTED`.
 
 use super::util::*;
 use crate::graphs::{rows, CACHE};

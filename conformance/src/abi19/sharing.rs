@@ -1,9 +1,9 @@
-//! (1.9, docs/ABI.md §21) Clones and shared params: a clone starts with a
-//! copy of the state and shares the params, then goes its own way;
-//! `share_params` makes `dst` read `src`'s params, refuses a mismatch
-//! without changing anything, and refuses handles that are not live
-//! executables of the plugin (a destroyed one is passed to the raw table:
-//! the ABI makes that `INVALID_ARGUMENT`, never a crash).
+//! (docs/ABI.md §21) Clones and shared params: a clone starts with a copy of
+//! the state and shares the params, then goes its own way; `share_params` makes
+//! `dst` read `src`'s params, refuses a mismatch without changing anything, and
+//! refuses handles that are not live executables of the plugin (a destroyed one
+//! is passed to the raw table: the ABI makes that `INVALID_ARGUMENT`, never a
+//! crash).
 
 use super::util::*;
 use crate::graphs::{counter, rows};

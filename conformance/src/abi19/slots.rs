@@ -1,9 +1,9 @@
-//! (1.9, docs/ABI.md §11) An output slot of `executable_run_into` marked
-//! `RLX_OWNERSHIP_SKIP` (data null) asks for nothing: the run succeeds,
-//! the slot is left exactly as it was, the other outputs come as asked,
-//! and a state fed from the skipped output still sees it. Called through
-//! the raw table: the host library releases whatever a plugin hands over
-//! in a skipped slot, which would hide it.
+//! (docs/ABI.md §11) An output slot of `executable_run_into` marked
+//! `RLX_OWNERSHIP_SKIP` (data null) asks for nothing: the run succeeds, the
+//! slot is left exactly as it was, the other outputs come as asked, and a state
+//! fed from the skipped output still sees it. Called through the raw table: the
+//! host library releases whatever a plugin hands over in a skipped slot, which
+//! would hide it.
 
 use super::state::with_state;
 use super::util::*;

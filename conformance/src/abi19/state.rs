@@ -1,7 +1,7 @@
-//! (1.9, docs/ABI.md §20) Executable state with exact values: bound,
-//! listed, read whole and in part, fed `REPLACE` in every mode, overridden
-//! by a given input for one run, the last run's outputs read back, unbound;
-//! a failed run applies no feed. Row feeds are in `rows`.
+//! (docs/ABI.md §20) Executable state with exact values: bound, listed, read
+//! whole and in part, fed `REPLACE` in every mode, overridden by a given input
+//! for one run, the last run's outputs read back, unbound; a failed run applies
+//! no feed. Row feeds are in `rows`.
 
 use super::util::*;
 use crate::graphs::COUNTER;

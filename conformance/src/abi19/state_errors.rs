@@ -1,10 +1,9 @@
-//! (1.9, docs/ABI.md §20 "Errors") Every misuse of the state entries is
-//! the documented status and changes nothing: names that are no input, no
-//! state or no output (`NOT_FOUND`); values, reads and feeds of another
-//! dtype or shape, ranges past the end, reads before any run, unknown feed
-//! kinds, lent buffers that break the rules and null pointers
-//! (`INVALID_ARGUMENT`). Output names go through the raw table (the host
-//! library names outputs by position).
+//! (docs/ABI.md §20 "Errors") Every misuse of the state entries is the
+//! documented status and changes nothing: names that are no input, no state or
+//! no output (`NOT_FOUND`); values, reads and feeds of another dtype or shape,
+//! ranges past the end, reads before any run, unknown feed kinds, lent buffers
+//! that break the rules and null pointers (`INVALID_ARGUMENT`). Output names go
+//! through the raw table (the host library names outputs by position).
 
 use super::state::with_state;
 use super::util::*;

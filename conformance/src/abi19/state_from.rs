@@ -1,8 +1,8 @@
-//! (1.13, docs/ABI.md §20 `bind_from`) A state taken from another
-//! executable on the device: from its last run's output, from its state,
-//! every state with its feed at once; each executable then replaces its own
-//! value as it runs; a value that is not there, or of another shape, is
-//! refused and changes nothing.
+//! (docs/ABI.md §20 `bind_from`) A state taken from another executable on the
+//! device: from its last run's output, from its state, every state with its
+//! feed at once; each executable then replaces its own value as it runs; a
+//! value that is not there, or of another shape, is refused and changes
+//! nothing.
 
 use super::util::*;
 use crate::Kit;

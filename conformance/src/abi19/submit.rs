@@ -1,9 +1,9 @@
-//! (1.9, docs/ABI.md §22) Submitted runs: their results equal synchronous
-//! runs (read, lent and skipped slots), each reads the state the one
-//! before made, a synchronous run between them runs after them; a wait
-//! with nothing submitted is `INVALID_ARGUMENT`, a bad input is refused at
-//! `submit` and queues nothing, the `RLX_MAX_SUBMITTED + 1`-th run is
-//! `RESOURCE_EXHAUSTED`, and destroying with runs in flight drops them.
+//! (docs/ABI.md §22) Submitted runs: their results equal synchronous runs
+//! (read, lent and skipped slots), each reads the state the one before made, a
+//! synchronous run between them runs after them; a wait with nothing submitted
+//! is `INVALID_ARGUMENT`, a bad input is refused at `submit` and queues
+//! nothing, the `RLX_MAX_SUBMITTED + 1`-th run is `RESOURCE_EXHAUSTED`, and
+//! destroying with runs in flight drops them.
 
 use super::util::*;
 use crate::{expect_err, Kit};

@@ -1,16 +1,17 @@
-//! The 1.9 tables agree with themselves: each table the root table points
-//! at is as large as 1.9 defines it and offers something, the state table
-//! all of its entries but the optional `feed_rows`, and the submit table
-//! `submit` and `wait` together (docs/ABI.md §20-§22). A table that offers
-//! half of a pair would have a host start what it cannot finish.
+//! The state, sharing and submit tables agree with themselves: each table the
+//! root table points at is at least the size 1.9 (the minor that defined it)
+//! gave it, and offers something, the state table all of its entries but the
+//! optional `feed_rows`, and the submit table `submit` and `wait` together
+//! (docs/ABI.md §20-§22). A table that offers half of a pair would have a host
+//! start what it cannot finish.
 
 use crate::Outcome;
 use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::tables::{RlxSharingApi, RlxStateApi, RlxSubmitApi};
 
-/// The end of `field` in `T`: the table's size as 1.9, which introduced
-/// every field of these tables, wrote it (a newer minor appending fields
-/// does not raise what a 1.9 plugin owes).
+/// The end of `field` in `T`: the table's size in 1.9, the minor that defined
+/// these tables (a newer minor appending fields does not raise what a 1.9
+/// plugin owes).
 macro_rules! size_through {
     ($t:ty, $f:ident) => {
         std::mem::offset_of!($t, $f) + std::mem::size_of::<usize>()

@@ -1,5 +1,5 @@
-//! What the 1.9 checks share: tensors of small integers, exact
-//! comparisons, the counter executable, and raw status judgements.
+//! What check 9's parts share: tensors of small integers, exact comparisons,
+//! the counter executable, and raw status judgements.
 
 use crate::graphs::{counter, text, COUNTER};
 use crate::raw::take_status;

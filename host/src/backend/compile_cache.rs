@@ -1,17 +1,17 @@
 //! Graphs the plugin has compiled, recognised when they come again.
 //!
-//! A client that builds its decode step from scratch every token (rlx's own
-//! LM crates do) hands the backend the same graph each time: same nodes,
-//! shapes, attributes and constants. Compiling it again costs rlx-runtime's
-//! pipeline and the plugin's compile every step. Instead, each graph the
-//! plugin took whole is kept here as a pristine executable (compiled, no
-//! params bound, no state, never run), by the graph's bytes in rlx-ir's own
-//! serialisation and everything else the compile depended on (the plugin,
-//! the device, the mode, the options); the same graph later gets a clone of
-//! it (ABI 1.9: the compiled program shared, nothing bound), for a few
-//! microseconds instead of a compile. The clone is a new executable, as a
-//! compile's would be: its params and state are its own to bind (or to
-//! take from another executable: `share_params_from`, `hold_from`).
+//! A client that builds its decode step from scratch every token (rlx's own LM
+//! crates do) hands the backend the same graph each time: same nodes, shapes,
+//! attributes and constants. Compiling it again costs rlx-runtime's pipeline
+//! and the plugin's compile every step. Instead, each graph the plugin took
+//! whole is kept here as a pristine executable (compiled, no params bound, no
+//! state, never run), by the graph's bytes in rlx-ir's own serialisation and
+//! everything else the compile depended on (the plugin, the device, the mode,
+//! the options); the same graph later gets a clone of it (the compiled program
+//! shared, nothing bound), for a few microseconds instead of a compile. The
+//! clone is a new executable, as a compile's would be: its params and state are
+//! its own to bind (or to take from another executable: `share_params_from`,
+//! `hold_from`).
 //!
 //! The bytes are compared whole, not by a hash, so two graphs are never
 //! confused. The cache keeps the most recently used [`CAPACITY`] graphs;

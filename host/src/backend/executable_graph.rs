@@ -1,8 +1,8 @@
-//! [`PluginGraph`] as rlx-runtime's `ExecutableGraph`: each method a few
-//! lines over the conversions (`graph.rs`), the handles and feeds
-//! (`handles.rs`), the submitted runs (`submitted.rs`) and the plugin's
-//! clones and shared params. A capability is reported exactly when the
-//! plugin offers what it needs (ABI 1.9, `LoadedPlugin::offers`).
+//! [`PluginGraph`] as rlx-runtime's `ExecutableGraph`: each method a few lines
+//! over the conversions (`graph.rs`), the handles and feeds (`handles.rs`), the
+//! submitted runs (`submitted.rs`) and the plugin's clones and shared params. A
+//! capability is reported exactly when the plugin offers what it needs
+//! (`LoadedPlugin::offers`).
 
 use super::graph::{ir_dtype, PluginGraph};
 use super::outputs::fixed_numel;

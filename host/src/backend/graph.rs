@@ -50,19 +50,18 @@ pub struct PluginGraph {
     pub(super) inputs: Vec<ValueInfo>,
     pub(super) params: HashMap<String, ValueInfo>,
     pub(super) outputs: Vec<ValueInfo>,
-    /// Whether runs lend the plugin the output buffers (ABI 1.8). Not on
-    /// a CPU device: there the plugin hands over its own buffer for the
-    /// host's one copy, so lending saves no copy and costs the checks.
+    /// Whether runs lend the plugin the output buffers. Not on a CPU device:
+    /// there the plugin hands over its own buffer for the host's one copy, so
+    /// lending saves no copy and costs the checks.
     pub(super) lend_outputs: bool,
-    /// (ABI 1.9) What the plugin offers beyond compile and run: the
-    /// capabilities this executable reports, and the methods that work.
+    /// What the plugin offers beyond compile and run: the capabilities this
+    /// executable reports, and the methods that work.
     pub(super) offers: rlx_plugin_api::Offers,
-    /// (ABI 1.9) The inputs held as state (rlx-runtime's GPU handles), by
-    /// name, with their dtype and element count, and those fed rows (its
-    /// KV row feeds).
+    /// The inputs held as state (rlx-runtime's GPU handles), by name, with
+    /// their dtype and element count, and those fed rows (its KV row feeds).
     pub(super) held: std::collections::BTreeMap<String, (DType, usize)>,
     pub(super) row_fed: std::collections::BTreeSet<String>,
-    /// (ABI 1.9) Runs submitted and not waited for.
+    /// Runs submitted and not waited for.
     pub(super) pending: usize,
     /// The RNG policy the executable runs with (rlx-runtime's `rng()`).
     pub(super) rng: rlx_ir::RngOptions,
@@ -109,8 +108,8 @@ impl PluginGraph {
         self.reused
     }
 
-    /// A clone (ABI 1.9): the compiled program and bound params shared,
-    /// the state copied. Fails when the plugin cannot clone.
+    /// A clone: the compiled program and bound params shared, the state copied.
+    /// Fails when the plugin cannot clone.
     pub(super) fn clone_graph(&self) -> Result<PluginGraph, String> {
         if !self.offers.clone {
             return Err(format!(
@@ -148,9 +147,9 @@ impl PluginGraph {
         Ok(g)
     }
 
-    /// Whether it keeps state when the plugin offers it (ABI 1.9): off,
-    /// it reports no handles and refuses them, so rlx-runtime's callers
-    /// take their host paths ([`super::set_resident`]).
+    /// Whether it keeps state when the plugin offers it: off, it reports no
+    /// handles and refuses them, so rlx-runtime's callers take their host paths
+    /// ([`super::set_resident`]).
     pub fn with_state(mut self, on: bool) -> PluginGraph {
         if !on {
             self.offers.state = false;
@@ -166,9 +165,9 @@ impl PluginGraph {
         self
     }
 
-    /// Lend the plugin the output buffers (ABI 1.8) or not, whatever the
-    /// device: the default lends them off the CPU only. For tests and
-    /// measurements of either path.
+    /// Lend the plugin the output buffers or not, whatever the device: the
+    /// default lends them off the CPU only. For tests and measurements of
+    /// either path.
     pub fn with_lent_outputs(mut self, lend: bool) -> PluginGraph {
         self.lend_outputs = lend;
         self
@@ -239,11 +238,11 @@ impl PluginGraph {
         }
     }
 
-    /// Run with each output `want`ed: written by the plugin into a `Vec`
-    /// lent for it where `elems` sizes it (in `T`s: only an output whose
-    /// signature fixes every size) and outputs are lent, made a result by
-    /// `filled`; else read with `read`. An output not wanted is skipped
-    /// (ABI 1.9: not copied off the device) and its place is `None`.
+    /// Run with each output `want`ed: written by the plugin into a `Vec` lent
+    /// for it where `elems` sizes it (in `T`s: only an output whose signature
+    /// fixes every size) and outputs are lent, made a result by `filled`; else
+    /// read with `read`. An output not wanted is skipped (not copied off the
+    /// device) and its place is `None`.
     pub(super) fn run_to<T, U>(
         &mut self,
         inputs: Vec<(&str, Cow<'_, [u8]>, rlx_ir::DType)>,

@@ -1,7 +1,7 @@
 //! rlx-runtime's persistent and GPU handles and KV row feeds on a plugin
-//! executable: the plugin's state (ABI 1.9). A handle is an input the
-//! executable holds on its device; a feed moves an output into it after
-//! each run, or rows of an output when the caller asks.
+//! executable: the plugin's state. A handle is an input the executable holds on
+//! its device; a feed moves an output into it after each run, or rows of an
+//! output when the caller asks.
 //!
 //! `ExecutableGraph` reports failure as `false` or `None`, so each failure
 //! is logged (at warn, naming the plugin, the handle and the cause) before
@@ -85,10 +85,10 @@ impl PluginGraph {
         ok
     }
 
-    /// (ABI 1.13) Hold as the state `name` the value called `value` of
-    /// `src` (its state of that name, else its last run's output of that
-    /// name; `None`: this executable's), on the device, with nothing
-    /// copied to the host. Errors name the plugin and what differs.
+    /// Hold as the state `name` the value called `value` of `src` (its state of
+    /// that name, else its last run's output of that name; `None`: this
+    /// executable's), on the device, with nothing copied to the host. Errors
+    /// name the plugin and what differs.
     pub fn hold_from(
         &mut self,
         name: &str,
@@ -115,9 +115,9 @@ impl PluginGraph {
         Ok(())
     }
 
-    /// (ABI 1.13) Every state `src` holds, taken here under its own name
-    /// with its feed, on the device, all or nothing: a graph compiled
-    /// again taking over the last executable's caches.
+    /// Every state `src` holds, taken here under its own name with its feed, on
+    /// the device, all or nothing: a graph compiled again taking over the last
+    /// executable's caches.
     pub fn take_states_from(&mut self, src: &PluginGraph) -> Result<(), String> {
         if !self.offers.state || !self.offers.state_from {
             return Err(format!(

@@ -15,10 +15,10 @@
 //!    conditionals the plugin claims, backward-op decomposition, the
 //!    backend rewrite/legalize probe, cleanup);
 //! 3. it is checked once more against the claim set (so an op the plugin
-//!    does not claim is reported here, counted per kind), and compiled by
-//!    the plugin, sent in rlx-ir's own serialisation where the plugin reads
-//!    this host's release's (ABI 1.12 graph forms), else as `.rlxmodel`
-//!    text (`LoadedPlugin::compile_graph`);
+//!    does not claim is reported here, counted per kind), and compiled by the
+//!    plugin, sent in rlx-ir's own serialisation where the plugin reads this
+//!    host's release's (a graph form), else as `.rlxmodel` text
+//!    (`LoadedPlugin::compile_graph`);
 //! 4. the plugin executable is wrapped in an [`ExecutableGraph`]
 //!    ([`PluginGraph`]) that converts rlx-runtime's f32 (or typed) buffers
 //!    to and from the dtypes the executable's signature declares.
@@ -66,13 +66,12 @@ struct Registration {
     fallback: Fallback,
     /// Its claims with their dtypes, for placing nodes.
     claims: Arc<crate::partition::Claims>,
-    /// The per-tensor limit its compiles send (ABI 1.7); None = the
-    /// plugin's own.
+    /// The per-tensor limit its compiles send; None = the plugin's own.
     memory_limit: Option<u64>,
-    /// Whether its executables keep state (ABI 1.9; [`set_resident`]).
+    /// Whether its executables keep state ([`set_resident`]).
     resident: bool,
-    /// The plugin device its compiles ask for (ABI 1.4); None = the
-    /// plugin's default ([`set_plugin_device`]).
+    /// The plugin device its compiles ask for; None = the plugin's default
+    /// ([`set_plugin_device`]).
     plugin_device: Option<(DeviceKind, u32)>,
 }
 
@@ -210,29 +209,28 @@ pub fn explain(device: Device, graph: &Graph) -> Result<crate::partition::Plan, 
 }
 
 /// Set the per-tensor memory limit later compiles on `device` send to the
-/// plugin (ABI 1.7 `memory_limit_bytes`; None = the plugin's own limit).
-/// A graph with a larger tensor then fails to compile, naming it. Returns
-/// false when no plugin is registered for the device.
+/// plugin (`memory_limit_bytes`; None = the plugin's own limit). A graph with a
+/// larger tensor then fails to compile, naming it. Returns false when no plugin
+/// is registered for the device.
 pub fn set_memory_limit(device: Device, limit: Option<u64>) -> bool {
     update_registration(device, |r| r.memory_limit = limit)
 }
 
-/// Whether executables compiled later on `device` keep state on the
-/// plugin's device (ABI 1.9: rlx-runtime's persistent and GPU handles and
-/// KV row feeds) when the plugin offers it, the default. Off, they report
-/// no handles, and rlx-runtime's trainer and model API take their host
-/// paths: the same results, with every parameter, moment and cache copied
-/// across each step (to measure what residency saves, or rule it out).
-/// False when no plugin is registered for `device`.
+/// Whether executables compiled later on `device` keep state on the plugin's
+/// device (rlx-runtime's persistent and GPU handles and KV row feeds) when the
+/// plugin offers it, the default. Off, they report no handles, and
+/// rlx-runtime's trainer and model API take their host paths: the same results,
+/// with every parameter, moment and cache copied across each step (to measure
+/// what residency saves, or rule it out). False when no plugin is registered
+/// for `device`.
 pub fn set_resident(device: Device, resident: bool) -> bool {
     update_registration(device, |r| r.resident = resident)
 }
 
-/// Which of the plugin's devices later compiles on `device` ask for (ABI
-/// 1.4 compile option; `(Gpu, 1)` is `gpu:1`), or None for the plugin's
-/// default (its first GPU where it has one). A device the plugin lacks
-/// makes those compiles fail, naming the devices it has. False when no
-/// plugin is registered for `device`.
+/// Which of the plugin's devices later compiles on `device` ask for (a compile
+/// option; `(Gpu, 1)` is `gpu:1`), or None for the plugin's default (its first
+/// GPU where it has one). A device the plugin lacks makes those compiles fail,
+/// naming the devices it has. False when no plugin is registered for `device`.
 pub fn set_plugin_device(device: Device, plugin_device: Option<(DeviceKind, u32)>) -> bool {
     update_registration(device, |r| r.plugin_device = plugin_device)
 }

@@ -1,6 +1,6 @@
-//! Where a run's outputs go on the host: into a `Vec` lent to the plugin
-//! (ABI 1.8), read from the buffer the plugin hands over, or (1.9) not
-//! copied off the device at all.
+//! Where a run's outputs go on the host: into a `Vec` lent to the plugin, read
+//! from the buffer the plugin hands over, or (a skipped slot) not copied off
+//! the device at all.
 
 use rlx_plugin_api::host::{LentBuffer, OutputDest};
 use rlx_plugin_api::ValueInfo;

@@ -186,16 +186,16 @@ impl PluginBackend {
             graph.len(),
             mode.name()
         );
-        // rlx-runtime's RNG options travel in the compile options (ABI 1.2),
-        // so random ops draw the stream the CPU backend would.
+        // rlx-runtime's RNG options travel in the compile options, so random
+        // ops draw the stream the CPU backend would.
         let options = rlx_plugin_api::CompileOptions {
             mode,
             rng_policy: rng_policy_number(rng.backend),
             rng_seed: rng.seed,
-            // The device set for it (ABI 1.4), else the plugin's default:
-            // its GPU when it has one.
+            // The device set for it, else the plugin's default: its GPU when it
+            // has one.
             device: self.reg.plugin_device,
-            // The per-tensor limit (ABI 1.7) as set for the device now.
+            // The per-tensor limit as set for the device now.
             memory_limit: registry()
                 .read()
                 .unwrap_or_else(|e| e.into_inner())

@@ -1,7 +1,7 @@
 //! rlx-runtime's pipelined runs on a plugin executable: `commit_no_wait`,
 //! `sync_pending` and `run_pipelined` as runs submitted to the plugin and
-//! waited for later (ABI 1.9), so that the host prepares the next run's
-//! inputs while the device computes the last one.
+//! waited for later, so that the host prepares the next run's inputs while the
+//! device computes the last one.
 
 use super::graph::PluginGraph;
 use super::outputs::{fixed_numel, Plan};
@@ -27,9 +27,9 @@ impl PluginGraph {
             .collect()
     }
 
-    /// Start a run of these f32 inputs and return without waiting for it
-    /// (ABI 1.9 submit): its state feeds take effect at once, so the next
-    /// run submitted reads the states this one makes, on the device.
+    /// Start a run of these f32 inputs and return without waiting for it (the
+    /// plugin's `submit`): its state feeds take effect at once, so the next run
+    /// submitted reads the states this one makes, on the device.
     pub fn submit_run(&mut self, inputs: &[(&str, &[f32])]) -> Result<(), String> {
         if !self.offers.submit {
             return Err(format!(
@@ -40,7 +40,7 @@ impl PluginGraph {
         crate::guard::catch_quiet(|| self.submit_f32(inputs))
     }
 
-    /// Whether the plugin takes submitted runs (ABI 1.9).
+    /// Whether the plugin takes submitted runs.
     pub fn submits(&self) -> bool {
         self.offers.submit
     }

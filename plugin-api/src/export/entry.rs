@@ -178,7 +178,7 @@ unsafe fn handshake(
     t.executable_run = Some(run::executable_run);
     t.executable_device = Some(executable::executable_device);
     t.executable_run_into = Some(run::executable_run_into);
-    // 1.9: only what the plugin offers is published; the rest stays null.
+    // Only what the plugin offers is published; the rest stays null.
     t.state = state::table(&offers);
     t.sharing = sharing::table(&offers);
     t.submits = submit::table(&offers);
@@ -192,9 +192,8 @@ unsafe fn handshake(
         .active_extent
         .then_some(executable::executable_set_active_extent as _);
     t.memory_usage = offers.memory_usage.then_some(memory::memory_usage as _);
-    // 1.11
     t.host_memory = host_memory::table(&offers);
-    // 1.12
+    // Null when the plugin lists no form.
     t.graph_forms = graph_forms::table(forms);
     t.custom_ops = match opts.custom_ops_override {
         Some(addr) => addr as *const RlxCustomOpApi,

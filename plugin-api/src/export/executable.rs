@@ -1,5 +1,5 @@
-//! Header §7: compile, signature, bind, device and destroy (the runs are
-//! in `run.rs`), and (1.9) param ranges, RNG changes and active extents.
+//! Header §7: compile, signature, bind, device and destroy (the runs are in
+//! `run.rs`), param ranges, RNG changes and active extents.
 
 use super::args::{non_null_mut, read_arg, visit_values, write_out};
 use super::handle::{self, enter};
@@ -44,8 +44,8 @@ pub(super) unsafe fn compile_into(
     *out = std::ptr::null_mut();
     let st = loaded()?;
     crate::log::sync_max_level();
-    // Fields an older host did not send keep their defaults (the 1.3
-    // reading rule, in RlxCompileOptions::read).
+    // Fields beyond the host's struct_size keep their defaults, and the RNG
+    // fields are read as one group (RlxCompileOptions::read).
     let raw = RlxCompileOptions::read(options);
     let mode = Mode::from_raw(raw.mode)
         .ok_or_else(|| PluginError::unsupported(format!("unknown execution mode {}", raw.mode)))?;
@@ -198,7 +198,7 @@ impl Drop for OwnedGuard {
     }
 }
 
-/// (1.4) The device an executable runs on, as the out-struct `*out`.
+/// The device an executable runs on, as the out-struct `*out`.
 pub(super) unsafe extern "C" fn executable_device(
     exe: *const RlxExecutable,
     out: *mut RlxDeviceInfo,
@@ -214,7 +214,7 @@ pub(super) unsafe extern "C" fn executable_device(
     })
 }
 
-/// (1.9) Overwrite a byte range of a bound param.
+/// Overwrite a byte range of a bound param.
 pub(super) unsafe extern "C" fn executable_bind_param_range(
     exe: *mut RlxExecutable,
     name: RlxStr,
@@ -235,7 +235,7 @@ pub(super) unsafe extern "C" fn executable_bind_param_range(
     })
 }
 
-/// (1.9) Another RNG policy and seed from the next run on.
+/// Another RNG policy and seed from the next run on.
 pub(super) unsafe extern "C" fn executable_set_rng(
     exe: *mut RlxExecutable,
     policy: u32,
@@ -248,7 +248,7 @@ pub(super) unsafe extern "C" fn executable_set_rng(
     })
 }
 
-/// (1.9) Narrow the next runs to `active` of `upper` rows (0, 0 clears).
+/// Narrow the next runs to `active` of `upper` rows (0, 0 clears).
 pub(super) unsafe extern "C" fn executable_set_active_extent(
     exe: *mut RlxExecutable,
     active: u64,

@@ -1,4 +1,4 @@
-//! Header §13: graph forms (1.12).
+//! Header §13: graph forms: a compile from a form other than text.
 
 use super::args::slice_or_empty;
 use super::executable::compile_into;

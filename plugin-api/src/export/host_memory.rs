@@ -1,4 +1,4 @@
-//! Header §12: host memory for transfers (1.11).
+//! Header §12: host memory for transfers, mapped and unmapped by the host.
 
 use super::loaded::loaded;
 use super::status::guard;

@@ -12,7 +12,7 @@ pub(super) struct Loaded {
     pub(super) plugin: Box<dyn Plugin>,
     pub(super) registry: CustomOpRegistry,
     pub(super) tables: OnceLock<Tables>,
-    /// The descriptor's devices (1.4), the default first.
+    /// The descriptor's devices, the default first.
     pub(super) devices: Vec<DeviceInfo>,
 }
 

@@ -1,4 +1,4 @@
-//! Header §5 (1.9): the plugin's memory figures.
+//! Header §5: the plugin's memory figures.
 
 use super::args::{non_null_mut, write_out};
 use super::loaded::loaded;

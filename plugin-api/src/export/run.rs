@@ -1,5 +1,5 @@
-//! Header §7: a run, with outputs handed over (`executable_run`) or
-//! written into memory the caller lends (1.8, `executable_run_into`).
+//! Header §7: a run, with outputs handed over (`executable_run`) or written
+//! into memory the caller lends (`executable_run_into`).
 
 use super::args::{slice_or_empty, write_owned_outputs};
 use super::handle::enter;
@@ -56,8 +56,8 @@ pub(super) unsafe extern "C" fn executable_run(
     })
 }
 
-/// (1.8) `executable_run` with outputs written into memory the caller
-/// lends (slots whose `dl.data` is non-null); see `run_into_slots`.
+/// `executable_run` with outputs written into memory the caller lends (slots
+/// whose `dl.data` is non-null); see `run_into_slots`.
 pub(super) unsafe extern "C" fn executable_run_into(
     exe: *mut RlxExecutable,
     inputs: *const RlxNamedTensor,
@@ -98,11 +98,11 @@ pub(super) unsafe fn hand_over(
     Ok(())
 }
 
-/// The caller's output slots as `run_into` takes them: a slot with null
-/// data receives an owned tensor, or nothing when its ownership is `SKIP`
-/// (1.9); any other must be a `BORROWED`, compact,
-/// host-memory descriptor of the frozen size, overlapping no input and no
-/// other lent slot (a plugin writes it while it may still read them).
+/// The caller's output slots as `run_into` takes them: a slot with null data
+/// receives an owned tensor, or nothing when its ownership is `SKIP`; any other
+/// must be a `BORROWED`, compact, host-memory descriptor of the frozen size,
+/// overlapping no input and no other lent slot (a plugin writes it while it may
+/// still read them).
 pub(super) unsafe fn run_into_slots<'a>(
     outputs: *mut RlxTensor,
     n_outputs: usize,
@@ -115,7 +115,7 @@ pub(super) unsafe fn run_into_slots<'a>(
     for (i, t) in raw.iter().enumerate() {
         if t.struct_size == std::mem::size_of::<RlxTensor>() && t.dl.data.is_null() {
             slots.push(match t.ownership {
-                // (1.9) Not wanted: left as it is.
+                // Not wanted: left as it is.
                 ownership::SKIP => OutputSlot::Skip,
                 _ => OutputSlot::Owned(None),
             });

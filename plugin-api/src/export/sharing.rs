@@ -1,4 +1,4 @@
-//! Header §10: clones and shared params (1.9).
+//! Header §10: clones and shared params.
 
 use super::args::non_null_mut;
 use super::handle::{self, enter};

@@ -1,5 +1,5 @@
-//! Header §9: executable state (1.9), each entry a few lines over the
-//! plugin's `Executable::state_*`.
+//! Header §9: executable state, each entry a few lines over the plugin's
+//! `Executable::state_*`.
 
 use super::args::{read_arg, visit_values};
 use super::handle::enter;

@@ -1,4 +1,4 @@
-//! Header §11: submitted runs (1.9).
+//! Header §11: submitted runs.
 
 use super::handle::enter;
 use super::run::{hand_over, named_views, run_into_slots};

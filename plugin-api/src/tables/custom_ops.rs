@@ -1,5 +1,5 @@
-//! Header §8: the custom-op registry (1.1; attributes, shape rules,
-//! composites and in-place kernels 1.5).
+//! Header §8: the custom-op registry: kernels, attributes, shape rules,
+//! composites and in-place kernels.
 
 use super::executable::RlxValueInfo;
 use crate::error::RlxStatus;
@@ -14,7 +14,7 @@ pub mod origin {
     pub const HOST: u32 = 1;
 }
 
-/// (1.5) How an op is carried out.
+/// How an op is carried out.
 pub mod custom_kind {
     /// A kernel the registering party supplied.
     pub const KERNEL: u32 = 0;
@@ -24,10 +24,11 @@ pub mod custom_kind {
     pub const COMPOSITE: u32 = 2;
 }
 
-/// (1.5) How an op's output dtype and shape follow from its inputs.
+/// How an op's output dtype and shape follow from its inputs.
 pub mod shape_rule {
-    /// Not declared (what a desc before 1.5 means): `infer_shape` is
-    /// `UNSUPPORTED`; a compiled graph's node still declares its shape.
+    /// Not declared (also what a desc too short to hold `shape_rule` means,
+    /// `CUSTOM_OP_DESC_SIZE_1_1`): `infer_shape` is `UNSUPPORTED`; a compiled
+    /// graph's node still declares its shape.
     pub const NONE: u32 = 0;
     /// Dtype and shape of input `shape_input`.
     pub const SAME_AS_INPUT: u32 = 1;
@@ -39,11 +40,11 @@ pub mod shape_rule {
     pub const BODY: u32 = 4;
 }
 
-/// (1.5) The most dimensions [`RlxShapeOut`] holds.
+/// The most dimensions [`RlxShapeOut`] holds.
 pub const CUSTOM_MAX_NDIM: usize = 16;
 
-/// (1.5) An output's dtype and shape, written by `infer_shape` or a shape
-/// callback. An out-struct: the caller sets `struct_size`.
+/// An output's dtype and shape, written by `infer_shape` or a shape callback.
+/// An out-struct: the caller sets `struct_size`.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy)]
 pub struct RlxShapeOut {
@@ -54,11 +55,10 @@ pub struct RlxShapeOut {
     pub dims: [i64; CUSTOM_MAX_NDIM],
 }
 
-/// (1.5) A shape callback: the output's dtype and shape for inputs of
-/// these dtypes and shapes (borrowed; `role` is input, `name` empty) and
-/// these attributes (an array of pointers, as for every growable struct).
-/// An error status must be made with the plugin's
-/// `status_new`.
+/// A shape callback: the output's dtype and shape for inputs of these dtypes
+/// and shapes (borrowed; `role` is input, `name` empty) and these attributes
+/// (an array of pointers, as for every growable struct). An error status must
+/// be made with the plugin's `status_new`.
 pub type RlxCustomShapeFn = unsafe extern "C" fn(
     ctx: *mut c_void,
     attrs: *const u8,
@@ -68,10 +68,10 @@ pub type RlxCustomShapeFn = unsafe extern "C" fn(
     out: *mut RlxShapeOut,
 ) -> *mut RlxStatus;
 
-/// (1.5) A kernel that writes into outputs the plugin allocated: `outputs`
-/// are `BORROWED`, compact row-major, of the node's dtype and shape, and
-/// writable for the call; inputs are borrowed too. No data is copied on
-/// the way in or out.
+/// A kernel that writes into outputs the plugin allocated: `outputs` are
+/// `BORROWED`, compact row-major, of the node's dtype and shape, and writable
+/// for the call; inputs are borrowed too. No data is copied on the way in or
+/// out.
 pub type RlxCustomKernelIntoFn = unsafe extern "C" fn(
     ctx: *mut c_void,
     attrs: *const u8,
@@ -166,7 +166,9 @@ pub struct RlxCustomOpInfo {
     pub n_outputs: u32,
     /// One of [`origin`].
     pub origin: u32,
-    /// (1.3) Written as 0, never read: fills what was tail padding.
+    /// Written as 0, never read: fills the bytes that would be tail padding,
+    /// which writers count in `struct_size`, so that the fields below cannot
+    /// start inside them.
     pub reserved0: u32,
     // --- 1.5 ---
     /// One of [`custom_kind`].

@@ -44,19 +44,19 @@ pub struct RlxCompileOptions {
     pub struct_size: usize,
     /// One of [`mode`].
     pub mode: u32,
-    /// (1.2) One of [`rng_policy`] for the graph's random ops. Absent
-    /// (an older host) = `PHILOX`.
+    /// One of [`rng_policy`] for the graph's random ops. Absent (see
+    /// [`RlxCompileOptions::read`]) = `PHILOX`.
     pub rng_policy: u32,
-    /// (1.2) The global seed mixed into every random op's key. Absent =
+    /// The global seed mixed into every random op's key. Absent =
     /// [`DEFAULT_RNG_SEED`].
     pub rng_seed: u64,
-    /// (1.4) One of `device_kind`: the device to compile for. Absent or
-    /// `DEFAULT` = the plugin's default device (its first `device_infos`).
+    /// One of `device_kind`: the device to compile for. Absent or `DEFAULT` =
+    /// the plugin's default device (its first `device_infos`).
     pub device_kind: u32,
-    /// (1.4) The index among devices of that kind.
+    /// The index among devices of that kind.
     pub device_ordinal: u32,
-    /// (1.7) The most bytes any one tensor of the graph may take; 0 (or
-    /// absent) = no limit from the host.
+    /// The most bytes any one tensor of the graph may take; 0 (or absent) = no
+    /// limit from the host.
     pub memory_limit_bytes: u64,
 }
 
@@ -85,12 +85,12 @@ pub const COMPILE_OPTIONS_SIZE_1_4: usize = 32;
 pub const COMPILE_OPTIONS_SIZE_1_7: usize = 40;
 
 impl RlxCompileOptions {
-    /// Read a peer's options (null = defaults) by the 1.3 rule:
-    /// `rng_policy` and `rng_seed` are one group, taken only when
-    /// `struct_size` reaches the end of `rng_seed`. A 1.0/1.1 host's
-    /// `struct_size` (16) covers `rng_policy`'s bytes, but as its tail
-    /// padding, whatever a stack held there; 1.2 readers took it as a
-    /// policy.
+    /// Read a peer's options (null = defaults): `rng_policy` and `rng_seed` are
+    /// one group, taken only when `struct_size` reaches the end of `rng_seed`.
+    /// A `struct_size` of [`COMPILE_OPTIONS_SIZE_1_0`] (16) covers
+    /// `rng_policy`'s bytes, but as the writer's tail padding, whatever a stack
+    /// held there: read alone, they would be a garbage policy (docs/ABI.md
+    /// §3.1).
     ///
     /// # Safety
     /// `p` is null or points at options readable for their `struct_size`.
@@ -116,8 +116,7 @@ pub mod role {
     pub const INPUT: u32 = 0;
     pub const PARAM: u32 = 1;
     pub const OUTPUT: u32 = 2;
-    /// (1.9) A state tensor (`RlxStateApi::list` only; never in a
-    /// signature).
+    /// A state tensor (`RlxStateApi::list` only; never in a signature).
     pub const STATE: u32 = 3;
 }
 
@@ -174,8 +173,8 @@ mod tests {
 
     #[test]
     fn a_1_1_hosts_padding_is_never_read_as_a_policy() {
-        // {struct_size = 16, mode = compiled}, then 0xAB where 1.2 put
-        // rng_policy: a 1.2 reader saw policy 2880154539.
+        // {struct_size = 16, mode = compiled}, then 0xAB where rng_policy sits:
+        // read alone, those bytes are policy 2880154539.
         let o = read_bytes(&head(COMPILE_OPTIONS_SIZE_1_0, mode::COMPILED, 0xAB));
         assert_eq!(o.mode, mode::COMPILED);
         assert_eq!(o.rng_policy, rng_policy::PHILOX);
@@ -210,7 +209,7 @@ mod tests {
             (o.device_kind, o.device_ordinal),
             (super::super::device_kind::GPU, 1)
         );
-        // A 1.2/1.3 host's options: no device, so the default one.
+        // Options through rng_seed only: no device, so the default one.
         let o = read_bytes(&head(COMPILE_OPTIONS_SIZE_1_2, mode::LAZY, 0));
         assert_eq!(o.device_kind, super::super::device_kind::DEFAULT);
         // Null means defaults.

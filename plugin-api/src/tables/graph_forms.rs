@@ -1,11 +1,11 @@
-//! Header §13: graph forms (1.12). A graph crosses the ABI as `.rlxmodel`
-//! text, which any plugin of any rlx version reads; writing and reading
-//! that text costs a few microseconds a node (a graph of 1,600 nodes spent
-//! about 50 ms of its 70 ms compile there). A plugin may also read forms
-//! that are cheaper to make and parse but bind both sides tighter, such as
-//! rlx-ir's own serialisation of a graph for one exact rlx-ir version; a
-//! host that writes one of them sends it instead of the text. PJRT's
-//! `PJRT_Program` (code plus a format string) is the model.
+//! Header §13: graph forms. A graph crosses the ABI as `.rlxmodel` text, which
+//! any plugin of any rlx version reads; writing and reading that text costs a
+//! few microseconds a node (a graph of 1,600 nodes spent about 50 ms of its
+//! 70 ms compile there). A plugin may also read forms that are cheaper to make
+//! and parse but bind both sides tighter, such as rlx-ir's own serialisation of
+//! a graph for one exact rlx-ir version; a host that writes one of them sends
+//! it instead of the text. PJRT's `PJRT_Program` (code plus a format string)
+//! is the model.
 
 use super::executable::{RlxCompileOptions, RlxExecutable};
 use crate::error::RlxStatus;

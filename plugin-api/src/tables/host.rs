@@ -29,8 +29,9 @@ pub struct RlxLogRecord {
     pub file: RlxStr,
     /// 0 when unknown.
     pub line: u32,
-    /// (1.3) Written as 0, never read: fills what was tail padding, so a
-    /// later field cannot land where 1.0–1.2 writers counted padding.
+    /// Written as 0, never read: fills the bytes that would be tail padding,
+    /// which writers count in `struct_size`, so that a later field cannot start
+    /// inside them.
     pub reserved0: u32,
 }
 
@@ -45,7 +46,7 @@ pub struct RlxHostApi {
     /// The host program, for messages. Host-owned, static.
     pub host_name: RlxStr,
     /// Opaque to the plugin; passed back to `log`, `log_max_level` and
-    /// (1.10) `setting`.
+    /// `setting`.
     pub log_ctx: *mut c_void,
     /// Deliver one record. Optional: without it the plugin logs nothing.
     pub log: Option<unsafe extern "C" fn(ctx: *mut c_void, record: *const RlxLogRecord)>,
@@ -54,15 +55,15 @@ pub struct RlxHostApi {
     pub log_max_level: Option<unsafe extern "C" fn(ctx: *mut c_void) -> u32>,
 
     // --- 1.10 ---
-    /// (1.10) The host's value of the setting `key` (an `RLX_*` switch):
-    /// copies at most `cap` bytes of the value (UTF-8, no terminator) into
-    /// `buf` and returns the value's whole length in bytes, or -1 when the
-    /// setting is unset. A length above `cap` means the copy was cut: ask
-    /// again with a larger buffer. `key` is borrowed for the call; `buf` may
-    /// be null when `cap` is 0. Optional (absent: the plugin reads its own
-    /// process environment). The Rust host answers with `rlx_ir::env`
-    /// (in-process overrides first, then the process environment).
-    /// Callable from any thread.
+    /// The host's value of the setting `key` (an `RLX_*` switch): copies at
+    /// most `cap` bytes of the value (UTF-8, no terminator) into `buf` and
+    /// returns the value's whole length in bytes, or -1 when the setting is
+    /// unset. A length above `cap` means the copy was cut: ask again with a
+    /// larger buffer. `key` is borrowed for the call; `buf` may be null when
+    /// `cap` is 0. Optional (absent: the plugin reads its own process
+    /// environment). The Rust host answers with `rlx_ir::env` (in-process
+    /// overrides first, then the process environment). Callable from any
+    /// thread.
     pub setting: Option<
         unsafe extern "C" fn(ctx: *mut c_void, key: RlxStr, buf: *mut u8, cap: usize) -> i64,
     >,
@@ -79,8 +80,8 @@ pub const HOST_API_HEADER_SIZE: usize = std::mem::offset_of!(RlxHostApi, log_ctx
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(HOST_API_HEADER_SIZE == 40);
 
-/// What a host before 1.10 writes in `struct_size`: the end of
-/// `log_max_level`, where 1.10's `setting` begins.
+/// What a host before 1.10 writes in `struct_size`: the end of `log_max_level`,
+/// where `setting` begins.
 pub const HOST_API_SIZE_1_0: usize = std::mem::offset_of!(RlxHostApi, setting);
 const _: () = assert!(
     HOST_API_SIZE_1_0

@@ -1,10 +1,9 @@
-//! Header §12: host memory for transfers (1.11). A host maps memory it
-//! owns once (a batch buffer it refills every step, an output buffer it
-//! lends every run) so that a plugin's copies between that memory and a
-//! device run at the bus's speed: on a GPU, mapped memory is page-locked
-//! and copied by the device's DMA engine, where pageable memory goes
-//! through the driver's staging copies. PJRT's `PJRT_Client_DmaMap` and
-//! `PJRT_Client_DmaUnmap` are the model.
+//! Header §12: host memory for transfers. A host maps memory it owns once (a
+//! batch buffer it refills every step, an output buffer it lends every run) so
+//! that a plugin's copies between that memory and a device run at the bus's
+//! speed: on a GPU, mapped memory is page-locked and copied by the device's DMA
+//! engine, where pageable memory goes through the driver's staging copies.
+//! PJRT's `PJRT_Client_DmaMap` and `PJRT_Client_DmaUnmap` are the model.
 
 use crate::error::RlxStatus;
 use abi_stable::StableAbi;

@@ -73,10 +73,9 @@ pub struct RlxPluginApi {
     pub supported_ops: Option<unsafe extern "C" fn(out: *mut RlxOpList) -> *mut RlxStatus>,
     /// The lowering table; as for `supported_ops`. Required.
     pub lowering_table: Option<unsafe extern "C" fn(out: *mut RlxLoweringTable) -> *mut RlxStatus>,
-    /// Compile `.rlxmodel` text (borrowed for the call; other forms of a
-    /// graph: `graph_forms`, 1.12). On success `*out`
-    /// is a new executable owned by the caller, released with
-    /// `executable_destroy`. Required.
+    /// Compile `.rlxmodel` text (borrowed for the call; other forms of a graph:
+    /// `graph_forms`). On success `*out` is a new executable owned by the
+    /// caller, released with `executable_destroy`. Required.
     pub compile: Option<
         unsafe extern "C" fn(
             graph: RlxStr,
@@ -202,8 +201,8 @@ pub struct RlxPluginApi {
     pub graph_forms: *const RlxGraphFormApi,
 }
 
-/// (1.9) What the plugin's tensors hold, in bytes, across all its
-/// executables (params, state, run buffers). An out-struct.
+/// What the plugin's tensors hold, in bytes, across all its executables
+/// (params, state, run buffers). An out-struct.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, Default)]
 pub struct RlxMemoryUsage {
@@ -276,8 +275,8 @@ pub mod device_kind {
     pub const GPU: u32 = 2;
 }
 
-/// (1.4) One device a plugin can run on. Plugin-owned, static in the
-/// descriptor; an out-struct of `executable_device`.
+/// One device a plugin can run on. Plugin-owned, static in the descriptor; an
+/// out-struct of `executable_device`.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy)]
 pub struct RlxDeviceInfo {

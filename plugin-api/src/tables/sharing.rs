@@ -1,6 +1,5 @@
-//! Header §10: clones and shared params (1.9): executables of one plugin
-//! that share a compiled program or their weights instead of holding
-//! copies.
+//! Header §10: clones and shared params: executables of one plugin that share a
+//! compiled program or their weights instead of holding copies.
 
 use super::executable::RlxExecutable;
 use crate::error::RlxStatus;

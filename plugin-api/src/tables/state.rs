@@ -1,5 +1,5 @@
-//! Header §9: executable state (1.9): tensors an executable keeps on its
-//! device across runs, bound and read by name, and fed from its outputs.
+//! Header §9: executable state: tensors an executable keeps on its device
+//! across runs, bound and read by name, and fed from its outputs.
 
 use super::executable::{RlxExecutable, RlxValueVisitor};
 use crate::error::RlxStatus;
@@ -123,16 +123,17 @@ pub struct RlxStateApi {
             into: *mut RlxTensor,
         ) -> *mut RlxStatus,
     >,
-    /// (1.13) Hold as the state `name` of `exe` the value called `value` of
-    /// `src` (another live executable of this plugin, on the same device):
-    /// its state of that name if it has one, else the output of that name
-    /// of its last run. The value must have the input `name`'s dtype and
-    /// shape. Nothing is copied: both executables see the one value, and
-    /// each replaces its own as it runs. Binding this way keeps the feed,
-    /// as `bind` does. With `name` and `value` empty, every state of `src`
-    /// is taken under its own name with its feed, all or nothing (each an
-    /// input here of its dtype and shape, each feed an output here as it
-    /// had in `src`).
+    /// Optional: absent when null or beyond `struct_size` (a plugin whose minor
+    /// is below 13 ends its table at [`STATE_API_SIZE_1_9`]): check both before
+    /// calling. Hold as the state `name` of `exe` the value called `value` of
+    /// `src` (another live executable of this plugin, on the same device): its
+    /// state of that name if it has one, else the output of that name of its
+    /// last run. The value must have the input `name`'s dtype and shape.
+    /// Nothing is copied: both executables see the one value, and each replaces
+    /// its own as it runs. Binding this way keeps the feed, as `bind` does.
+    /// With `name` and `value` empty, every state of `src` is taken under its
+    /// own name with its feed, all or nothing (each an input here of its dtype
+    /// and shape, each feed an output here as it had in `src`).
     pub bind_from: Option<
         unsafe extern "C" fn(
             exe: *mut RlxExecutable,

@@ -1,6 +1,5 @@
-//! Header §11: submitted runs (1.9): a run started without waiting for
-//! its outputs, so that a host prepares the next run while the device
-//! computes this one.
+//! Header §11: submitted runs: a run started without waiting for its outputs,
+//! so that a host prepares the next run while the device computes this one.
 
 use super::executable::RlxExecutable;
 use crate::error::RlxStatus;

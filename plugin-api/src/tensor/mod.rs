@@ -76,10 +76,11 @@ pub mod ownership {
     /// Ownership moves to the receiver, which calls `deleter(manager_ctx)`
     /// exactly once when it no longer needs `data`, `shape` and `strides`.
     pub const OWNED: u32 = 2;
-    /// (1.9) An output slot of `executable_run_into` or `wait` whose
-    /// output the caller does not want (its data null): nothing is
-    /// written there and nothing is copied off the device for it. A
-    /// plugin before 1.9 hands an `OWNED` tensor over in it instead.
+    /// An output slot of `executable_run_into` or `wait` whose output the
+    /// caller does not want (its data null): nothing is written there and
+    /// nothing is copied off the device for it. A plugin whose minor is below 9
+    /// hands an `OWNED` tensor over in it instead: a caller checks the slot's
+    /// ownership after the call and releases such a tensor.
     pub const SKIP: u32 = 3;
 }
 

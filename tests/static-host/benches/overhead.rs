@@ -9,12 +9,12 @@
 //! - `abi`: the plugin's C ABI (`executable_run`), through the host-side
 //!   loader's `PluginExecutable::run_refs`: the plugin's run (input checks,
 //!   graph build or compiled call, output handed over) and the glue.
-//! - `abi-into`: the same through `executable_run_into` (ABI 1.8), the
-//!   output written into a buffer lent for each run, as `session` does.
-//! - `abi-mapped`: `abi-into` with the input read from, and the output
-//!   written into, host memory mapped for transfers (ABI 1.11
-//!   `dma_map`): on a GPU, page-locked memory the copy engine reads and
-//!   writes directly. Its input and output buffers are the same every run.
+//! - `abi-into`: the same through `executable_run_into`, the output written
+//!   into a buffer lent for each run, as `session` does.
+//! - `abi-mapped`: `abi-into` with the input read from, and the output written
+//!   into, host memory mapped for transfers (`dma_map`): on a GPU, page-locked
+//!   memory the copy engine reads and writes directly. Its input and output
+//!   buffers are the same every run.
 //! - `session`: `Session::run` on `Device::Mlx`: rlx-runtime and the
 //!   adapter on top of `abi-into`.
 //!

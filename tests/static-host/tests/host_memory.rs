@@ -1,11 +1,10 @@
-//! Host memory mapped for transfers (ABI 1.11), through the host
-//! library's loader: the contract's refusals (a range overlapping a mapped
-//! one, an unmap where no mapping starts, a null or empty range), a
-//! mapping dropped and made again, and runs that read their input from and
-//! write their output into mapped memory, in every mode, against `f64`'s
-//! `exp` at 1e-6 relative. On the CPU a mapping only records its range; on
-//! a GPU (this binary run over the CUDA build of libmlx) the same runs take
-//! the page-locked copies.
+//! Host memory mapped for transfers, through the host library's loader: the
+//! contract's refusals (a range overlapping a mapped one, an unmap where no
+//! mapping starts, a null or empty range), a mapping dropped and made again,
+//! and runs that read their input from and write their output into mapped
+//! memory, in every mode, against `f64`'s `exp` at 1e-6 relative. On the CPU a
+//! mapping only records its range; on a GPU (this binary run over the CUDA
+//! build of libmlx) the same runs take the page-locked copies.
 
 use rlx_plugin_api::{DType, HostTensorRef, Mode, StatusCode};
 

@@ -1,13 +1,12 @@
-//! A run writes its inputs into the arrays the last run read them from,
-//! when nothing else holds them, instead of allocating new ones, and every
-//! run still computes on its own values, in every mode. The graph reads
-//! `x` (outputs `exp(x)`, held to `f64::exp` at 1e-6 relative) and `w`,
-//! which it returns as an output unchanged: the last run's outputs stay
-//! readable until the next run (`output_read`, ABI 1.9), so `w`'s array is
-//! not written over while it is one of them, and the previous run's `w`
-//! read after the next run has started building is still its own. The
-//! plugin is linked in, so the test reaches its executable directly
-//! (`input_buffer_address`).
+//! A run writes its inputs into the arrays the last run read them from, when
+//! nothing else holds them, instead of allocating new ones, and every run still
+//! computes on its own values, in every mode. The graph reads `x` (outputs
+//! `exp(x)`, held to `f64::exp` at 1e-6 relative) and `w`, which it returns as
+//! an output unchanged: the last run's outputs stay readable until the next run
+//! (`output_read`), so `w`'s array is not written over while it is one of them,
+//! and the previous run's `w` read after the next run has started building is
+//! still its own. The plugin is linked in, so the test reaches its executable
+//! directly (`input_buffer_address`).
 
 use rlx_mlx::executable::MlxExecutable;
 use rlx_plugin_api::convert::{f32_from_le, f32_to_le};

@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A setting the fixture reads at each compile, through the host table's
-/// `setting` (ABI 1.10) when the host offers it, and logs at info level
-/// when it is set.
+/// `setting` when the host offers it, and logs at info level when it is set.
 pub const FIXTURE_SETTING: &str = "RLX_FIXTURE_SETTING";
 
 /// What a fixture plugin looks like and which fault it has.
@@ -198,7 +197,7 @@ impl Plugin for FixturePlugin {
 
     fn compile(&self, graph: &str, options: &CompileOptions) -> PluginResult<Box<dyn Executable>> {
         log::debug!("fixture compiling a graph in {} mode", options.mode.name());
-        // (ABI 1.10) A setting read through the host (tests/abi_tables.rs).
+        // A setting read through the host (tests/abi_tables.rs).
         if let Some(v) = rlx_plugin_api::setting(FIXTURE_SETTING) {
             log::info!("fixture setting {FIXTURE_SETTING} = {v:?}");
         }
