@@ -18,8 +18,8 @@ use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_host::run::{errors, execute, find_plugin, random_data};
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, Shape};
-use rlx_plugin_api::host::PluginSet;
 use rlx_plugin_api::{CustomImpl, CustomKernel, CustomOp, Mode, Origin, ShapeRule};
+use rlx_plugin_loader::PluginSet;
 use rlx_runtime::Device;
 use std::sync::Arc;
 

@@ -23,7 +23,7 @@ pub fn profile_dir() -> Option<PathBuf> {
 /// which builds it because the test crates list it as a dev-dependency,
 /// leaves it in `profile/deps/`. The newer of the two is today's source.
 pub fn built_library(profile: &Path, stem: &str) -> Result<PathBuf, String> {
-    let file = rlx_plugin_api::host::library_file_name(stem);
+    let file = rlx_plugin_loader::library_file_name(stem);
     let candidates = [profile.join(&file), profile.join("deps").join(&file)];
     candidates
         .iter()
@@ -45,7 +45,7 @@ pub fn built_library(profile: &Path, stem: &str) -> Result<PathBuf, String> {
 pub fn mlx_plugin_dir(profile: &Path) -> Result<PathBuf, String> {
     static DONE: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
     let dir = profile.join("plugins").join("mlx");
-    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
+    let file = rlx_plugin_loader::library_file_name("rlx_mlx");
     let built = built_library(profile, "rlx_mlx")?;
     if !dir.join("mlx").exists() {
         return Err(format!(

@@ -2,7 +2,7 @@
 //! candidates a search found. The CLI, the demo, `run` and `bench` print
 //! through these, so none of them reaches into another for its output.
 
-use rlx_plugin_api::host::PluginSet;
+use rlx_plugin_loader::PluginSet;
 
 /// Print rows under a header, columns padded to their widest cell.
 pub fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
@@ -34,7 +34,7 @@ pub fn print_candidates(set: &PluginSet) {
     if set.candidates.is_empty() {
         println!(
             "no plugin candidates (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
-            rlx_plugin_api::host::ENV_PLUGINS
+            rlx_plugin_loader::ENV_PLUGINS
         );
         return;
     }

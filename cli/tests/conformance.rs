@@ -337,7 +337,7 @@ fn the_library_api_gives_the_report_the_cli_prints() {
 /// build script (older hashes may hold stale builds).
 fn c_plugin_builds() -> Vec<(u32, PathBuf)> {
     let build = common::profile_dir().join("build");
-    let file = rlx_plugin_api::host::library_file_name("rlx_c_plugin");
+    let file = rlx_plugin_loader::library_file_name("rlx_c_plugin");
     let newest = std::fs::read_dir(&build)
         .into_iter()
         .flatten()

@@ -1,5 +1,5 @@
 //! `rlx-host plugins doctor` and the dependency walk behind it
-//! (`rlx_plugin_api::host::deps`), on tiny C libraries built here with the
+//! (`rlx_plugin_loader::deps`), on tiny C libraries built here with the
 //! C compiler and laid out as the loader's rules need, and on the MLX
 //! plugin directories of the build tree.
 //!
@@ -12,7 +12,7 @@
 
 mod common;
 
-use rlx_plugin_api::host::deps::{self, DepWalk, Library, Outcome, ProbeResult, SearchEnv, Via};
+use rlx_plugin_loader::deps::{self, DepWalk, Library, Outcome, ProbeResult, SearchEnv, Via};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -692,7 +692,7 @@ fn the_mlx_plugin_directory_resolves_libmlx_inside_itself() {
 fn the_cuda_plugin_directory_names_the_missing_driver_library() {
     let dir = common::profile_dir().join("plugins").join("mlx-cuda");
     if !dir
-        .join(rlx_plugin_api::host::library_file_name("rlx_mlx"))
+        .join(rlx_plugin_loader::library_file_name("rlx_mlx"))
         .exists()
     {
         println!(

@@ -5,9 +5,9 @@
 
 use super::raw::expect_status;
 use super::{expect_err, Kit, Outcome};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::tables::RlxCustomOpApi;
 use rlx_plugin_api::{CustomOpInfo, HostTensor, Origin, PluginError, RlxStr, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::ptr::null;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

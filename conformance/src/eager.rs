@@ -5,8 +5,8 @@
 use super::cases::{case_leaves, cases_for, Case};
 use super::reference::{compare, cpu_reference, Leaf};
 use super::{code_name, expect_err, Kit, Outcome};
-use rlx_plugin_api::host::{LoadedPlugin, LoweringInfo};
 use rlx_plugin_api::{DType, HostTensor, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, LoweringInfo};
 use std::collections::BTreeSet;
 
 pub(super) fn run(kit: &mut Kit) {

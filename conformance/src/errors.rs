@@ -9,9 +9,9 @@ use super::{code_name, expect_err, Kit, Outcome};
 use rlx_ir::infer::GraphExt;
 use rlx_ir::op::PadMode;
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::tables::{RlxCompileOptions, RlxExecutable, RlxLoweringTable, RlxOpList};
 use rlx_plugin_api::{DType, HostTensor, Mode, RlxStr, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::ptr::{null, null_mut};
 
 const INVALID: u32 = StatusCode::InvalidArgument as u32;
@@ -178,7 +178,7 @@ fn other_shape(t: &HostTensor) -> HostTensor {
 fn bound(
     p: &std::sync::Arc<LoadedPlugin>,
     b: &Base,
-) -> Result<rlx_plugin_api::host::PluginExecutable, String> {
+) -> Result<rlx_plugin_loader::PluginExecutable, String> {
     let mut exe = p.compile(&b.text, Mode::Lazy).map_err(|e| e.to_string())?;
     for (n, t) in b.params() {
         exe.bind_param(&n, &t).map_err(|e| e.to_string())?;

@@ -5,8 +5,8 @@ use super::cases::{case_leaves, cases_for};
 use super::reference::{compare, cpu_reference, leaves, static_dims, Fill, Leaf};
 use super::{code_name, Kit, Outcome};
 use rlx_ir::{Graph, Op};
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::{DType, HostTensor, Mode, Role, ValueInfo};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::sync::Arc;
 
 /// The graph the executable checks (and the error checks) use.

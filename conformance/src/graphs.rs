@@ -5,8 +5,8 @@
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Graph, Op, Shape};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::DType;
+use rlx_plugin_loader::LoadedPlugin;
 
 fn f32s(dims: &[usize]) -> Shape {
     Shape::new(dims, IrDType::F32)

@@ -3,7 +3,6 @@
 //! function is set, and calling the entry again returns the same table.
 
 use super::{Kit, Outcome};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::sized::AbiStruct;
 use rlx_plugin_api::tables::{
     plugin_api_min_size, RlxEntryFn, RlxHostApi, RlxPluginApi, ENTRY_SYMBOL,
@@ -11,6 +10,7 @@ use rlx_plugin_api::tables::{
 };
 use rlx_plugin_api::version::{check_compatible, ABI_VERSION};
 use rlx_plugin_api::RlxStr;
+use rlx_plugin_loader::LoadedPlugin;
 use std::path::Path;
 use std::sync::Arc;
 

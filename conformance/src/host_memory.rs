@@ -9,8 +9,8 @@
 
 use crate::graphs::{counter, text, COUNTER};
 use crate::{expect_err, Kit, Outcome};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{DType, HostTensor, HostTensorRef, Mode, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 pub(crate) fn run(kit: &mut Kit) {

@@ -2,9 +2,9 @@
 //! helpers every area uses to judge a status.
 
 use crate::report::{Check, Outcome};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{PluginResult, StatusCode};
 use rlx_plugin_host::guard;
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 pub(crate) struct Kit<'a> {

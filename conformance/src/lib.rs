@@ -70,7 +70,7 @@ pub use report::{Check, Outcome, Report};
 pub(crate) use kit::{code_name, expect_err, Kit};
 pub(crate) use rlx_plugin_host::guard;
 
-use rlx_plugin_api::host::LoadedPlugin;
+use rlx_plugin_loader::LoadedPlugin;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -130,7 +130,7 @@ pub fn check_with(path: impl AsRef<Path>, on_check: &mut dyn FnMut(&Check)) -> R
 /// one, through the host loader alone (no discovery, no other
 /// candidates), or say why it does not load.
 pub fn load(path: impl AsRef<Path>) -> Result<Arc<LoadedPlugin>, String> {
-    use rlx_plugin_api::host::{plugin_library, Candidate, PluginSet, Source};
+    use rlx_plugin_loader::{plugin_library, Candidate, PluginSet, Source};
     let path = &plugin_library(path.as_ref())?;
     let c = Candidate {
         path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),

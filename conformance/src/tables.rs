@@ -3,8 +3,6 @@
 //! custom-op registry's size.
 
 use super::{Kit, Outcome};
-use rlx_plugin_api::host::plugin::MAX_TABLE_LEN;
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::sized::{declared_size, read_zero_filled};
 use rlx_plugin_api::tables::{
     RlxCustomOpApi, RlxLoweringEntry, RlxLoweringTable, RlxOpList, RlxOpSupport,
@@ -13,6 +11,8 @@ use rlx_plugin_api::tables::{
 use rlx_plugin_api::tensor::RlxDataType;
 use rlx_plugin_api::version::ABI_VERSION;
 use rlx_plugin_api::{DType, RlxStr, Strategy};
+use rlx_plugin_loader::plugin::MAX_TABLE_LEN;
+use rlx_plugin_loader::LoadedPlugin;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The end of `field` in `T`: a struct's size as the minor whose last

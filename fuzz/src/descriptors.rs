@@ -20,11 +20,11 @@
 //! its own deleter. Shared with `tests/tests/fuzz_replay.rs`.
 
 use arbitrary::{Arbitrary, Unstructured};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::tables::{RlxCompileOptions, RlxExecutable};
 use rlx_plugin_api::tensor::RlxDataType;
 use rlx_plugin_api::tensor::{ownership, RlxDevice, RlxDlTensor, RlxNamedTensor, RlxTensor};
 use rlx_plugin_api::{RlxStatus, RlxStr, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

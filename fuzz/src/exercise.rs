@@ -8,8 +8,8 @@
 //! panic the plugin caught: a bug, even though the host survived). Any other
 //! error is the plugin doing its job: refusing bad input with a message.
 
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{HostTensor, Mode, Role, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 /// Tensors above this are not generated (the plugin may still compile the
@@ -57,7 +57,7 @@ pub fn exercise_form(plugin: &Arc<LoadedPlugin>, bytes: &[u8], mode: Mode) -> Re
 
 /// What a compile gave, run as [`exercise`] describes.
 fn exercise_compile(
-    compiled: rlx_plugin_api::PluginResult<rlx_plugin_api::host::PluginExecutable>,
+    compiled: rlx_plugin_api::PluginResult<rlx_plugin_loader::PluginExecutable>,
     seed: &[u8],
 ) -> Result<(), Finding> {
     let mut exe = match compiled {

@@ -3,7 +3,7 @@
 //! `target/debug/plugins/mlx`, with the freshly built library copied in
 //! first, as the test helpers do, so a target never runs a stale plugin).
 
-use rlx_plugin_api::host::{DiscoveryConfig, LoadedPlugin, PluginSet};
+use rlx_plugin_loader::{DiscoveryConfig, LoadedPlugin, PluginSet};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 

@@ -16,9 +16,9 @@
 use arbitrary::{Arbitrary, Unstructured};
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, Op, Shape};
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::tables::RlxExecutable;
 use rlx_plugin_api::{HostTensor, Mode, PluginError, PluginResult, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 

@@ -4,8 +4,8 @@
 //! enough to reach what is behind them.
 
 use arbitrary::Arbitrary;
-use rlx_plugin_api::host::PluginExecutable;
 use rlx_plugin_api::{DType, HostTensor, Role};
+use rlx_plugin_loader::PluginExecutable;
 
 /// Names of the graphs' inputs, params and outputs, and a few that are none.
 pub const NAMES: [&str; 14] = [

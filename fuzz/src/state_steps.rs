@@ -21,10 +21,10 @@ use super::{judge, Finding, Kind, Slot};
 use graphs::{graph, inputs, refs};
 pub use inputs::StateStep;
 use inputs::*;
-use rlx_plugin_api::host::{LentBuffer, LoadedPlugin, OutputDest};
 use rlx_plugin_api::tables::{RlxExecutable, RlxRowFeed, RlxStateApi};
 use rlx_plugin_api::tensor::{ownership, RlxTensor};
 use rlx_plugin_api::{AbiStruct, DType, Feed, HostTensor, Mode, PluginResult, RlxStr, Role};
+use rlx_plugin_loader::{LentBuffer, LoadedPlugin, OutputDest};
 use std::ffi::c_void;
 use std::sync::Arc;
 

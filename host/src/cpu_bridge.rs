@@ -11,8 +11,8 @@
 //! on the CPU backend with its reason ([`crate::partition::Claims`]).
 
 use rlx_ir::{Graph, Op};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{CustomImpl, CustomKernel, CustomOp, Origin, PluginError, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 /// Whether the plugin can run custom op `name`: its own registry has it,

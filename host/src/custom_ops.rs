@@ -12,11 +12,11 @@
 use crate::abi_names::{abi_dtype, ir_dtype};
 use rlx_cpu::op_registry::{CpuKernel, CpuTensorMut, CpuTensorRef};
 use rlx_ir::{Dim, OpExtension, Shape};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{
     CustomImpl, CustomKernel, CustomOp, CustomOpInfo, DType, PluginError, PluginResult, StatusCode,
     TensorType, TensorView, TensorViewMut,
 };
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 /// A plugin's op as rlx-ir sees it.

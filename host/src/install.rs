@@ -1,7 +1,7 @@
 //! [`install`]: discover, pick and register in one call.
 
-use rlx_plugin_api::host::{CandidateState, DiscoveryConfig, LoadedPlugin, PluginSet, TrustPolicy};
 use rlx_plugin_api::Mode;
+use rlx_plugin_loader::{CandidateState, DiscoveryConfig, LoadedPlugin, PluginSet, TrustPolicy};
 use rlx_runtime::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -88,7 +88,7 @@ pub fn install(opts: &Options) -> Result<Installed, String> {
 /// `dlopen`: `entry` is the plugin crate's `rlx_plugin_entry` (every
 /// plugin made with `export_plugin!` defines it at its root), the crate a
 /// dependency of the program. The same tables are read and checked as for
-/// a loaded plugin ([`rlx_plugin_api::host::load_static`]), and the same
+/// a loaded plugin ([`rlx_plugin_loader::load_static`]), and the same
 /// adapter registers it for `opts.device`; `opts.plugins`, `opts.backend`
 /// and `opts.trust` are not used (nothing is discovered).
 ///
@@ -115,7 +115,7 @@ pub unsafe fn install_static(
         stderr_logger();
     }
     // SAFETY: this function's own contract.
-    let plugin = unsafe { rlx_plugin_api::host::load_static(entry, name) }
+    let plugin = unsafe { rlx_plugin_loader::load_static(entry, name) }
         .map(Arc::new)
         .map_err(|e| format!("the statically linked plugin {name:?} did not register: {e}"))?;
     crate::register_plugin_backend(plugin.clone(), opts.device, opts.mode);
@@ -136,7 +136,7 @@ pub fn missing_plugin_message(set: &PluginSet, name: &str) -> String {
     if set.candidates.is_empty() {
         return format!(
             "no plugin named {name:?}: no plugin candidates were found (searched --plugin paths, {}, the executable's plugins/ directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
-            rlx_plugin_api::host::ENV_PLUGINS
+            rlx_plugin_loader::ENV_PLUGINS
         );
     }
     let found: Vec<String> = set

@@ -28,7 +28,7 @@ pub fn cache_dir(tmpdir: Option<OsString>, rlx_home_dir: Option<PathBuf>) -> Opt
 /// a process environment variable. A directory that cannot be made leaves
 /// `TMPDIR` unset (MLX then uses `/tmp`), with a warning.
 pub fn use_stable_cache() {
-    let home = rlx_plugin_api::host::DiscoveryConfig::from_env(Vec::new()).rlx_home_dir();
+    let home = rlx_plugin_loader::DiscoveryConfig::from_env(Vec::new()).rlx_home_dir();
     let Some(dir) = cache_dir(std::env::var_os("TMPDIR"), home) else {
         return;
     };
@@ -75,7 +75,7 @@ pub fn mlx_cache_dirs(build_info: &[(String, String)]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rlx_plugin_api::host::DiscoveryConfig;
+    use rlx_plugin_loader::DiscoveryConfig;
 
     fn os(s: &str) -> Option<OsString> {
         Some(OsString::from(s))

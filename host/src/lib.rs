@@ -1,7 +1,7 @@
 //! Backend plugins for any program that uses rlx-runtime.
 //!
 //! One call, [`install`], discovers plugins (the order and rules of
-//! `rlx_plugin_api::host::discover`: explicit paths, `RLX_BACKEND_PLUGINS`,
+//! `rlx_plugin_loader::discover`: explicit paths, `RLX_BACKEND_PLUGINS`,
 //! `<executable dir>/plugins`, `$RLX_HOME/plugins` or `~/.rlx/plugins`),
 //! picks the one serving a backend name (a GPU variant such as `mlx-cuda`
 //! for `mlx` where one loaded) and registers it with rlx-runtime for a

@@ -1,11 +1,12 @@
-//! The stable C ABI between an RLX runtime (the host) and backend plugins
-//! loaded at run time, and the Rust on both sides of it.
+//! The stable C ABI between an RLX runtime (the host) and its backend
+//! plugins: the header's tables and types in Rust, and the glue a plugin
+//! exports them with. Both sides link it, so it must not depend on loading
+//! libraries (that is `rlx-plugin-loader`), on the runtime or on a backend.
 //!
 //! - Plugin authors implement [`Plugin`] and write `export_plugin!(…)`;
 //!   the crate provides every `extern "C"` function behind the tables.
-//! - Hosts (feature `host`) discover plugin libraries, load them, check
-//!   versions and layouts, and use them through safe wrappers
-//!   ([`host::PluginSet`], [`host::LoadedPlugin`]).
+//! - Hosts load plugins with `rlx-plugin-loader`, which calls through the
+//!   tables defined here.
 //! - A plugin's build may embed a [`manifest`] that hosts read from the file
 //!   without loading it (`docs/ABI.md` §19).
 //!
@@ -37,9 +38,6 @@ pub mod tables;
 pub mod tensor;
 pub mod trust;
 pub mod version;
-
-#[cfg(feature = "host")]
-pub mod host;
 
 pub use custom_ops::{
     CustomImpl, CustomKernel, CustomKind, CustomOp, CustomOpInfo, CustomOpRegistry,

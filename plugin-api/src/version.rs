@@ -82,8 +82,9 @@ impl fmt::Display for VersionMismatch {
 impl std::error::Error for VersionMismatch {}
 
 /// Can a plugin speaking `plugin` be used by a host speaking `host`?
-/// The same rule is applied by both sides (the host in `host::load`, the
-/// plugin in the code `export_plugin!` generates).
+/// The same rule is applied by both sides (the host in
+/// `rlx_plugin_loader::load`, the plugin in the code `export_plugin!`
+/// generates).
 pub fn check_compatible(host: RlxAbiVersion, plugin: RlxAbiVersion) -> Result<(), VersionMismatch> {
     let (h, p) = (host.to_semver(), plugin.to_semver());
     match p.major.cmp(&h.major) {

@@ -57,8 +57,8 @@ pub fn one_custom_op(name: &str) -> rlx_ir::Graph {
 
 /// A discovery configuration that searches only `dir` (as if it were named
 /// in `RLX_BACKEND_PLUGINS`), ignoring the machine's default directories.
-pub fn only_dir(dir: &Path) -> rlx_plugin_api::host::DiscoveryConfig {
-    rlx_plugin_api::host::DiscoveryConfig {
+pub fn only_dir(dir: &Path) -> rlx_plugin_loader::DiscoveryConfig {
+    rlx_plugin_loader::DiscoveryConfig {
         env_plugins: Some(dir.as_os_str().to_owned()),
         ..Default::default()
     }
@@ -162,11 +162,11 @@ pub fn c_constants() -> ([u32; 3], usize) {
 /// The fixture plugin (a small Rust interpreter, no executable state),
 /// loaded once per test binary from a temp plugins directory kept for the
 /// rest of the process.
-pub fn fixture_plugin() -> std::sync::Arc<rlx_plugin_api::host::LoadedPlugin> {
-    static P: OnceLock<std::sync::Arc<rlx_plugin_api::host::LoadedPlugin>> = OnceLock::new();
+pub fn fixture_plugin() -> std::sync::Arc<rlx_plugin_loader::LoadedPlugin> {
+    static P: OnceLock<std::sync::Arc<rlx_plugin_loader::LoadedPlugin>> = OnceLock::new();
     P.get_or_init(|| {
         let dir = plugins_dir(&[(&test_plugin("fixture"), "librlx_test_fixture.so")]);
-        let set = rlx_plugin_api::host::PluginSet::load(&only_dir(dir.path()));
+        let set = rlx_plugin_loader::PluginSet::load(&only_dir(dir.path()));
         let p = set.get("fixture").expect("fixture loaded").clone();
         // The library stays mapped for the process; its directory too.
         std::mem::forget(dir);

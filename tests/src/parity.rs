@@ -4,8 +4,8 @@
 
 use rand::{Rng, SeedableRng};
 use rlx_ir::{DType as IrDType, Graph, Op};
-use rlx_plugin_api::host::{CandidateState, LoadedPlugin, PluginSet};
 use rlx_plugin_api::{DType, HostTensor, Mode};
+use rlx_plugin_loader::{CandidateState, LoadedPlugin, PluginSet};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 

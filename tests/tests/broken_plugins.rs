@@ -3,9 +3,9 @@
 //! version-skew cases that must work, loads), and the host goes on to load
 //! the fixture.
 
-use rlx_plugin_api::host::{CandidateState, LoadError, PluginSet};
 use rlx_plugin_api::version::{VersionMismatch, ABI_VERSION};
 use rlx_plugin_api::{HostTensor, StatusCode};
+use rlx_plugin_loader::{CandidateState, LoadError, PluginSet};
 use rlx_plugin_tests::{only_dir, plugins_dir, test_plugin};
 use std::path::Path;
 
@@ -247,7 +247,7 @@ fn explicit_paths_come_first_and_missing_ones_are_reported() {
         (&test_plugin("twin"), "librlx_test_twin.so"),
     ]);
     let missing = dir.path().join("nope/libmissing.so");
-    let cfg = rlx_plugin_api::host::DiscoveryConfig {
+    let cfg = rlx_plugin_loader::DiscoveryConfig {
         explicit: vec![dir.path().join("librlx_test_twin.so"), missing.clone()],
         ..only_dir(dir.path())
     };

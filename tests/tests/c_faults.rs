@@ -8,8 +8,8 @@
 //! a precise error in the host (a rejected candidate at load), which goes
 //! on; the plugin (when it loaded) and the C plugin beside it keep working.
 
-use rlx_plugin_api::host::{CandidateState, DiscoveryConfig, LoadError, LoadedPlugin, PluginSet};
 use rlx_plugin_api::{HostTensor, Mode, StatusCode};
+use rlx_plugin_loader::{CandidateState, DiscoveryConfig, LoadError, LoadedPlugin, PluginSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 

@@ -50,7 +50,7 @@ fn c_host() -> PathBuf {
 }
 
 fn mlx_library() -> PathBuf {
-    let file = rlx_plugin_api::host::library_file_name("rlx_mlx");
+    let file = rlx_plugin_loader::library_file_name("rlx_mlx");
     mlx_plugin_dir().join(file)
 }
 

@@ -21,10 +21,6 @@
 use rlx_ir::infer::GraphExt;
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_api::host::{
-    library_file_name, CandidateState, LentBuffer, LoadedPlugin, OutputDest, PluginExecutable,
-    PluginSet,
-};
 use rlx_plugin_api::tables::{
     RlxCompileOptions, RlxCustomOpDesc, RlxHostApi, RlxLogRecord, RlxPluginApi, RlxShapeOut,
     RlxValueInfo, CUSTOM_OP_API_SIZE_1_1, CUSTOM_OP_DESC_SIZE_1_1,
@@ -34,6 +30,10 @@ use rlx_plugin_api::{
     CompileOptions, CustomImpl, CustomKernel, CustomKind, CustomOp, DType, Feed, HostTensor, Mode,
     Offers, Origin, OwnedKernel, PluginResult, RlxAbiVersion, RlxStatus, RlxStr, RlxTensor, Role,
     RowFeed, ShapeRule, ShapeRuleKind, StatusCode, Strategy, TensorType, TensorView, TensorViewMut,
+};
+use rlx_plugin_loader::{
+    library_file_name, CandidateState, LentBuffer, LoadedPlugin, OutputDest, PluginExecutable,
+    PluginSet,
 };
 use rlx_plugin_tests::{capture_logs, only_dir, plugins_dir, profile_dir};
 use std::ffi::c_void;

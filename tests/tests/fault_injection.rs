@@ -10,8 +10,8 @@
 
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, Shape};
-use rlx_plugin_api::host::{LoadedPlugin, PluginSet};
 use rlx_plugin_api::{HostTensor, Mode, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, PluginSet};
 use rlx_plugin_tests::test_plugin;
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn load(names: &[&str]) -> Vec<Arc<LoadedPlugin>> {
-    let cfg = rlx_plugin_api::host::DiscoveryConfig {
+    let cfg = rlx_plugin_loader::DiscoveryConfig {
         explicit: names.iter().map(|n| test_plugin(n)).collect(),
         ..Default::default()
     };

@@ -4,8 +4,8 @@
 
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_api::host::{CandidateState, PluginSet};
 use rlx_plugin_api::{DType, HostTensor, Mode, Origin, Role, StatusCode, Strategy};
+use rlx_plugin_loader::{CandidateState, PluginSet};
 use rlx_plugin_tests::{capture_logs, only_dir, plugins_dir, test_plugin};
 use std::sync::Arc;
 

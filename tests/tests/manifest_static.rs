@@ -7,10 +7,8 @@
 //! `manifest_major` fixture aborts the process from a constructor when it
 //! is loaded, so a test that finishes proves it was not.
 
-use rlx_plugin_api::host::{
-    plugin_library, read_manifest_file, CandidateState, LoadError, PluginSet,
-};
 use rlx_plugin_api::version::{VersionMismatch, ABI_VERSION};
+use rlx_plugin_loader::{plugin_library, read_manifest_file, CandidateState, LoadError, PluginSet};
 use rlx_plugin_tests::{only_dir, parity::mlx_plugin_dir, plugins_dir, test_plugin};
 use std::path::Path;
 
@@ -108,7 +106,7 @@ fn the_c_plugin_embeds_one_with_the_header_macro() {
         let lib = Path::new(env!("RLX_C_ARTIFACTS"))
             .join("c-plugins")
             .join(format!("1.{minor}"))
-            .join(rlx_plugin_api::host::library_file_name("rlx_c_plugin"));
+            .join(rlx_plugin_loader::library_file_name("rlx_c_plugin"));
         let m = read_manifest_file(&lib).unwrap().expect("a manifest");
         assert_eq!((m.name.as_str(), m.version.as_str()), ("c-demo", "0.1.0"));
         assert_eq!((m.abi_version.major, m.abi_version.minor), (1, minor));

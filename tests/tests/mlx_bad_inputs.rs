@@ -230,7 +230,7 @@ fn a_minus_one_in_a_new_shape_is_in_bounds() {
 
 // ---- tensors against the graph ----
 
-fn add_exe(mode: Mode) -> rlx_plugin_api::host::PluginExecutable {
+fn add_exe(mode: Mode) -> rlx_plugin_loader::PluginExecutable {
     mlx().compile(&text(ADD), mode).unwrap()
 }
 

@@ -8,8 +8,8 @@
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_api::host::PluginExecutable;
 use rlx_plugin_api::HostTensor;
+use rlx_plugin_loader::PluginExecutable;
 use rlx_plugin_tests::parity::{mlx, MODES};
 
 const K: usize = 3;

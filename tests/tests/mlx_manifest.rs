@@ -3,8 +3,8 @@
 //! build time (plugin-mlx/build/ops.rs), so this is what keeps the two the
 //! same.
 
-use rlx_plugin_api::host::read_manifest_file;
 use rlx_plugin_api::DeviceKind;
+use rlx_plugin_loader::read_manifest_file;
 use rlx_plugin_tests::parity::mlx;
 use std::collections::BTreeSet;
 

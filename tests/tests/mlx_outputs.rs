@@ -25,9 +25,9 @@ fn w() -> Vec<f32> {
 
 /// `GRAPH` compiled in `mode` with `w` bound.
 fn compiled(
-    plugin: &std::sync::Arc<rlx_plugin_api::host::LoadedPlugin>,
+    plugin: &std::sync::Arc<rlx_plugin_loader::LoadedPlugin>,
     mode: rlx_plugin_api::Mode,
-) -> rlx_plugin_api::host::PluginExecutable {
+) -> rlx_plugin_loader::PluginExecutable {
     let mut exe = plugin.compile(GRAPH, mode).expect("compile");
     exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &w()).unwrap())
         .unwrap();
@@ -82,8 +82,8 @@ fn outputs_outlive_later_runs_and_the_executable() {
 /// One raw `executable_run_into` call with `x`, `b` and the given slots;
 /// the status as a result.
 fn run_into_raw(
-    plugin: &rlx_plugin_api::host::LoadedPlugin,
-    exe: &mut rlx_plugin_api::host::PluginExecutable,
+    plugin: &rlx_plugin_loader::LoadedPlugin,
+    exe: &mut rlx_plugin_loader::PluginExecutable,
     x: &HostTensor,
     b: &HostTensor,
     slots: &mut [RlxTensor; 3],

@@ -6,8 +6,8 @@
 //! and input `b [4, 3]`; the reference is the same formula in plain f64
 //! Rust, compared at 1e-5 abs + 1e-5 rel (sums of 8 products).
 
-use rlx_plugin_api::host::PluginExecutable;
 use rlx_plugin_api::{HostTensor, Mode, StatusCode};
+use rlx_plugin_loader::PluginExecutable;
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_plugin_tests::relu_affine::{reference, values, GRAPH};
 
@@ -73,7 +73,7 @@ fn eight_threads_compile_bind_run_and_destroy_at_once() {
 /// same plugin.
 fn rediscover() {
     let dir = mlx().path().parent().expect("a directory").to_path_buf();
-    let set = rlx_plugin_api::host::PluginSet::load(&rlx_plugin_tests::only_dir(&dir));
+    let set = rlx_plugin_loader::PluginSet::load(&rlx_plugin_tests::only_dir(&dir));
     let name = mlx().descriptor().name.clone();
     let p = set.get(&name).expect("the plugin loads again");
     assert!(

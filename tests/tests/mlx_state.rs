@@ -6,8 +6,8 @@
 
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType as IrDType, Graph, Shape};
-use rlx_plugin_api::host::{LoadedPlugin, OutputDest, PluginExecutable};
 use rlx_plugin_api::{DType, Feed, HostTensor, HostTensorRef, Role, RowFeed, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, OutputDest, PluginExecutable};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use std::sync::Arc;
 

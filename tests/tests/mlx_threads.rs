@@ -33,7 +33,7 @@ fn runs() -> usize {
 const PERIOD: usize = 17;
 
 /// Runner `t`'s executable: its mode, its own `w`.
-fn runner_exe(t: usize) -> (rlx_plugin_api::host::PluginExecutable, Vec<f32>) {
+fn runner_exe(t: usize) -> (rlx_plugin_loader::PluginExecutable, Vec<f32>) {
     let mut exe = mlx().compile(GRAPH, MODES[t % 3]).expect("compile");
     let w = values(24, t, 99);
     exe.bind_param("w", &HostTensor::from_f32(vec![8, 3], &w).unwrap())
@@ -42,7 +42,7 @@ fn runner_exe(t: usize) -> (rlx_plugin_api::host::PluginExecutable, Vec<f32>) {
 }
 
 fn run_once(
-    exe: &mut rlx_plugin_api::host::PluginExecutable,
+    exe: &mut rlx_plugin_loader::PluginExecutable,
     t: usize,
     i: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {

@@ -17,7 +17,7 @@
 
 #![cfg(target_os = "linux")]
 
-use rlx_plugin_api::host::{
+use rlx_plugin_loader::{
     load_plugin, CandidateState, DiscoveryConfig, LoadError, PluginSet, SkipReason,
 };
 use rlx_plugin_tests::parity::mlx_plugin_dir;

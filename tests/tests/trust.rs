@@ -5,7 +5,7 @@
 //! loads it with a warning. Unix only.
 #![cfg(unix)]
 
-use rlx_plugin_api::host::{
+use rlx_plugin_loader::{
     CandidateState, DiscoveryConfig, LoadError, PluginSet, TrustPolicy, ENV_ALLOW_INSECURE,
 };
 use rlx_plugin_tests::{capture_logs, only_dir, test_plugin};
@@ -175,9 +175,9 @@ fn a_writable_bundled_library_is_refused() {
     let libmlx = walk_find(&dst, "libmlx.so").expect("the plugin directory bundles libmlx.so");
     chmod(&libmlx, 0o666);
     let set = PluginSet::load_candidates_with(
-        vec![rlx_plugin_api::host::Candidate {
-            path: rlx_plugin_api::host::plugin_library(&dst).unwrap(),
-            source: rlx_plugin_api::host::Source::Explicit,
+        vec![rlx_plugin_loader::Candidate {
+            path: rlx_plugin_loader::plugin_library(&dst).unwrap(),
+            source: rlx_plugin_loader::Source::Explicit,
             exists: true,
         }],
         TrustPolicy::Strict,

@@ -226,7 +226,7 @@ fn pack_one(f: &Found, a: &Args) -> Result<(PathBuf, pkg::PackageManifest), Stri
         copy_atomic(fresh, &f.dir.join(lib))?;
     }
     let library = f.dir.join(lib);
-    let embedded = rlx_plugin_api::host::read_manifest_file(&library)
+    let embedded = rlx_plugin_loader::read_manifest_file(&library)
         .map_err(|e| format!("{}: {e}", library.display()))?
         .ok_or_else(|| format!("{}: no embedded manifest", library.display()))?;
     check_architecture(&library, &f.platform)?;

@@ -12,7 +12,7 @@ use super::spec::BackendSpec;
 use super::{outputs, rss, stats};
 use crate::rlx_backend;
 use crate::run::{self, PLUGIN_DEVICE};
-use rlx_plugin_api::host::PluginSet;
+use rlx_plugin_loader::PluginSet;
 use rlx_runtime::Device;
 use std::path::PathBuf;
 

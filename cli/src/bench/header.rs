@@ -5,7 +5,7 @@ use super::args::BenchArgs;
 use super::builtins::BenchModel;
 use super::compare::Tolerance;
 use super::environment::EnvSnapshot;
-use rlx_plugin_api::host::LoadedPlugin;
+use rlx_plugin_loader::LoadedPlugin;
 use serde_json::{json, Value};
 
 /// Always shown (set or not): they decide whether MLX's CUDA matmuls use

@@ -7,7 +7,7 @@ use super::header::{Header, PluginInfo};
 use super::row::{Row, Status};
 use super::spec::{self, BackendSpec};
 use super::{builtins, compare, peers, report, spawn};
-use rlx_plugin_api::host::PluginSet;
+use rlx_plugin_loader::PluginSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 

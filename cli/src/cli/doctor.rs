@@ -3,7 +3,7 @@
 //! For each candidate discovery finds (or the one plugin PATH names) it
 //! lists every shared library the dynamic loader would need, where each is
 //! found and, for a missing one, every directory searched in the loader's
-//! order (`rlx_plugin_api::host::deps`; a Mach-O plugin's `LC_LOAD_DYLIB`
+//! order (`rlx_plugin_loader::deps`; a Mach-O plugin's `LC_LOAD_DYLIB`
 //! entries with dyld's rules, on any machine); then what loading it gave, the
 //! devices a loaded plugin lists, its build info (MLX version, backend,
 //! BLAS) and the state of its kernel caches, with a hint where one costs
@@ -18,8 +18,8 @@ mod runtime;
 mod shared_dir;
 mod text;
 
-use rlx_plugin_api::host::deps::{self, DepWalk, MachoWalk, SearchEnv, SonameClash};
-use rlx_plugin_api::host::{
+use rlx_plugin_loader::deps::{self, DepWalk, MachoWalk, SearchEnv, SonameClash};
+use rlx_plugin_loader::{
     discover, model_plugin_dir, plugin_library, Candidate, CandidateReport, CandidateState,
     DiscoveryConfig, PluginSet, Source,
 };
@@ -54,8 +54,8 @@ impl Finding {
             None => !matches!(
                 &self.report.state,
                 CandidateState::Rejected(
-                    rlx_plugin_api::host::LoadError::MissingDependency { .. }
-                        | rlx_plugin_api::host::LoadError::NotFound
+                    rlx_plugin_loader::LoadError::MissingDependency { .. }
+                        | rlx_plugin_loader::LoadError::NotFound
                 )
             ),
         }

@@ -5,9 +5,9 @@
 //! on a machine without the GPU).
 
 use super::CliResult;
-use rlx_plugin_api::host::{plugin_library, read_manifest_file};
 use rlx_plugin_api::manifest::EmbeddedManifest;
 use rlx_plugin_api::version::{check_compatible, ABI_VERSION};
+use rlx_plugin_loader::{plugin_library, read_manifest_file};
 use serde_json::json;
 use std::path::Path;
 

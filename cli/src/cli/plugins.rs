@@ -3,7 +3,7 @@
 
 use super::CliResult;
 use crate::tables::{print_candidates, print_table};
-use rlx_plugin_api::host::{CandidateReport, CandidateState, LoadedPlugin, PluginSet};
+use rlx_plugin_loader::{CandidateReport, CandidateState, LoadedPlugin, PluginSet};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

@@ -58,7 +58,7 @@ pub fn demo(
     seed: u64,
 ) -> Result<(), String> {
     println!("== plugins ==");
-    let set = rlx_plugin_api::host::PluginSet::load_from_env(explicit);
+    let set = rlx_plugin_loader::PluginSet::load_from_env(explicit);
     print_candidates(&set);
     println!();
     let plugin = find_plugin(&set, backend)?;

@@ -1,7 +1,7 @@
 //! Shared by rlx-host's integration tests.
 #![allow(dead_code)]
 
-use rlx_plugin_api::host::{DiscoveryConfig, LoadedPlugin, PluginSet};
+use rlx_plugin_loader::{DiscoveryConfig, LoadedPlugin, PluginSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -8,9 +8,9 @@
 use super::util::*;
 use crate::graphs::{claims_f32, counter, text, uniform};
 use crate::{expect_err, Kit, Outcome};
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::tables::{rng_policy, RlxMemoryUsage};
 use rlx_plugin_api::{CompileOptions, Mode, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::sync::Arc;
 
 fn step(exe: &mut PluginExecutable) -> Result<Vec<Vec<f32>>, String> {

@@ -7,8 +7,8 @@
 use super::util::*;
 use crate::graphs::{rows, CACHE};
 use crate::{expect_err, Kit, Outcome};
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::{Feed, HostTensorRef, Mode, RowFeed, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::sync::Arc;
 
 pub(super) fn run(kit: &mut Kit, offered: bool) {

@@ -8,9 +8,9 @@
 use super::util::*;
 use crate::graphs::{counter, rows};
 use crate::{Kit, Outcome};
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::tables::RlxExecutable;
 use rlx_plugin_api::{Feed, HostTensorRef, Mode};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::ptr::{null, null_mut};
 use std::sync::Arc;
 

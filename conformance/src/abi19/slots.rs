@@ -9,9 +9,9 @@ use super::state::with_state;
 use super::util::*;
 use crate::raw::release_slots;
 use crate::{Kit, Outcome};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::tensor::{borrow_named, ownership, RlxTensor, TensorRef};
 use rlx_plugin_api::{Feed, HostTensor, Mode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 pub(super) fn run(kit: &mut Kit, state: bool) {

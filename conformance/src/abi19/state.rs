@@ -6,8 +6,8 @@
 use super::util::*;
 use crate::graphs::COUNTER;
 use crate::Kit;
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::{DType, Feed, HostTensorRef, Mode, Role, ValueInfo};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::sync::Arc;
 
 const MODES: [Mode; 3] = [Mode::Lazy, Mode::Eager, Mode::Compiled];

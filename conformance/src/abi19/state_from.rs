@@ -6,8 +6,8 @@
 
 use super::util::*;
 use crate::Kit;
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{Feed, HostTensorRef, Mode, StatusCode};
+use rlx_plugin_loader::LoadedPlugin;
 use std::sync::Arc;
 
 pub(super) fn run(kit: &mut Kit) {

@@ -7,9 +7,9 @@
 
 use super::util::*;
 use crate::{expect_err, Kit};
-use rlx_plugin_api::host::{LentBuffer, LoadedPlugin, OutputDest, PluginExecutable};
 use rlx_plugin_api::tables::MAX_SUBMITTED;
 use rlx_plugin_api::{Feed, HostTensor, HostTensorRef, Mode, PluginResult, StatusCode};
+use rlx_plugin_loader::{LentBuffer, LoadedPlugin, OutputDest, PluginExecutable};
 use std::sync::Arc;
 
 pub(super) fn run(kit: &mut Kit, state: bool) {

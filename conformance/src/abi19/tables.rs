@@ -6,8 +6,8 @@
 //! start what it cannot finish.
 
 use crate::Outcome;
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::tables::{RlxSharingApi, RlxStateApi, RlxSubmitApi};
+use rlx_plugin_loader::LoadedPlugin;
 
 /// The end of `field` in `T`: the table's size in 1.9, the minor that defined
 /// these tables (a newer minor appending fields does not raise what a 1.9

@@ -4,8 +4,8 @@
 use crate::graphs::{counter, text, COUNTER};
 use crate::raw::take_status;
 use crate::{code_name, Outcome};
-use rlx_plugin_api::host::{LoadedPlugin, PluginExecutable};
 use rlx_plugin_api::{DType, HostTensor, Mode, RlxStatus, StatusCode};
+use rlx_plugin_loader::{LoadedPlugin, PluginExecutable};
 use std::sync::Arc;
 
 pub const INVALID: StatusCode = StatusCode::InvalidArgument;

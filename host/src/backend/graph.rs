@@ -2,9 +2,9 @@
 //! converted to and from the dtypes its signature declares.
 
 use super::outputs::Plan;
-use rlx_plugin_api::host::PluginExecutable;
 use rlx_plugin_api::tensor::Dims;
 use rlx_plugin_api::{DType, HostTensorRef, Role, TensorRef, ValueInfo};
+use rlx_plugin_loader::PluginExecutable;
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -48,8 +48,8 @@
 
 pub use crate::partition::Fallback;
 use rlx_ir::{Graph, OpKind};
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{DeviceKind, Mode};
+use rlx_plugin_loader::LoadedPlugin;
 use rlx_runtime::{Backend, CompileOptions, Device};
 use std::cell::Cell;
 use std::collections::HashMap;

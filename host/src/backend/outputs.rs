@@ -2,8 +2,8 @@
 //! from the buffer the plugin hands over, or (a skipped slot) not copied off
 //! the device at all.
 
-use rlx_plugin_api::host::{LentBuffer, OutputDest};
 use rlx_plugin_api::ValueInfo;
+use rlx_plugin_loader::{LentBuffer, OutputDest};
 use smallvec::SmallVec;
 
 /// Room for `n` elements of an output the plugin writes whole: a `Vec`

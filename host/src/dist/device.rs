@@ -2,8 +2,8 @@
 //! and a stage's or training job's device directive resolved against what
 //! this worker has (never silently another device).
 
-use rlx_plugin_api::host::LoadedPlugin;
 use rlx_plugin_api::{DeviceInfo, DeviceKind};
+use rlx_plugin_loader::LoadedPlugin;
 use rlx_runtime::Device;
 
 /// The variables launchers set for a process's index among those on its

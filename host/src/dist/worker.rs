@@ -6,7 +6,7 @@ use super::device::{self, DeviceChoice};
 use super::stage::Stage;
 use super::wire::{rlx_tag, tag, Link, Ready, TrainResult, WorkerInfo};
 use crate::guard;
-use rlx_plugin_api::host::LoadedPlugin;
+use rlx_plugin_loader::LoadedPlugin;
 use rlx_runtime::dist::node::{send_caps, NodeCaps, NodeConfig, NodeRole, ProcessGroup};
 use rlx_runtime::dist::{StageSpec, TrainSpec};
 use rlx_runtime::Device;

@@ -17,7 +17,7 @@ mod split;
 pub use split::SplitGraph;
 
 use rlx_ir::{DType, Graph, NodeId, Op, OpKind};
-use rlx_plugin_api::host::LoadedPlugin;
+use rlx_plugin_loader::LoadedPlugin;
 use std::collections::HashMap;
 use std::fmt;
 

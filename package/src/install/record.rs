@@ -5,8 +5,8 @@
 
 use crate::durable::write_atomic;
 use crate::{PackageError, PackageManifest};
-use rlx_plugin_api::host::{plugin_library, read_manifest_file};
 use rlx_plugin_api::version::{check_compatible, ABI_VERSION};
+use rlx_plugin_loader::{plugin_library, read_manifest_file};
 use std::path::Path;
 
 /// The record's file name inside an installed plugin directory.

@@ -10,7 +10,7 @@
 //!   in the manifest section ([`SECTION_ELF`], [`SECTION_MACHO`]).
 //! - [`parse`] decodes the section's bytes into an [`EmbeddedManifest`];
 //!   the host side finds the section in a library file
-//!   (`host::manifest`).
+//!   (`rlx_plugin_loader::manifest`).
 //!
 //! The format is little-endian, versioned on its own ([`FORMAT_VERSION`]),
 //! and optional for plugins: a library without one loads as before.

@@ -8,8 +8,8 @@
 use super::{measure, Measured, Variant};
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
-use rlx_plugin_api::host::OutputDest;
 use rlx_plugin_api::{HostTensor, HostTensorRef};
+use rlx_plugin_loader::OutputDest;
 
 const BATCH: usize = 256;
 const D_IN: usize = 1024;

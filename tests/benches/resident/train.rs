@@ -26,7 +26,7 @@ pub fn run(variant: Variant, warmup: usize, steps: usize) -> Measured {
 
 /// The plugin's mapping of `v`'s memory, undone when dropped.
 struct Mapped {
-    plugin: Arc<rlx_plugin_api::host::LoadedPlugin>,
+    plugin: Arc<rlx_plugin_loader::LoadedPlugin>,
     at: *mut u8,
 }
 

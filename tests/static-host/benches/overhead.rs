@@ -300,11 +300,7 @@ fn main() {
 /// the bytes into an array (the one copy a bound param needs, as MLX cannot
 /// adopt host memory), the ABI's `executable_bind_param` with the tensor
 /// lent for the call, and `set_param` through `Session`. Milliseconds.
-fn bind_ladder(
-    plugin: &std::sync::Arc<rlx_plugin_api::host::LoadedPlugin>,
-    mib: usize,
-    runs: usize,
-) {
+fn bind_ladder(plugin: &std::sync::Arc<rlx_plugin_loader::LoadedPlugin>, mib: usize, runs: usize) {
     let n = mib * (1 << 20) / 4;
     let w: Vec<f32> = (0..n).map(|i| (i % 251) as f32 * 0.01).collect();
     let bytes = rlx_plugin_api::convert::f32_le_bytes(&w);

@@ -2,8 +2,8 @@
 //! record per candidate, every place tried included.
 
 use super::{clash_text, devices, Finding};
-use rlx_plugin_api::host::deps::{Library, MachoOutcome, Outcome, Probe, ProbeResult, SearchEnv};
-use rlx_plugin_api::host::CandidateState;
+use rlx_plugin_loader::deps::{Library, MachoOutcome, Outcome, Probe, ProbeResult, SearchEnv};
+use rlx_plugin_loader::CandidateState;
 use serde_json::{json, Value};
 use std::path::Path;
 

@@ -3,8 +3,8 @@
 //! plugin's compiled mode uses, each with a hint when it will cost the user
 //! speed or safety.
 
-use rlx_plugin_api::host::CandidateReport;
 use rlx_plugin_api::trust::judge_kernel_cache;
+use rlx_plugin_loader::CandidateReport;
 use std::path::Path;
 
 /// One line of the doctor's runtime section.

@@ -4,7 +4,7 @@
 //! program that uses the model API tries to load it as a model plugin too
 //! and prints an error about it.
 
-use rlx_plugin_api::host::{read_by_model_loader, CandidateReport, CandidateState};
+use rlx_plugin_loader::{read_by_model_loader, CandidateReport, CandidateState};
 use std::path::Path;
 
 /// The warning for `report`, when `model_dir` (rlx-runtime's model plugin

@@ -2,8 +2,8 @@
 //! and the directories searched under each missing one.
 
 use super::{clash_text, devices, Finding};
-use rlx_plugin_api::host::deps::{self, DepWalk, Library, Outcome, Probe, ProbeResult, SearchEnv};
-use rlx_plugin_api::host::CandidateReport;
+use rlx_plugin_loader::deps::{self, DepWalk, Library, Outcome, Probe, ProbeResult, SearchEnv};
+use rlx_plugin_loader::CandidateReport;
 use std::path::{Path, PathBuf};
 
 /// A file's name, for the short mentions in text output.
@@ -72,7 +72,7 @@ pub(super) fn print(env: Option<&SearchEnv>, findings: &[Finding], ok: bool) {
         println!(
             "no plugin candidates (searched --plugin paths, {}, the executable's plugins/ \
              directory, and $RLX_HOME/plugins or ~/.rlx/plugins)",
-            rlx_plugin_api::host::ENV_PLUGINS
+            rlx_plugin_loader::ENV_PLUGINS
         );
     }
     for f in findings {

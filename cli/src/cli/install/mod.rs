@@ -23,7 +23,7 @@ pub struct InstallArgs {
 }
 
 fn home() -> Result<Home, String> {
-    rlx_plugin_api::host::DiscoveryConfig::from_env(Vec::new())
+    rlx_plugin_loader::DiscoveryConfig::from_env(Vec::new())
         .rlx_home_dir()
         .map(Home::new)
         .ok_or_else(|| "no RLX home: set RLX_HOME or HOME".to_string())

@@ -15,12 +15,12 @@ use super::log_sink;
 use super::model_plugins::{library_kind, LibraryKind};
 use super::plugin::LoadedPlugin;
 use super::trusted::{check_plugin_files, TrustPolicy};
-use crate::error::StatusCode;
-use crate::sized::AbiStruct;
-use crate::strings::RlxStr;
-use crate::tables::*;
-use crate::version::{check_compatible, ABI_VERSION};
 use abi_stable::StableAbi;
+use rlx_plugin_api::error::StatusCode;
+use rlx_plugin_api::sized::AbiStruct;
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::*;
+use rlx_plugin_api::version::{check_compatible, ABI_VERSION};
 use std::path::{Path, PathBuf};
 
 /// Load one plugin file, under the trust policy the environment sets
@@ -114,7 +114,7 @@ unsafe fn load_from_entry(
     let host: &'static RlxHostApi = Box::leak(Box::new(RlxHostApi {
         struct_size: RlxHostApi::STRUCT_SIZE,
         abi_version: ABI_VERSION,
-        host_name: RlxStr::from_static("rlx-plugin-api host"),
+        host_name: RlxStr::from_static("rlx-plugin-loader"),
         log_ctx: log_ctx as *const _ as *mut std::ffi::c_void,
         log: Some(log_sink::host_log),
         log_max_level: Some(log_sink::host_log_max_level),
@@ -266,7 +266,7 @@ unsafe fn read_root(root: *const RlxPluginApi) -> Result<RlxPluginApi, LoadError
     // (absent), fields beyond ours are ignored.
     // SAFETY: every field is an integer, pointer, Option<fn> or RlxStr;
     // zero is valid for each.
-    let api = crate::sized::read_zero_filled(root);
+    let api = rlx_plugin_api::sized::read_zero_filled(root);
     check_layout(&api)?;
     Ok(api)
 }

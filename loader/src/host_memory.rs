@@ -4,8 +4,8 @@
 //! page-locked, copied by the DMA engine).
 
 use super::plugin::LoadedPlugin;
-use crate::error::{PluginError, PluginResult};
-use crate::tables::RlxHostMemoryApi;
+use rlx_plugin_api::error::{PluginError, PluginResult};
+use rlx_plugin_api::tables::RlxHostMemoryApi;
 use std::sync::Arc;
 
 impl LoadedPlugin {

@@ -1,9 +1,9 @@
 //! Why a plugin file was not loaded: every way loading can fail, each
 //! with the words that tell a user what to do.
 
-use crate::error::{PluginError, StatusCode};
-use crate::tables::ENTRY_SYMBOL;
-use crate::version::{VersionMismatch, ABI_VERSION};
+use rlx_plugin_api::error::{PluginError, StatusCode};
+use rlx_plugin_api::tables::ENTRY_SYMBOL;
+use rlx_plugin_api::version::{VersionMismatch, ABI_VERSION};
 use std::fmt;
 
 /// Why a candidate was not loaded.

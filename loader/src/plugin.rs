@@ -2,13 +2,13 @@
 //! Rust values, its functions wrapped so statuses become `PluginError`s.
 
 use super::load_error::LoadError;
-use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
-use crate::plugin::{Descriptor, DeviceInfo, DeviceKind, Strategy};
-use crate::sized::AbiStruct;
-use crate::strings::RlxStr;
-use crate::tables::*;
-use crate::tensor::{DType, HostTensor, RlxDataType, RlxTensor};
-use crate::version::RlxAbiVersion;
+use rlx_plugin_api::error::{PluginError, PluginResult, RlxStatus, StatusCode};
+use rlx_plugin_api::plugin::{Descriptor, DeviceInfo, DeviceKind, Strategy};
+use rlx_plugin_api::sized::AbiStruct;
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::*;
+use rlx_plugin_api::tensor::{DType, HostTensor, RlxDataType, RlxTensor};
+use rlx_plugin_api::version::RlxAbiVersion;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
@@ -170,7 +170,7 @@ unsafe fn device_infos(d: &RlxPluginDescriptor, plugin: &Path) -> Result<Vec<Dev
 pub(super) fn read_written<T>(t: &T) -> T {
     // SAFETY: `t` is our own fully initialised buffer, so any declared size
     // is readable up to size_of::<T>(); ABI structs accept all-zero.
-    unsafe { crate::sized::read_zero_filled(t) }
+    unsafe { rlx_plugin_api::sized::read_zero_filled(t) }
 }
 
 /// Copy a struct that starts with `struct_size`, zero-filling the fields a
@@ -183,7 +183,7 @@ pub(super) unsafe fn read_sized<T>(p: *const T) -> Option<T> {
         return None;
     }
     // SAFETY: the caller's promise; ABI structs accept all-zero.
-    Some(unsafe { crate::sized::read_zero_filled(p) })
+    Some(unsafe { rlx_plugin_api::sized::read_zero_filled(p) })
 }
 
 impl LoadedPlugin {
@@ -436,11 +436,11 @@ impl LoadedPlugin {
 
     /// (ABI 1.9) What the plugin offers beyond compile and run, read from
     /// its tables: exactly the functions it published.
-    pub fn offers(&self) -> crate::plugin::Offers {
+    pub fn offers(&self) -> rlx_plugin_api::plugin::Offers {
         let st = self.state.as_ref();
         let sh = self.sharing.as_ref();
         let su = self.submits.as_ref();
-        crate::plugin::Offers {
+        rlx_plugin_api::plugin::Offers {
             state: st.is_some_and(|t| {
                 t.bind.is_some()
                     && t.unbind.is_some()
@@ -478,7 +478,7 @@ impl LoadedPlugin {
     }
 
     /// (ABI 1.9) What the plugin's tensors hold now.
-    pub fn memory_usage(&self) -> PluginResult<crate::plugin::MemoryUsage> {
+    pub fn memory_usage(&self) -> PluginResult<rlx_plugin_api::plugin::MemoryUsage> {
         let f = self.api.memory_usage.ok_or_else(|| {
             PluginError::unsupported(format!(
                 "plugin {} gives no memory figures (ABI 1.9 memory_usage)",
@@ -492,7 +492,7 @@ impl LoadedPlugin {
         // SAFETY: `out` is a writable out-struct sized here.
         self.check(unsafe { f(&mut out) })?;
         let out = read_written(&out);
-        Ok(crate::plugin::MemoryUsage {
+        Ok(rlx_plugin_api::plugin::MemoryUsage {
             active_bytes: out.active_bytes,
             peak_bytes: out.peak_bytes,
             cached_bytes: out.cached_bytes,
@@ -520,7 +520,7 @@ impl LoadedPlugin {
             .1
             .ok_or_else(|| PluginError::unsupported(format!("{op_kind} has no eager entry")))?;
         // Keep the views alive: the descriptors point into them.
-        let borrowed = crate::tensor::borrow_all(inputs);
+        let borrowed = rlx_plugin_api::tensor::borrow_all(inputs);
         let raws = &borrowed.raws;
         // Generous: no rlx op has more outputs than this.
         let mut slots = vec![RlxTensor::empty(); 16];

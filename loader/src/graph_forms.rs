@@ -4,15 +4,15 @@
 //! it goes through a tree of values per node and per constant byte, a few
 //! microseconds a node, which was most of the compile of a graph of
 //! thousands of small nodes. When the plugin reads this host's rlx-ir
-//! release's own serialisation (`crate::graph_forms`), a graph crosses in it.
+//! release's own serialisation (`rlx_plugin_api::graph_forms`), a graph crosses in it.
 
 use super::executable::PluginExecutable;
 use super::plugin::LoadedPlugin;
-use crate::error::{PluginError, PluginResult};
-use crate::graph_forms::{encode, in_other_layout, this_rlx_ir_bincode};
-use crate::plugin::CompileOptions;
-use crate::strings::RlxStr;
-use crate::tables::RlxExecutable;
+use rlx_plugin_api::error::{PluginError, PluginResult};
+use rlx_plugin_api::graph_forms::{encode, in_other_layout, this_rlx_ir_bincode};
+use rlx_plugin_api::plugin::CompileOptions;
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::RlxExecutable;
 use std::sync::Arc;
 
 /// A setting that makes every compile send `.rlxmodel` text: `text`.

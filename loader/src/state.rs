@@ -2,13 +2,13 @@
 //! every entry checked for presence, every status an error value.
 
 use super::executable::PluginExecutable;
-use crate::error::{PluginError, PluginResult};
-use crate::plugin::{Role, ValueInfo};
-use crate::sized::AbiStruct;
-use crate::state::{Feed, RowFeed};
-use crate::strings::RlxStr;
-use crate::tables::{feed_kind, RlxStateApi, RlxValueVisitor};
-use crate::tensor::{ownership, DType, HostTensorRef, RlxTensor};
+use rlx_plugin_api::error::{PluginError, PluginResult};
+use rlx_plugin_api::plugin::{Role, ValueInfo};
+use rlx_plugin_api::sized::AbiStruct;
+use rlx_plugin_api::state::{Feed, RowFeed};
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::{feed_kind, RlxStateApi, RlxValueVisitor};
+use rlx_plugin_api::tensor::{ownership, DType, HostTensorRef, RlxTensor};
 use std::ffi::c_void;
 
 impl PluginExecutable {
@@ -35,8 +35,12 @@ impl PluginExecutable {
     /// shape); runs then read that input from it.
     pub fn state_bind(&mut self, name: &str, value: HostTensorRef<'_>) -> PluginResult<()> {
         let f = self.state_fn("bind a state", |t| t.bind)?;
-        let view =
-            crate::tensor::RawView::of(value.dtype, value.shape, value.data, ownership::BORROWED);
+        let view = rlx_plugin_api::tensor::RawView::of(
+            value.dtype,
+            value.shape,
+            value.data,
+            ownership::BORROWED,
+        );
         // SAFETY: `exe` is live; name and descriptor are borrowed for the call.
         self.plugin
             .check(unsafe { f(self.exe, RlxStr::from_str(name), &view.raw) })

@@ -2,9 +2,9 @@
 //! file as an object file: nothing of it is mapped or run, so a host can
 //! learn what a library is, and refuse it, before `dlopen`.
 
-use crate::manifest::{self, EmbeddedManifest, ManifestError};
 use object::read::macho::{FatArch, MachOFatFile32, MachOFatFile64};
 use object::{FileKind, Object, ObjectSection};
+use rlx_plugin_api::manifest::{self, EmbeddedManifest, ManifestError};
 use std::fmt;
 use std::path::Path;
 
@@ -121,11 +121,11 @@ pub(super) fn is_manifest_section<'d, R: object::ReadRef<'d>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Manifest;
+    use rlx_plugin_api::manifest::Manifest;
 
     // This test binary carries a manifest of its own, placed as a plugin's
     // would be, so the section lookup is tested on a real linked file.
-    crate::export_manifest!(Manifest::new("unit-test", "9.9.9")
+    rlx_plugin_api::export_manifest!(Manifest::new("unit-test", "9.9.9")
         .devices(&["cpu"])
         .ops(&["Add"]));
 

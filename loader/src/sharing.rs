@@ -2,8 +2,8 @@
 //! executables.
 
 use super::executable::PluginExecutable;
-use crate::error::{PluginError, PluginResult};
-use crate::tables::{RlxExecutable, RlxSharingApi};
+use rlx_plugin_api::error::{PluginError, PluginResult};
+use rlx_plugin_api::tables::{RlxExecutable, RlxSharingApi};
 use std::sync::Arc;
 
 impl PluginExecutable {

@@ -2,8 +2,8 @@
 //! table re-emits each plugin record through the host's own `log` logger,
 //! with target `rlx_plugin::<plugin name>::<plugin's target>`.
 
-use crate::strings::RlxStr;
-use crate::tables::{log_level, RlxLogRecord};
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::{log_level, RlxLogRecord};
 use std::ffi::c_void;
 use std::sync::RwLock;
 
@@ -38,7 +38,8 @@ pub(crate) unsafe extern "C" fn host_log(ctx: *mut c_void, record: *const RlxLog
         // `record` is null or borrowed for this call, readable for its
         // struct_size (never read beyond it).
         let (Some(ctx), Some(rec)) = (unsafe { (ctx as *const LogCtx).as_ref() }, unsafe {
-            crate::sized::declared_size(record).map(|_| crate::sized::read_zero_filled(record))
+            rlx_plugin_api::sized::declared_size(record)
+                .map(|_| rlx_plugin_api::sized::read_zero_filled(record))
         }) else {
             return;
         };

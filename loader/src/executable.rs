@@ -2,12 +2,12 @@
 //! read in place and released, every status an error value.
 
 use super::plugin::{graph_opset, read_sized, read_written, LoadedPlugin};
-use crate::error::{PluginError, PluginResult};
-use crate::plugin::{CompileOptions, DeviceInfo, DeviceKind, Mode, Role, ValueInfo};
-use crate::sized::AbiStruct;
-use crate::strings::RlxStr;
-use crate::tables::*;
-use crate::tensor::{
+use rlx_plugin_api::error::{PluginError, PluginResult};
+use rlx_plugin_api::plugin::{CompileOptions, DeviceInfo, DeviceKind, Mode, Role, ValueInfo};
+use rlx_plugin_api::sized::AbiStruct;
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::*;
+use rlx_plugin_api::tensor::{
     ownership, DType, Dims, HostTensor, HostTensorRef, RlxNamedTensor, RlxTensor, TensorRef,
 };
 use std::ffi::c_void;
@@ -21,7 +21,7 @@ type RlxRunFn = unsafe extern "C" fn(
     usize,
     *mut RlxTensor,
     usize,
-) -> *mut crate::error::RlxStatus;
+) -> *mut rlx_plugin_api::error::RlxStatus;
 
 /// Memory lent for one output of [`PluginExecutable::run_refs_into_raw`]:
 /// `len` bytes at `ptr`, possibly uninitialised until the run writes them.
@@ -215,7 +215,8 @@ impl PluginExecutable {
     /// Bind a param borrowed from the caller for the call; the plugin
     /// copies it (so the caller needs no copy of its own first).
     pub fn bind_param_ref(&mut self, name: &str, t: HostTensorRef<'_>) -> PluginResult<()> {
-        let view = crate::tensor::RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED);
+        let view =
+            rlx_plugin_api::tensor::RawView::of(t.dtype, t.shape, t.data, ownership::BORROWED);
         self.bind_raw(name, &view.raw)
     }
 
@@ -269,7 +270,7 @@ impl PluginExecutable {
         mut read: impl FnMut(&TensorRef<'_>) -> PluginResult<T>,
     ) -> PluginResult<Vec<T>> {
         // Keep the views alive: the descriptors point into them.
-        let borrowed = crate::tensor::borrow_named_refs(inputs);
+        let borrowed = rlx_plugin_api::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
         let n_out = self.values(Role::Output).count();
         let mut slots: smallvec::SmallVec<[RlxTensor; 4]> =
@@ -380,7 +381,7 @@ impl PluginExecutable {
                 }
             });
         };
-        let borrowed = crate::tensor::borrow_named_refs(inputs);
+        let borrowed = rlx_plugin_api::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
         let mut slots = self.dest_slots(dests, &mut shapes);
         // SAFETY: the inputs point into `borrowed` and the lent slots into
@@ -483,7 +484,7 @@ impl PluginExecutable {
             OutputDest::Read => me.read_slot(i, info, slot, read).map(Some),
             OutputDest::Skip if slot.ownership == ownership::OWNED => {
                 // SAFETY: an OWNED tensor the plugin handed over, released once.
-                unsafe { crate::tensor::release(slot) };
+                unsafe { rlx_plugin_api::tensor::release(slot) };
                 Ok(None)
             }
             _ => Ok(None),
@@ -560,7 +561,7 @@ impl PluginExecutable {
                 read(&t)
             });
         // SAFETY: each slot is released once, here, after its last read.
-        unsafe { crate::tensor::release(slot) };
+        unsafe { rlx_plugin_api::tensor::release(slot) };
         got
     }
 

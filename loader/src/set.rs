@@ -5,7 +5,7 @@ use super::discover::{discover, Candidate, DiscoveryConfig, Source};
 use super::load::{load_plugin_with, LoadError};
 use super::plugin::LoadedPlugin;
 use super::trusted::TrustPolicy;
-use crate::DeviceKind;
+use rlx_plugin_api::DeviceKind;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -3,15 +3,15 @@
 //! plugin's registry knows.
 
 use super::plugin::{take_outputs, LoadedPlugin};
-use crate::custom_ops::{
+use rlx_plugin_api::custom_ops::{
     CustomImpl, CustomKind, CustomOp, CustomOpInfo, Origin, OwnedKernel, ShapeRule, ShapeRuleKind,
     TensorType, TensorView, TensorViewMut,
 };
-use crate::error::{PluginError, PluginResult, RlxStatus, StatusCode};
-use crate::sized::AbiStruct;
-use crate::strings::RlxStr;
-use crate::tables::*;
-use crate::tensor::{HostTensor, RlxTensor, TensorRef};
+use rlx_plugin_api::error::{PluginError, PluginResult, RlxStatus, StatusCode};
+use rlx_plugin_api::sized::AbiStruct;
+use rlx_plugin_api::strings::RlxStr;
+use rlx_plugin_api::tables::*;
+use rlx_plugin_api::tensor::{HostTensor, RlxTensor, TensorRef};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -173,7 +173,7 @@ impl LoadedPlugin {
         let ptrs: Vec<*const RlxValueInfo> = infos.iter().map(|i| i as *const _).collect();
         let mut out = RlxShapeOut {
             struct_size: RlxShapeOut::STRUCT_SIZE,
-            dtype: crate::tensor::DType::F32.to_dl(),
+            dtype: rlx_plugin_api::tensor::DType::F32.to_dl(),
             ndim: 0,
             dims: [0; CUSTOM_MAX_NDIM],
         };
@@ -206,7 +206,7 @@ impl LoadedPlugin {
     ) -> PluginResult<Vec<HostTensor>> {
         let f = Self::custom_fn(self.custom()?.execute, "execute")?;
         // Keep the views alive: the descriptors point into them.
-        let borrowed = crate::tensor::borrow_all(inputs);
+        let borrowed = rlx_plugin_api::tensor::borrow_all(inputs);
         let raws = &borrowed.raws;
         let mut slots = vec![RlxTensor::empty(); n_outputs];
         // SAFETY: the inputs point into `borrowed`, alive for the call; `slots` has n_outputs entries.
@@ -231,7 +231,7 @@ impl LoadedPlugin {
         n_outputs: usize,
     ) -> PluginResult<Vec<HostTensor>> {
         let f = Self::custom_fn(self.custom()?.execute_attrs, "execute_attrs")?;
-        let borrowed = crate::tensor::borrow_all(inputs);
+        let borrowed = rlx_plugin_api::tensor::borrow_all(inputs);
         let raws = &borrowed.raws;
         let mut slots = vec![RlxTensor::empty(); n_outputs];
         // SAFETY: the inputs and attrs are borrowed for the call; `slots` has n_outputs entries.
@@ -300,7 +300,7 @@ impl HostOp {
                 format!(
                     "{what} of custom op {:?} panicked: {}",
                     self.op.info.name,
-                    crate::error::panic_message(&*p)
+                    rlx_plugin_api::error::panic_message(&*p)
                 ),
             )),
         }

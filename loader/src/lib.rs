@@ -1,4 +1,10 @@
-//! The host side: discover plugin files, load them, and use them safely.
+//! How a host finds plugin libraries, checks them (ownership, the
+//! libraries they need, ABI version and layouts), loads them and uses them
+//! through safe wrappers over the tables `rlx-plugin-api` defines. Plugins
+//! never link it; it must not depend on the runtime or on any backend.
+
+// Every unsafe block says why it is sound (CI runs clippy with -D warnings).
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod custom_ops;
 pub mod deps;

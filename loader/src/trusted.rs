@@ -1,7 +1,7 @@
 //! Before a plugin is loaded: is it a file only its user (or root) could
 //! have put there? Loading runs the plugin's code, and its bundled
 //! libraries' code, so each of them, and every directory above them, must
-//! pass [`crate::trust`]'s rule.
+//! pass [`rlx_plugin_api::trust`]'s rule.
 
 use std::path::Path;
 
@@ -34,7 +34,7 @@ impl TrustPolicy {
 /// from inside the plugin's own directory (its bundled runtime: `lib/`
 /// and the like), with the directories between.
 pub fn check_plugin_files(lib: &Path) -> Result<(), String> {
-    use crate::trust::{check_ancestors, check_path, Need};
+    use rlx_plugin_api::trust::{check_ancestors, check_path, Need};
     check_path(lib, Need::NotWritableByOthers)?;
     check_ancestors(lib)?;
     #[cfg(target_os = "linux")]

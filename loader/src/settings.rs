@@ -3,7 +3,7 @@
 //! an in-process override (`rlx_ir::env::set`, or `scoped` on the calling
 //! thread) reaches the plugin, whose own copy of rlx-ir never sees it.
 
-use crate::strings::RlxStr;
+use rlx_plugin_api::strings::RlxStr;
 use std::ffi::c_void;
 
 /// The value of `key`: `RLX_*` keys through `rlx_ir::env` (overrides

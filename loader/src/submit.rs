@@ -2,9 +2,9 @@
 //! that take their outputs.
 
 use super::executable::{OutputDest, PluginExecutable};
-use crate::error::{PluginError, PluginResult};
-use crate::tables::RlxSubmitApi;
-use crate::tensor::{HostTensorRef, TensorRef};
+use rlx_plugin_api::error::{PluginError, PluginResult};
+use rlx_plugin_api::tables::RlxSubmitApi;
+use rlx_plugin_api::tensor::{HostTensorRef, TensorRef};
 
 impl PluginExecutable {
     /// One function of the plugin's submit table, or `UNSUPPORTED`.
@@ -21,7 +21,7 @@ impl PluginExecutable {
     /// waiting for it.
     pub fn submit(&mut self, inputs: &[(&str, HostTensorRef<'_>)]) -> PluginResult<()> {
         let f = self.submit_fn(|t| t.submit)?;
-        let borrowed = crate::tensor::borrow_named_refs(inputs);
+        let borrowed = rlx_plugin_api::tensor::borrow_named_refs(inputs);
         let named = &borrowed.named;
         // SAFETY: `exe` is live; the inputs point into `borrowed`, alive for the call.
         self.plugin

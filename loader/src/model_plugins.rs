@@ -13,9 +13,9 @@
 //!   runs its constructors).
 
 use super::discover::DiscoveryConfig;
-use crate::tables::ENTRY_SYMBOL;
 use object::read::macho::{FatArch, MachOFatFile32, MachOFatFile64};
 use object::{BinaryFormat, FileKind, Object, ReadCache, ReadRef};
+use rlx_plugin_api::tables::ENTRY_SYMBOL;
 use std::path::{Path, PathBuf};
 
 /// The symbol a model plugin exports (rlx-runtime's
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn this_test_binary_carries_a_manifest_so_it_counts_as_a_backend_plugin() {
-        // host::manifest's tests embed one in this binary.
+        // `crate::manifest`'s tests embed one in this binary.
         if !cfg!(any(target_os = "linux", target_vendor = "apple")) {
             return;
         }
