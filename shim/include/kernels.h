@@ -76,6 +76,11 @@ std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx);
 // D] instead. Throws for other dtypes and shapes.
 std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
                                      bool causal, bool bshd);
+// The same with a float32 `bias` of B * H * Lq * Lk elements, read as [B,
+// H, Lq, Lk] in either layout, added to the scaled scores (no causal mask:
+// the bias is the mask).
+std::unique_ptr<Array> attention_bias_cpu(const Array& q, const Array& k, const Array& v,
+                                          const Array& bias, float scale, bool bshd);
 
 // A Scan whose body is elementwise float32 arithmetic, run as one primitive
 // on the CPU stream (src/scan_kernel.cc says why and how the program reads).

@@ -105,6 +105,17 @@ pub mod ffi {
             causal: bool,
             bshd: bool,
         ) -> Result<UniquePtr<Array>>;
+        /// [`attention_cpu`] with a float32 `bias` of `B * H * Lq * Lk`
+        /// elements, read as `[B, H, Lq, Lk]` in either layout, added to
+        /// the scaled scores (the bias is the mask: no causal one).
+        fn attention_bias_cpu(
+            q: &Array,
+            k: &Array,
+            v: &Array,
+            bias: &Array,
+            scale: f32,
+            bshd: bool,
+        ) -> Result<UniquePtr<Array>>;
         /// A Scan whose body is elementwise float32 arithmetic, as one
         /// primitive on the CPU stream: `operands` the initial carry, the
         /// `n_bcast` broadcast operands, then each xs; `code` the body as

@@ -361,14 +361,19 @@ void run_gather(const float* const* in, float* y, size_t n, const GatherParams& 
 // masked keys take no weight (rlx writes -1e9 for them, whose exp is 0).
 // `bshd`: every tensor is (B, L, H, D) instead, rlx's dominant layout,
 // read and written in place of the four transposes around the kernel.
+// `bias`: a (B, H, Lq, Lk) tensor, in that layout whatever `bshd` says,
+// added to the scaled scores (a decode step's key bias: MLX's sdpa takes
+// it as a composite of about twenty ops on a CPU stream).
 struct AttnParams {
   size_t b, h, hk, lq, lk, d, dv;
   float scale;
   bool causal;
   bool bshd;
+  bool bias;
   bool operator==(const AttnParams& o) const {
     return b == o.b && h == o.h && hk == o.hk && lq == o.lq && lk == o.lk && d == o.d &&
-           dv == o.dv && scale == o.scale && causal == o.causal && bshd == o.bshd;
+           dv == o.dv && scale == o.scale && causal == o.causal && bshd == o.bshd &&
+           bias == o.bias;
   }
 };
 
@@ -379,7 +384,8 @@ inline size_t at(bool bshd, size_t bi, size_t hi, size_t li, size_t heads, size_
   return (bshd ? (bi * len + li) * heads + hi : (bi * heads + hi) * len + li) * width;
 }
 
-void attend_rows(const float* q, const float* k, const float* v, float* o, AttnParams p) {
+void attend_rows(const float* q, const float* k, const float* v, const float* bias, float* o,
+                 AttnParams p) {
   std::vector<float> w(p.lk);
   size_t group = p.h / p.hk, q_off = p.lk > p.lq ? p.lk - p.lq : 0;
   for (size_t bi = 0; bi < p.b; ++bi) {
@@ -389,10 +395,12 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
         const float* qr = q + at(p.bshd, bi, hi, qi, p.h, p.lq, p.d);
         float* orow = o + at(p.bshd, bi, hi, qi, p.h, p.lq, p.dv);
         size_t keys = p.causal ? std::min(p.lk, q_off + qi + 1) : p.lk;
+        const float* br = bias ? bias + ((bi * p.h + hi) * p.lq + qi) * p.lk : nullptr;
         float mx = -INFINITY;
         for (size_t ki = 0; ki < keys; ++ki) {
           const float* kr = k + at(p.bshd, bi, kh, ki, p.hk, p.lk, p.d);
           w[ki] = dot_f32(qr, kr, p.d) * p.scale;
+          if (br) w[ki] += br[ki];
           mx = std::max(mx, w[ki]);
         }
         float sum = exp_shifted(w.data(), keys, mx);
@@ -409,7 +417,36 @@ void attend_rows(const float* q, const float* k, const float* v, float* o, AttnP
 }
 
 void run_attention(const float* const* in, float* o, size_t, const AttnParams& p) {
-  attend_rows(in[0], in[1], in[2], o, p);
+  attend_rows(in[0], in[1], in[2], p.bias ? in[3] : nullptr, o, p);
+}
+
+// Checks the operands of `attention_cpu` / `attention_bias_cpu` and runs
+// the kernel; `bias` null for none.
+mx::array attention_kernel(const Array& q, const Array& k, const Array& v, const Array* bias,
+                           float scale, bool causal, bool bshd) {
+  for (const auto* a : {&q, &k, &v}) need_f32(a->a, "attention");
+  if (q.a.ndim() != 4 || k.a.ndim() != 4 || v.a.ndim() != 4) {
+    throw std::invalid_argument("[rlx attention] needs q, k, v of rank 4");
+  }
+  const auto &qs = q.a.shape(), &ks = k.a.shape(), &vs = v.a.shape();
+  // (B, H, L, D), or (B, L, H, D) with `bshd`.
+  int ha = bshd ? 2 : 1, la = bshd ? 1 : 2;
+  AttnParams p{size_t(qs[0]), size_t(qs[ha]), size_t(ks[ha]), size_t(qs[la]), size_t(ks[la]),
+               size_t(qs[3]), size_t(vs[3]), scale, causal, bshd, bias != nullptr};
+  if (ks[0] != qs[0] || vs[0] != qs[0] || ks[3] != qs[3] || vs[ha] != ks[ha] ||
+      vs[la] != ks[la] || p.hk == 0 || p.h % p.hk != 0 || p.lk == 0) {
+    throw std::invalid_argument("[rlx attention] q, k, v disagree in shape");
+  }
+  std::vector<mx::array> in{q.a, k.a, v.a};
+  if (bias) {
+    need_f32(bias->a, "attention");
+    if (bias->a.size() != p.b * p.h * p.lq * p.lk) {
+      throw std::invalid_argument("[rlx attention] the bias needs B * H * Lq * Lk elements");
+    }
+    in.push_back(bias->a);
+  }
+  // (B, H, Lq, Dv), or (B, Lq, H, Dv): q's first three axes either way.
+  return cpu_kernel("RlxAttention", run_attention, p, {qs[0], qs[1], qs[2], vs[3]}, in, false);
 }
 
 }  // namespace
@@ -452,22 +489,12 @@ std::unique_ptr<Array> gather_rows_cpu(const Array& table, const Array& idx) {
 
 std::unique_ptr<Array> attention_cpu(const Array& q, const Array& k, const Array& v, float scale,
                                      bool causal, bool bshd) {
-  for (const auto* a : {&q, &k, &v}) need_f32(a->a, "attention");
-  if (q.a.ndim() != 4 || k.a.ndim() != 4 || v.a.ndim() != 4) {
-    throw std::invalid_argument("[rlx attention] needs q, k, v of rank 4");
-  }
-  const auto &qs = q.a.shape(), &ks = k.a.shape(), &vs = v.a.shape();
-  // (B, H, L, D), or (B, L, H, D) with `bshd`.
-  int ha = bshd ? 2 : 1, la = bshd ? 1 : 2;
-  AttnParams p{size_t(qs[0]), size_t(qs[ha]), size_t(ks[ha]), size_t(qs[la]), size_t(ks[la]),
-               size_t(qs[3]), size_t(vs[3]), scale, causal, bshd};
-  if (ks[0] != qs[0] || vs[0] != qs[0] || ks[3] != qs[3] || vs[ha] != ks[ha] ||
-      vs[la] != ks[la] || p.hk == 0 || p.h % p.hk != 0 || p.lk == 0) {
-    throw std::invalid_argument("[rlx attention] q, k, v disagree in shape");
-  }
-  // (B, H, Lq, Dv), or (B, Lq, H, Dv): q's first three axes either way.
-  return wrap(cpu_kernel("RlxAttention", run_attention, p, {qs[0], qs[1], qs[2], vs[3]},
-                         {q.a, k.a, v.a}, false));
+  return wrap(attention_kernel(q, k, v, nullptr, scale, causal, bshd));
+}
+
+std::unique_ptr<Array> attention_bias_cpu(const Array& q, const Array& k, const Array& v,
+                                          const Array& bias, float scale, bool bshd) {
+  return wrap(attention_kernel(q, k, v, &bias, scale, false, bshd));
 }
 
 }  // namespace rlx

@@ -287,7 +287,7 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
         scale: score_scale.unwrap_or((*head_dim as f32).powf(-0.5)),
         softcap: *attn_logit_softcap,
     };
-    if let Some(o) = attend_bshd_cpu(&q, &k, &v, layout, &fast)? {
+    if let Some(o) = attend_bshd_cpu(&q, &k, &v, a.get(3).copied(), layout, &fast)? {
         return Ok(o);
     }
     let (q, hq) = to_bhld("Q", &q, layout, dh)?;
@@ -337,7 +337,7 @@ fn attention(cx: &Ctx, a: &[&Array]) -> LResult {
     };
     let out = cx.out_dims();
     Ok(
-        if o.shape() != out && o.size() == out.iter().product::<i32>() as usize {
+        if o.shape() != out && o.size() as i64 == super::numel(&out) {
             ops::reshape(&o, &out)?
         } else {
             o
@@ -357,13 +357,15 @@ struct Fast<'a> {
 
 /// The shim's kernel on `[B, S, H, D]` operands as they are, where the
 /// general path would transpose all four tensors to MLX's `[B, H, S, D]`
-/// and back (four MLX ops a node): the CPU, float32, no mask or causal with
-/// at least as many keys as queries, no cap, shapes that agree. None when it
-/// does not apply; the general path then lowers (and reports) the node.
+/// and back (four MLX ops a node): the CPU, float32, no mask, causal with
+/// at least as many keys as queries, or an additive bias (`mask`) of `[B,
+/// H, S_q, S_k]`; no cap, shapes that agree. None when it does not apply;
+/// the general path then lowers (and reports) the node.
 fn attend_bshd_cpu(
     q: &Array,
     k: &Array,
     v: &Array,
+    mask: Option<&Array>,
     layout: Layout,
     f: &Fast,
 ) -> LResult<Option<A>> {
@@ -387,9 +389,17 @@ fn attend_bshd_cpu(
     if !agree {
         return Ok(None);
     }
-    let causal = match f.mask {
-        MaskKind::None => false,
-        MaskKind::Causal if ks[1] >= qs[1] => true,
+    let causal = match (f.mask, mask) {
+        (MaskKind::None, _) => false,
+        (MaskKind::Causal, _) if ks[1] >= qs[1] => true,
+        (MaskKind::Bias, Some(m))
+            if super::cpu_f32(&[m])
+                && super::numel(&[qs[0], f.nh, qs[1], ks[1]]) == m.size() as i64 =>
+        {
+            return Ok(Some(rlx_mlx_shim::kernels::attention_bias_cpu(
+                q, k, v, m, f.scale, true,
+            )?));
+        }
         _ => return Ok(None),
     };
     Ok(Some(rlx_mlx_shim::kernels::attention_cpu(
@@ -504,8 +514,8 @@ pub(crate) fn attend(
             })?)
         }
         ScoreMask::Bias(m) => {
-            let n = (b * nh * lq * lk) as usize;
-            if m.size() != n {
+            let n = super::numel(&[b, nh, lq, lk]);
+            if m.size() as i64 != n {
                 return Err(format!(
                     "Attention bias has {} elements, [B, H, S_q, S_k] needs {n}",
                     m.size()
@@ -553,6 +563,14 @@ pub(crate) fn attend(
             causal_mode,
             false,
         )?);
+    }
+    // A bias on the CPU, float32: the shim's kernel as well.
+    if let Some(bias) = bias.as_deref() {
+        if keep.is_none() && row_any.is_none() && super::cpu_f32(&[q, k, v, bias]) {
+            return Ok(rlx_mlx_shim::kernels::attention_bias_cpu(
+                q, k, v, bias, scale, false,
+            )?);
+        }
     }
     // One query row with a bias on a CUDA GPU: the shim's kernel, where
     // MLX's CUDA vector kernel takes no mask and its fallback is a
