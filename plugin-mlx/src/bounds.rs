@@ -43,9 +43,37 @@ const SHAPES: [&str; 5] = ["new_shape", "target_shape", "size", "reps", "kernel_
 /// memory check (`memory::check_graph`), so that a tensor no device could
 /// hold is reported as that (`RESOURCE_EXHAUSTED`).
 pub fn check_graph(g: &Graph) -> PluginResult<()> {
-    g.nodes()
-        .iter()
-        .try_for_each(|n| check_shape(g, n).and_then(|()| check_attributes(g, n)))
+    g.nodes().iter().try_for_each(|n| {
+        check_shape(g, n)?;
+        check_attributes(g, n)?;
+        check_declared(g, n)
+    })
+}
+
+/// Operands and attributes that rlx-ir's own shape rule rejects (or
+/// overflows on) are refused here, with the rule's reason: lowerings build
+/// from the node's declared shape, so an attribute that contradicts it (a
+/// `Reshape` whose `new_shape` holds another element count than its
+/// declared shape) would otherwise be passed over without an error. The
+/// shape a rule gives is not compared with the declared one: rlx-ir's rules
+/// are wrong for some ops (DotGeneral, If, Scan, regions) and spell some
+/// shapes otherwise (a full reduction as `[]`, declared `[1]`).
+fn check_declared(g: &Graph, n: &Node) -> PluginResult<()> {
+    use rlx_ir::infer_shape::infer_output_shape_reporting;
+    if matches!(
+        n.op,
+        Op::Input { .. } | Op::Param { .. } | Op::Constant { .. }
+    ) {
+        return Ok(());
+    }
+    let bad = |what: String| PluginError::invalid_argument(format!("{}: {what}", describe(g, n)));
+    // rlx-ir's rules compute in usize and i64; one that overflows is a
+    // node past its range.
+    match std::panic::catch_unwind(|| infer_output_shape_reporting(g, n)) {
+        Err(_) => Err(bad("rlx-ir's shape rule overflows on its attributes".into())),
+        Ok((_, Some(why))) => Err(bad(format!("rlx-ir's shape rule rejects it: {why}"))),
+        Ok((_, None)) => Ok(()),
+    }
 }
 
 fn check_shape(g: &Graph, n: &Node) -> PluginResult<()> {

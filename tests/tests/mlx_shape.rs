@@ -460,7 +460,7 @@ fn malformed_shape_nodes_fail_at_compile_naming_the_node() {
     assert!(
         e.message.contains("node %1")
             && e.message.contains("Reshape")
-            && e.message.contains("changes the element count"),
+            && e.message.contains("must preserve the element count"),
         "{e}"
     );
 

@@ -43,6 +43,8 @@ unsafe extern "C" fn compile_form(
                 .map_err(|e| PluginError::invalid_argument(format!("form is not UTF-8: {e}")))?;
             let published = PUBLISHED.get().map(Vec::as_slice).unwrap_or_default();
             if !published.iter().any(|f| f == form) {
+                // Only a plugin that reads graph forms knows their names.
+                #[cfg(feature = "graph-forms")]
                 let why = match crate::graph_forms::in_other_layout(form, published) {
                     Some(ours) => format!(
                         ": it reads {ours:?}, the same form laid out otherwise (host and plugin \
@@ -51,6 +53,8 @@ unsafe extern "C" fn compile_form(
                     ),
                     None => String::new(),
                 };
+                #[cfg(not(feature = "graph-forms"))]
+                let why = "";
                 return Err(PluginError::unsupported(format!(
                     "plugin {} reads no graph form {form:?}{why}",
                     plugin.descriptor().name

@@ -186,7 +186,10 @@ fn swiglu(cx: &Ctx, a: &[&Array]) -> LResult {
     let out = cx.out_dims();
     let n = *out.last().ok_or("FusedSwiGLU to a scalar is not lowered")?;
     let r = d.len();
-    if r == 0 || d[r - 1] != 2 * n || x.size() != 2 * out.iter().product::<i32>() as usize {
+    if r == 0
+        || i64::from(d[r - 1]) != 2 * i64::from(n)
+        || x.size() as i64 != super::numel(&out).saturating_mul(2)
+    {
         return Err(format!(
             "FusedSwiGLU input {d:?} is not the [.., 2N] concatenation for output {out:?}"
         )
@@ -228,12 +231,12 @@ fn residual_norm(cx: &Ctx, a: &[&Array], kind: Norm, has_bias: bool, eps: f32) -
     };
     arity(a, if has_bias { 5 } else { 4 }, name)?;
     let out = cx.out_dims();
-    let numel = out.iter().product::<i32>() as usize;
+    let numel = super::numel(&out);
     if out.is_empty() {
         return Err(format!("{name} of a scalar is not lowered").into());
     }
     for (label, v) in [("x", a[0]), ("residual", a[1])] {
-        if v.size() != numel {
+        if v.size() as i64 != numel {
             return Err(format!(
                 "{name} {label} {:?} does not match the output {out:?}",
                 v.shape()

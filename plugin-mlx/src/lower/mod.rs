@@ -272,7 +272,11 @@ pub fn rows_of(x: &Array, k: i32) -> LResult {
 
 /// How many elements `dims` hold.
 pub fn numel(dims: &[i32]) -> i64 {
-    dims.iter().map(|&d| d as i64).product()
+    // Saturating: i64::MAX is no array's size, so a product past it never
+    // compares equal to one.
+    dims.iter()
+        .try_fold(1i64, |n, &d| n.checked_mul(i64::from(d)))
+        .unwrap_or(i64::MAX)
 }
 
 /// Dims as MLX wants them (shapes are static: checked at compile).

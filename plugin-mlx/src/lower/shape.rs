@@ -142,7 +142,7 @@ fn dynamic_update_slice(cx: &Ctx, a: &[&Array]) -> LResult {
         )
         .into());
     }
-    if cx.in_dims(2).iter().product::<i32>() != 1 {
+    if numel(&cx.in_dims(2)) != 1 {
         return Err(format!(
             "DynamicUpdateSlice: start {:?} must hold one element",
             cx.in_dims(2)

@@ -313,7 +313,7 @@ fn conv2d_backward_weight(cx: &Ctx, a: &[&Array]) -> LResult {
     let g = groups_of(OP, *groups, c_in, c_out)?;
     let cin_g = c_in / g;
     let [kh, kw] = gm.k;
-    if od.iter().product::<i32>() != c_out * cin_g * kh * kw {
+    if super::numel(&od) != super::numel(&[c_out, cin_g, kh, kw]) {
         return Err(format!(
             "{OP}: the declared dw {od:?} does not hold a [{c_out}, {cin_g}, {kh}, {kw}] kernel"
         )
@@ -721,7 +721,7 @@ fn finish(cx: &Ctx, g: &Array, layout: Layout) -> LResult {
     let o = from_bhld(g, layout)?;
     let out = cx.out_dims();
     Ok(
-        if o.shape() != out && o.size() == out.iter().product::<i32>() as usize {
+        if o.shape() != out && o.size() as i64 == super::numel(&out) {
             ops::reshape(&o, &out)?
         } else {
             o
