@@ -53,8 +53,10 @@ fn edges() -> Vec<Value> {
 const MAX_LEAVES: usize = 8;
 /// Inputs larger than this are not generated (the case is compiled only).
 const MAX_INPUT_BYTES: usize = 1 << 20;
-/// The modes every case runs in (compiled mode builds a C++ kernel per new
-/// fused graph on the CPU: seconds each).
+/// The modes a case runs in when the release build is compared (compiled
+/// mode builds a C++ kernel per new fused graph on the CPU: seconds each);
+/// alone, the debug build runs lazy mode only (about half the time: CI runs
+/// the comparison after the tests, in both modes).
 const MODES: [Mode; 2] = [Mode::Lazy, Mode::Eager];
 
 /// The compile/run corpus, parsed, smallest first.
@@ -227,7 +229,7 @@ fn release_plugin() -> Option<Arc<LoadedPlugin>> {
 #[test]
 fn every_claimed_ops_integers_at_the_edges() {
     // Sizes past what a test machine holds are refused, not allocated.
-    std::env::set_var("RLX_MLX_MEMORY_LIMIT", "256M");
+    std::env::set_var("RLX_MLX_MEMORY_LIMIT", "16M");
     std::env::set_var("RLX_MLX_WHILE_LIMIT", "10000");
     let debug = mlx();
     let release = release_plugin();
@@ -256,7 +258,7 @@ fn every_claimed_ops_integers_at_the_edges() {
                 let v = serde_json::to_value(&n.op).ok()?;
                 let mut paths = Vec::new();
                 integer_paths(&v, &mut Vec::new(), &mut paths);
-                (!paths.is_empty()).then(|| (g, n.id, v, paths))
+                (!paths.is_empty()).then_some((g, n.id, v, paths))
             })
         });
         let Some((g, id, value, paths)) = found else {
@@ -284,7 +286,12 @@ fn every_claimed_ops_integers_at_the_edges() {
                     .iter()
                     .map(|d| d.unwrap_static())
                     .collect();
-                for mode in MODES {
+                let modes = if release.is_some() {
+                    &MODES[..]
+                } else {
+                    &MODES[..1]
+                };
+                for &mode in modes {
                     let tag = format!("[{}] {kind} {path:?} = {edge}", mode.name());
                     let got = outcome(&debug, &text, mode, &tag);
                     if let Outcome::Ran { shape, .. } = &got {
@@ -318,7 +325,8 @@ fn every_claimed_ops_integers_at_the_edges() {
         untested.len(),
         untested.join(", ")
     );
-    assert!(ran > 100 && refused > 100, "ran {ran}, refused {refused}");
+    // Both outcomes, many times: the cases are not all refusals.
+    assert!(ran > 40 && refused > 200, "ran {ran}, refused {refused}");
 }
 
 /// Equal outcomes; NaNs of any payload are equal, as the bits of values
@@ -342,7 +350,7 @@ fn outcomes_agree(a: &Outcome, b: &Outcome) -> bool {
 
 fn same_f32_up_to_nan(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len()
-        && a.len() % 4 == 0
+        && a.len().is_multiple_of(4)
         && a.chunks_exact(4).zip(b.chunks_exact(4)).all(|(x, y)| {
             let (x, y) = (
                 f32::from_le_bytes(x.try_into().unwrap()),
