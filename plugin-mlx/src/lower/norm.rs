@@ -314,9 +314,10 @@ fn group_norm(cx: &Ctx, a: &[&Array]) -> LResult {
     Ok(ops::add(&*ops::multiply(&y, &gamma)?, &beta)?)
 }
 
-/// Check a DiT modulation tensor against x: right-aligned, rank <= x's,
-/// every leading dim 1 or x's, and the last dim x's feature dim.
-fn check_modulation(op: &str, name: &str, m: &Array, x: &Array) -> LResult<()> {
+/// Check a DiT modulation tensor (scale, shift, gate) against x:
+/// right-aligned, rank <= x's, every leading dim 1 or x's, and the last dim
+/// x's feature dim. The forward and backward lowerings share it.
+pub(crate) fn check_modulation(op: &str, name: &str, m: &Array, x: &Array) -> LResult<()> {
     let (md, xd) = (m.shape(), x.shape());
     let ok = !xd.is_empty()
         && !md.is_empty()

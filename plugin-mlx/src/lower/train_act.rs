@@ -633,22 +633,7 @@ fn gated_residual_backward(_cx: &Ctx, a: &[&Array]) -> LResult {
     if yd != xd || dyd != xd {
         return Err(format!("{op} y {yd:?} and dy {dyd:?} must both match x {xd:?}").into());
     }
-    let ok = !xd.is_empty()
-        && !gd.is_empty()
-        && gd.len() <= xd.len()
-        && gd.last() == xd.last()
-        && gd
-            .iter()
-            .rev()
-            .zip(xd.iter().rev())
-            .all(|(m, x)| *m == 1 || m == x);
-    if !ok {
-        return Err(format!(
-            "{op} gate {gd:?} over x {xd:?} is not lowered: it must broadcast over the \
-             leading axes and end in the feature dim"
-        )
-        .into());
-    }
+    super::norm::check_modulation(op, "gate", a[2], a[0])?;
     let y = f32_of(a[1])?;
     let gate = f32_of(a[2])?;
     let dy = f32_of(a[3])?;

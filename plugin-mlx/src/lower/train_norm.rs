@@ -267,30 +267,6 @@ fn group_norm_backward_beta(cx: &Ctx, a: &[&Array]) -> LResult {
     per_channel_sum(cx, &*f32_of(dy)?)
 }
 
-/// Check a DiT modulation tensor against x, as the forward lowering does:
-/// right-aligned, rank <= x's, every leading dim 1 or x's, the last dim
-/// x's feature dim.
-fn check_modulation(name: &str, m: &Array, x: &Array) -> LResult<()> {
-    let (md, xd) = (m.shape(), x.shape());
-    let ok = !xd.is_empty()
-        && !md.is_empty()
-        && md.len() <= xd.len()
-        && md.last() == xd.last()
-        && md
-            .iter()
-            .rev()
-            .zip(xd.iter().rev())
-            .all(|(m, x)| *m == 1 || m == x);
-    if !ok {
-        return Err(format!(
-            "AdaLayerNormBackward {name} {md:?} over x {xd:?} is not lowered: it must \
-             broadcast over the leading axes and end in the feature dim"
-        )
-        .into());
-    }
-    Ok(())
-}
-
 /// Sum `t` (x's shape) down to the modulation shape `md` it was broadcast
 /// from, flattened to 1-D.
 fn unbroadcast_flat(t: &Array, md: &[i32]) -> LResult {
@@ -312,8 +288,8 @@ fn ada_layer_norm_backward(cx: &Ctx, a: &[&Array]) -> LResult {
     arity(a, 4, "AdaLayerNormBackward")?;
     crate::op_fields!(cx, AdaLayerNormBackward { norm, eps });
     let (x, scale, shift, dy) = (a[0], a[1], a[2], a[3]);
-    check_modulation("scale", scale, x)?;
-    check_modulation("shift", shift, x)?;
+    super::norm::check_modulation("AdaLayerNormBackward", "scale", scale, x)?;
+    super::norm::check_modulation("AdaLayerNormBackward", "shift", shift, x)?;
     if scale.shape() != shift.shape() {
         return Err(format!(
             "AdaLayerNormBackward scale {:?} and shift {:?} differ in shape (not supported: \
