@@ -342,3 +342,37 @@ pub fn check_parity(what: &str, g: &Graph, seed: u64, tol: Tol) {
     let reference = run_cpu(g, &feeds);
     check_against(what, g, &feeds, &reference, tol);
 }
+
+/// Every rlx-ir activation the plugin lowers, for the suites that run
+/// each one (elementwise, regions).
+pub const ALL_ACTIVATIONS: [rlx_ir::op::Activation; 29] = [
+    rlx_ir::op::Activation::Gelu,
+    rlx_ir::op::Activation::GeluApprox,
+    rlx_ir::op::Activation::Silu,
+    rlx_ir::op::Activation::Relu,
+    rlx_ir::op::Activation::Sigmoid,
+    rlx_ir::op::Activation::Tanh,
+    rlx_ir::op::Activation::Exp,
+    rlx_ir::op::Activation::Log,
+    rlx_ir::op::Activation::Sqrt,
+    rlx_ir::op::Activation::Rsqrt,
+    rlx_ir::op::Activation::Neg,
+    rlx_ir::op::Activation::Abs,
+    rlx_ir::op::Activation::Sin,
+    rlx_ir::op::Activation::Cos,
+    rlx_ir::op::Activation::Tan,
+    rlx_ir::op::Activation::Atan,
+    rlx_ir::op::Activation::Recip,
+    rlx_ir::op::Activation::Round,
+    rlx_ir::op::Activation::Floor,
+    rlx_ir::op::Activation::Ceil,
+    rlx_ir::op::Activation::Sign,
+    rlx_ir::op::Activation::Softplus,
+    rlx_ir::op::Activation::Elu,
+    rlx_ir::op::Activation::Erf,
+    rlx_ir::op::Activation::HardSwish,
+    rlx_ir::op::Activation::HardSigmoid,
+    rlx_ir::op::Activation::Mish,
+    rlx_ir::op::Activation::Softsign,
+    rlx_ir::op::Activation::LogSigmoid,
+];

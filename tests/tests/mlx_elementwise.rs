@@ -20,6 +20,7 @@ use rlx_ir::{DType as D, Graph, Op, Shape};
 use rlx_plugin_api::Mode;
 use rlx_plugin_tests::parity::{
     check_against, check_against_every_mode, mlx, random_values, round_to, run_cpu, Feed, Tol,
+    ALL_ACTIVATIONS,
 };
 
 fn s(dims: &[usize], d: D) -> Shape {
@@ -154,38 +155,6 @@ fn parity(what: &str, g: &Graph, feeds: &[Feed], tol: Tol) {
 }
 
 // ── Activation ─────────────────────────────────────────────────────────
-
-const ALL_ACTIVATIONS: [Activation; 29] = [
-    Activation::Gelu,
-    Activation::GeluApprox,
-    Activation::Silu,
-    Activation::Relu,
-    Activation::Sigmoid,
-    Activation::Tanh,
-    Activation::Exp,
-    Activation::Log,
-    Activation::Sqrt,
-    Activation::Rsqrt,
-    Activation::Neg,
-    Activation::Abs,
-    Activation::Sin,
-    Activation::Cos,
-    Activation::Tan,
-    Activation::Atan,
-    Activation::Recip,
-    Activation::Round,
-    Activation::Floor,
-    Activation::Ceil,
-    Activation::Sign,
-    Activation::Softplus,
-    Activation::Elu,
-    Activation::Erf,
-    Activation::HardSwish,
-    Activation::HardSigmoid,
-    Activation::Mish,
-    Activation::Softsign,
-    Activation::LogSigmoid,
-];
 
 /// Inputs that exercise the whole of each activation's formula (both sides
 /// of every clamp/branch) and stay in its domain.

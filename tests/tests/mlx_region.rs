@@ -24,7 +24,7 @@ use rlx_ir::op::{
 use rlx_ir::{DType as IrDType, Graph, NodeId, Op, Shape};
 use rlx_plugin_api::Mode;
 use rlx_plugin_tests::parity::{
-    check_against, leaves, mlx, random_values, run_cpu, run_mlx, Feed, Tol,
+    check_against, leaves, mlx, random_values, run_cpu, run_mlx, Feed, Tol, ALL_ACTIVATIONS,
 };
 
 // ── helpers ────────────────────────────────────────────────────────────
@@ -206,38 +206,6 @@ fn cpu_reference_is_the_native_interpreter() {
 
 // ── chain steps ────────────────────────────────────────────────────────
 
-const ACTIVATIONS: &[Activation] = &[
-    Activation::Gelu,
-    Activation::GeluApprox,
-    Activation::Silu,
-    Activation::Relu,
-    Activation::Sigmoid,
-    Activation::Tanh,
-    Activation::Exp,
-    Activation::Log,
-    Activation::Sqrt,
-    Activation::Rsqrt,
-    Activation::Neg,
-    Activation::Abs,
-    Activation::Sin,
-    Activation::Cos,
-    Activation::Tan,
-    Activation::Atan,
-    Activation::Recip,
-    Activation::Round,
-    Activation::Floor,
-    Activation::Ceil,
-    Activation::Sign,
-    Activation::Softplus,
-    Activation::Elu,
-    Activation::Erf,
-    Activation::HardSwish,
-    Activation::HardSigmoid,
-    Activation::Mish,
-    Activation::Softsign,
-    Activation::LogSigmoid,
-];
-
 /// A sensible input range for each activation.
 fn act_range(a: Activation) -> (f32, f32) {
     match a {
@@ -251,7 +219,7 @@ fn act_range(a: Activation) -> (f32, f32) {
 #[test]
 fn every_activation_step() {
     let shapes: &[&[usize]] = &[&[7], &[3, 5], &[2, 3, 11], &[2, 3, 5, 7]];
-    for (k, &a) in ACTIVATIONS.iter().enumerate() {
+    for (k, &a) in ALL_ACTIVATIONS.iter().enumerate() {
         for (j, &s) in shapes.iter().enumerate() {
             // act(x0) * x1 + x1: the activation feeds later steps.
             let r = Region::new(vec![
