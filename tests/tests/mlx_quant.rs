@@ -347,6 +347,51 @@ fn dequant_matmul_int4_parity() {
 
 // ── DequantMatMul: MLX affine ────────────────────────────────────────────
 
+/// One MlxAffine DequantMatMul `[m, k] x [k, n]` (groups of `gs`) on
+/// random packed bytes, scales and biases from `seed`, against the CPU
+/// backend within `tol`. The packed bytes go as a flat blob (rows of
+/// `k * bits / 8` bytes): a rank-2 U8 weight would be shape-checked as a
+/// plain `[k, n]` matmul.
+fn check_mlx_affine(
+    name: &str,
+    bits: u8,
+    (m, k, n, gs): (usize, usize, usize, usize),
+    seed: u64,
+    tol: Tol,
+) {
+    let scheme = QuantScheme::MlxAffine {
+        bits,
+        group_size: gs as u32,
+    };
+    let groups = k / gs;
+    let row_bytes = k * bits as usize / 8;
+    let g = dequant_graph(
+        name,
+        scheme,
+        m,
+        k,
+        n,
+        s(&[n * row_bytes], D::U8),
+        s(&[n, groups], D::F32),
+        s(&[n, groups], D::F32),
+    );
+    let feeds = vec![
+        feed("x", random_values(m * k, D::F32, -1.0, 1.0, seed)),
+        feed("w", ints(n * row_bytes, 0, 255, seed + 1)),
+        feed(
+            "scale",
+            random_values(n * groups, D::F32, 0.001, 0.05, seed + 2),
+        ),
+        feed("zp", random_values(n * groups, D::F32, -0.5, 0.5, seed + 3)),
+    ];
+    check_cpu(
+        &format!("DequantMatMul {scheme} m{m} k{k} n{n}"),
+        &g,
+        &feeds,
+        tol,
+    );
+}
+
 #[test]
 fn dequant_matmul_mlx_affine_parity() {
     // Every bit width rlx-mlx-io unpacks (2/4/8 one byte per pack, 3/6 three
@@ -358,41 +403,8 @@ fn dequant_matmul_mlx_affine_parity() {
             (3, 128, 7, 64),
             (2, 32, 1, 32),
         ] {
-            let scheme = QuantScheme::MlxAffine {
-                bits,
-                group_size: gs as u32,
-            };
-            let groups = k / gs;
-            let row_bytes = k * bits as usize / 8;
-            let g = dequant_graph(
-                "mlxq",
-                scheme,
-                m,
-                k,
-                n,
-                // Packed bytes as a flat blob (rows of k*bits/8 bytes): a rank-2
-                // U8 weight would be shape-checked as a plain [k, n] matmul.
-                s(&[n * row_bytes], D::U8),
-                s(&[n, groups], D::F32),
-                s(&[n, groups], D::F32),
-            );
-            let seed = 500 + case;
+            check_mlx_affine("mlxq", bits, (m, k, n, gs), 500 + case, MM);
             case += 1;
-            let feeds = vec![
-                feed("x", random_values(m * k, D::F32, -1.0, 1.0, seed)),
-                feed("w", ints(n * row_bytes, 0, 255, seed + 1)),
-                feed(
-                    "scale",
-                    random_values(n * groups, D::F32, 0.001, 0.05, seed + 2),
-                ),
-                feed("zp", random_values(n * groups, D::F32, -0.5, 0.5, seed + 3)),
-            ];
-            check_cpu(
-                &format!("DequantMatMul {scheme} m{m} k{k} n{n}"),
-                &g,
-                &feeds,
-                MM,
-            );
         }
     }
 }
@@ -432,40 +444,9 @@ fn dequant_matmul_mlx_native_long_rows_parity() {
         (4, 3, 48, 7, 16),
         (8, 2, 16, 3, 16),
     ] {
-        let scheme = QuantScheme::MlxAffine {
-            bits,
-            group_size: gs as u32,
-        };
-        let groups = k / gs;
-        let row_bytes = k * bits as usize / 8;
-        let g = dequant_graph(
-            "mlxq_long",
-            scheme,
-            m,
-            k,
-            n,
-            s(&[n * row_bytes], D::U8),
-            s(&[n, groups], D::F32),
-            s(&[n, groups], D::F32),
-        );
-        let seed = 5000 + case;
-        case += 1;
-        let feeds = vec![
-            feed("x", random_values(m * k, D::F32, -1.0, 1.0, seed)),
-            feed("w", ints(n * row_bytes, 0, 255, seed + 1)),
-            feed(
-                "scale",
-                random_values(n * groups, D::F32, 0.001, 0.05, seed + 2),
-            ),
-            feed("zp", random_values(n * groups, D::F32, -0.5, 0.5, seed + 3)),
-        ];
         // 256-term dot products: MM_LONG's accumulation-order allowance.
-        check_cpu(
-            &format!("DequantMatMul {scheme} m{m} k{k} n{n}"),
-            &g,
-            &feeds,
-            MM_LONG,
-        );
+        check_mlx_affine("mlxq_long", bits, (m, k, n, gs), 5000 + case, MM_LONG);
+        case += 1;
     }
     for fp8 in [false, true] {
         let (m, k, n, gs) = (3usize, 256usize, 13usize, 32usize);
