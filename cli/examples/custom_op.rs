@@ -13,12 +13,12 @@
 //! The plugin is found like `rlx-host` finds it: `RLX_BACKEND_PLUGINS`,
 //! `$RLX_HOME/plugins`, and first the build tree's `target/<profile>/plugins/mlx`.
 
-use rlx_host::custom_ops::register_host_op;
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_host::run::{errors, execute, find_plugin, random_data};
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, Shape};
 use rlx_plugin_api::{CustomImpl, CustomKernel, CustomOp, Mode, Origin, ShapeRule};
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
+use rlx_plugin_host::custom_ops::register_host_op;
 use rlx_plugin_loader::PluginSet;
 use rlx_runtime::Device;
 use std::sync::Arc;

@@ -1,11 +1,7 @@
-//! `rlx_host`: the `rlx-host` program, a thin user of the host library
-//! `rlx_plugin_host` (discovery, the rlx-runtime adapter, custom ops),
-//! whose modules it re-exports under their earlier names:
+//! `rlx_host`: the `rlx-host` program's library, built on the host library
+//! `rlx_plugin_host` (discovery, the rlx-runtime adapter, custom ops) and
+//! `rlx_lm`; it must not reach plugins other than through them.
 //!
-//! - [`rlx_backend`] (`rlx_plugin_host::backend`): the adapter that
-//!   registers a loaded plugin as an rlx-runtime backend
-//!   (`register_plugin_backend`), so `rlx_runtime::Session::new(device)`
-//!   compiles and runs through it;
 //! - [`models`]: deterministic graph builders (an MLP, a small decoder
 //!   transformer, a fixture-sized matmul graph);
 //! - [`run`]: seeded data, safetensors params, running on a device and
@@ -16,14 +12,10 @@
 //! - [`build_tree`]: the MLX plugin directory of a cargo build tree (for
 //!   examples and tests run from a checkout);
 //! - [`bench`]: `rlx-host bench` (timing backends side by side);
-//! - [`custom_ops`]: plugin custom ops as rlx-ir ops, and host kernels
-//!   registered with the plugin, rlx-ir and rlx-cpu in one call;
 //! - [`conformance`]: the conformance kit (`rlx-host plugins check`);
 //! - [`cli`]: the command line (`plugins`, `plugins inspect`, `plugins check`,
 //!   `run`, `demo`);
-//! - [`guard`]: panics from rlx-runtime as one-line errors;
-//! - [`kernel_cache`]: where compiled kernels are kept between processes;
-//! - [`malloc_policy`]: keeping run buffers mapped between runs.
+//! - [`distributed`]: `rlx-host dist` workers and coordinators.
 
 pub mod bench;
 pub mod build_tree;
@@ -38,7 +30,3 @@ pub mod models;
 pub mod run;
 pub mod tables;
 pub mod tensor_files;
-
-pub use rlx_plugin_host::backend as rlx_backend;
-pub use rlx_plugin_host::{custom_ops, guard, kernel_cache, malloc_policy};
-pub use rlx_plugin_host::{register_plugin_backend, set_plugin_mode, with_mode};

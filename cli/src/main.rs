@@ -6,8 +6,8 @@ use rlx_host::cli;
 
 fn main() {
     // First, while this is the only thread: it may set TMPDIR.
-    rlx_host::kernel_cache::use_stable_cache();
-    rlx_host::malloc_policy::keep_run_buffers();
+    rlx_plugin_host::kernel_cache::use_stable_cache();
+    rlx_plugin_host::malloc_policy::keep_run_buffers();
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
     if let Err(e) = cli::dispatch(args) {

@@ -4,12 +4,12 @@
 //!
 //! Used by `rlx-host run` and `rlx-host demo`, and by tests.
 
-use crate::guard;
 use crate::model_data::{dims_of, fmt_dims};
 pub use crate::model_data::{output_infos, values_per_element, ModelData};
-use crate::rlx_backend;
 use rlx_ir::{Dim, Graph, NodeId, Op};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend as rlx_backend;
+use rlx_plugin_host::guard;
 use rlx_runtime::{Device, Session};
 use std::collections::HashMap;
 use std::path::Path;

@@ -4,11 +4,11 @@
 mod common;
 
 use rlx_host::models::matmul_relu_add;
-use rlx_host::rlx_backend::{self, register_plugin_backend, with_mode};
 use rlx_host::run::{errors, execute, random_data, ModelData};
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{self, register_plugin_backend, with_mode};
 use rlx_runtime::{Device, Session};
 
 fn setup() {
@@ -69,17 +69,17 @@ fn the_session_api_is_used_directly() {
 #[test]
 fn the_mode_is_chosen_per_compile() {
     setup();
-    assert_eq!(rlx_backend::plugin_mode(Device::Mlx), Some(Mode::Lazy));
+    assert_eq!(backend::plugin_mode(Device::Mlx), Some(Mode::Lazy));
     with_mode(Mode::Compiled, || {
-        assert_eq!(rlx_backend::plugin_mode(Device::Mlx), Some(Mode::Compiled));
+        assert_eq!(backend::plugin_mode(Device::Mlx), Some(Mode::Compiled));
     });
-    assert_eq!(rlx_backend::plugin_mode(Device::Mlx), Some(Mode::Lazy));
+    assert_eq!(backend::plugin_mode(Device::Mlx), Some(Mode::Lazy));
 }
 
 #[test]
 fn the_fixture_claims_only_its_ops() {
     setup();
-    let ops = rlx_backend::parse_op_kinds(&common::fixture());
+    let ops = backend::parse_op_kinds(&common::fixture());
     use rlx_ir::OpKind;
     for k in [
         OpKind::Input,
@@ -107,9 +107,9 @@ fn an_op_the_plugin_cannot_run_is_a_one_line_error_naming_it() {
     g.set_outputs(vec![y]);
     let data = random_data(&g, 0).unwrap();
     use rlx_plugin_host::partition::Fallback;
-    assert!(rlx_backend::set_fallback(Device::Mlx, Fallback::Never));
+    assert!(backend::set_fallback(Device::Mlx, Fallback::Never));
     let err = execute(Device::Mlx, &g, &data, 1).unwrap_err();
-    assert!(rlx_backend::set_fallback(Device::Mlx, Fallback::Cpu));
+    assert!(backend::set_fallback(Device::Mlx, Fallback::Cpu));
     assert!(!err.contains('\n'), "{err}");
     assert!(err.contains("fixture plugin:"), "{err}");
     assert!(err.contains("claim"), "{err}");
@@ -119,7 +119,7 @@ fn an_op_the_plugin_cannot_run_is_a_one_line_error_naming_it() {
         split.outputs, cpu.outputs,
         "the Softmax ran on the CPU backend"
     );
-    let plan = rlx_backend::explain(Device::Mlx, &g).unwrap();
+    let plan = backend::explain(Device::Mlx, &g).unwrap();
     assert!(
         plan.partitions
             .iter()

@@ -3,9 +3,9 @@
 //! lowered graph stays within them and computes the same thing.
 
 use rlx_host::models::{matmul_relu_add, mlp, transformer};
-use rlx_host::rlx_backend::lower_for_claims;
 use rlx_host::run::{errors, execute, random_data};
 use rlx_ir::{Graph, OpKind};
+use rlx_plugin_host::backend::lower_for_claims;
 use rlx_runtime::Device;
 
 fn kinds(g: &Graph) -> Vec<OpKind> {
@@ -64,7 +64,7 @@ fn the_fixture_graph_needs_only_its_own_op_kinds() {
 fn rlx_runtime_alone_emits_unclaimed_concat_and_narrow() {
     let graph = transformer(&Default::default()).graph;
     let claims: &'static [OpKind] = Box::leak(kinds(&graph).into_boxed_slice());
-    let lir = rlx_host::guard::catch_quiet(|| {
+    let lir = rlx_plugin_host::guard::catch_quiet(|| {
         rlx_runtime::stages::compile_graph_stages_for_backend(
             Device::Mlx,
             graph,

@@ -19,8 +19,8 @@
 #[path = "resident/mlp.rs"]
 mod mlp;
 
-use rlx_host::rlx_backend::{register_plugin_backend, set_resident};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, set_resident};
 use rlx_runtime::train::{AdamSpec, ResidentTrainer};
 use rlx_runtime::Device;
 use serde_json::Value;

@@ -32,8 +32,8 @@
 //! median and min of the timed ones, and the median's ratio to the CPU
 //! backend's.
 
-use rlx_host::rlx_backend::{register_plugin_backend, set_resident};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, set_resident};
 use rlx_runtime::Device;
 use std::process::Command;
 use std::time::Instant;

@@ -127,7 +127,7 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: Tol) {
 
 /// The ABI dtype of an rlx-ir dtype (the adapter's mapping).
 pub fn abi_dtype(d: IrDType) -> DType {
-    rlx_host::rlx_backend::abi_dtype(d)
+    rlx_plugin_host::backend::abi_dtype(d)
         .unwrap_or_else(|| panic!("dtype {d:?} has no ABI equivalent"))
 }
 

@@ -405,10 +405,10 @@ fn session_graphs() -> Vec<Graph> {
 fn session_on_c_demo_matches_the_cpu_backend_in_every_mode() {
     // The only test here that registers Device::Mlx (the registry is
     // process-global).
-    use rlx_host::rlx_backend::{
+    use rlx_host::run::{errors, execute, random_data};
+    use rlx_plugin_host::backend::{
         lower_for_claims, parse_op_kinds, register_plugin_backend, with_mode,
     };
-    use rlx_host::run::{errors, execute, random_data};
     use rlx_runtime::{Device, Session};
     let (_dir, p) = load_build(4);
     register_plugin_backend(p.clone(), Device::Mlx, Mode::Lazy);

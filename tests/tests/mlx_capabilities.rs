@@ -4,11 +4,11 @@
 //! if it lies. References are exact small-integer sums computed here, or
 //! rlx-runtime's CPU backend where it runs the same graph.
 
-use rlx_host::custom_ops::register_host_op;
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::infer::GraphExt;
 use rlx_ir::{DType, Graph, Shape};
 use rlx_plugin_api::{CustomImpl, CustomKernel, CustomOp, Mode, Origin, ShapeRule};
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
+use rlx_plugin_host::custom_ops::register_host_op;
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::{CompiledGraph, Device, Session};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -390,8 +390,8 @@ fn an_elementwise_scan_body_matches_its_definition_with_and_without_the_kernel()
 
 #[test]
 fn while_and_scan_reach_the_plugin_intact_through_session() {
-    use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
     use rlx_host::run::{execute, ModelData};
+    use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
     use rlx_plugin_tests::parity::{assert_close, mlx};
     use rlx_runtime::Device;
     register_plugin_backend(mlx(), Device::Mlx, Mode::Lazy);

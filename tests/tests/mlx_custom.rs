@@ -13,13 +13,13 @@
 //! Tolerances: f32 1e-5 abs + 1e-5 rel; f16 inputs and outputs rounded to
 //! f16, 2e-3 abs + 2e-3 rel (a few f16 ulps).
 
-use rlx_host::custom_ops::{register_host_op, register_plugin_ops};
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType as IrDType, Graph, OpExtension, Shape};
 use rlx_plugin_api::{
     CustomImpl, CustomKernel, CustomOp, DType, Mode, Origin, PluginResult, ShapeRule, StatusCode,
     TensorView, TensorViewMut,
 };
+use rlx_plugin_host::custom_ops::{register_host_op, register_plugin_ops};
 use rlx_plugin_tests::parity::{
     check_against_every_mode, mlx, random_feeds, run_cpu, run_mlx, Feed, Tol,
 };
@@ -142,7 +142,7 @@ mod rlx_cpu_kernel {
     pub fn register_native_references() {
         use rlx_cpu::op_registry::register_cpu_kernel;
         let reg = |name: &str, k: CustomKernel| {
-            register_cpu_kernel(rlx_host::custom_ops::cpu_kernel(name, k));
+            register_cpu_kernel(rlx_plugin_host::custom_ops::cpu_kernel(name, k));
         };
         reg("mlx.erfinv", reference_unary(erfinv));
         reg(
@@ -699,8 +699,8 @@ fn a_name_the_host_already_has_is_reported_never_replaced() {
 
 #[test]
 fn session_new_mlx_compiles_custom_nodes_and_matches_the_cpu() {
-    use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
     use rlx_host::run::{errors, execute, random_data};
+    use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
     use rlx_runtime::Device;
     setup();
     register_plugin_backend(mlx(), Device::Mlx, Mode::Lazy);

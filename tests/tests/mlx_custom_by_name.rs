@@ -9,10 +9,10 @@
 //! on both sides), then an exp: 1e-6 relative (MLX's exp and rlx-cpu's
 //! differ in the last bit).
 
-use rlx_host::rlx_backend::{explain, register_plugin_backend, set_fallback, with_mode};
 use rlx_ir::op::Activation;
 use rlx_ir::{DType, Graph, OpExtension, Shape};
 use rlx_plugin_api::{CustomKernel, Mode, PluginError};
+use rlx_plugin_host::backend::{explain, register_plugin_backend, set_fallback, with_mode};
 use rlx_plugin_host::partition::{Fallback, Side};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::{Device, Session};
@@ -50,7 +50,9 @@ fn setup() {
             }
             Ok(())
         });
-        rlx_cpu::op_registry::register_cpu_kernel(rlx_host::custom_ops::cpu_kernel(CPU_ONLY, k));
+        rlx_cpu::op_registry::register_cpu_kernel(rlx_plugin_host::custom_ops::cpu_kernel(
+            CPU_ONLY, k,
+        ));
     });
 }
 

@@ -12,8 +12,8 @@
 //! resident path binds the caches and feeds at least n - 1 rows, and the
 //! host path feeds none.
 
-use rlx_host::rlx_backend::{register_plugin_backend, set_resident, with_mode};
 use rlx_plugin_host::backend::state_counters;
+use rlx_plugin_host::backend::{register_plugin_backend, set_resident, with_mode};
 use rlx_plugin_tests::decoder_package::{self as dp, DecoderConfig, DecoderPackage};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::Device;

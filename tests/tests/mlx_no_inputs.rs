@@ -5,9 +5,9 @@
 //! index is 0"), a path none of this project's suites had reached.
 //! Tolerance: 1e-6 absolute (a few elementwise f32 ops and one short sum).
 
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::{Device, Session};
 

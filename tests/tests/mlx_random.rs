@@ -270,9 +270,9 @@ fn sample_with_fewer_outputs_than_rows_fails_at_compile_naming_the_node() {
 /// ABI directly and through `Session::new(Device::Mlx)`.
 #[test]
 fn a_non_default_seed_reaches_the_plugin() {
-    use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
     use rlx_plugin_api::tables::rng_policy;
     use rlx_plugin_api::CompileOptions;
+    use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
     use rlx_runtime::{Device, Session};
     let dims = [3, 7];
     let key = 11;

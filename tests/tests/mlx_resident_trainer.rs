@@ -3,9 +3,9 @@
 //! loss is read back; results agree with the CPU backend, which runs the same
 //! fused graph host-chained.
 
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::Graph;
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_plugin_tests::train_mlp::{mse_mlp, values, MlpDims};
 use rlx_runtime::train::{AdamSpec, ResidentTrainer, TrainableParam};

@@ -3,9 +3,9 @@
 //! plugin's claims, in every mode, against `Session::new(Device::Cpu)`.
 
 use rlx_host::models::{mlp, transformer, MlpConfig, TransformerConfig};
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_host::run::{errors, execute, random_data};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::Device;
 

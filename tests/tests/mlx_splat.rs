@@ -782,8 +782,8 @@ fn bad_scenes_are_refused_with_the_reason() {
 
 #[test]
 fn splats_reach_the_plugin_through_session() {
-    use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
     use rlx_host::run::{execute, ModelData};
+    use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
     use rlx_plugin_tests::parity::{mlx, MODES};
     use rlx_runtime::Device;
     register_plugin_backend(mlx(), Device::Mlx, Mode::Lazy);

@@ -52,9 +52,9 @@
 //! (f64 forward at step 0: 2.37699186.) Run time: ~10 s for the test
 //! binary, ~4.4 s of it the CPU run, ~2 s each mode on the plugin.
 
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::{Graph, NodeId};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::{Device, Session};
 

@@ -36,10 +36,10 @@
 
 use rand::{Rng, SeedableRng};
 use rlx_host::models::mean_softmax_cross_entropy;
-use rlx_host::rlx_backend::{register_plugin_backend, with_mode};
 use rlx_ir::op::{Activation, BinaryOp, MaskKind, ReduceOp, ScaleMode, SteKind};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend::{register_plugin_backend, with_mode};
 use rlx_plugin_tests::parity::{mlx, MODES};
 use rlx_runtime::{Device, Session};
 

@@ -8,10 +8,10 @@ mod progress;
 mod verdict;
 
 use crate::models::{transformer, TransformerConfig};
-use crate::rlx_backend;
 use crate::run::{execute, execute_with, find_plugin, parity, random_data, PLUGIN_DEVICE};
 use crate::tables::{print_candidates, print_table};
 use rlx_plugin_api::Mode;
+use rlx_plugin_host::backend as rlx_backend;
 use rlx_runtime::Device;
 use std::path::PathBuf;
 
