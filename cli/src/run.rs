@@ -408,7 +408,8 @@ pub struct RunReport {
     pub outputs: Vec<OutputReport>,
     pub compile_ms: f64,
     pub run_ms: f64,
-    /// What the report compares against (`cpu`), if anything.
+    /// What the report compares against (`cpu`, or a file of saved
+    /// outputs), if anything.
     pub compare: Option<String>,
     /// Where the plugin came from, for the readable report.
     pub plugin_path: Option<String>,
@@ -537,13 +538,21 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
             e.to_string().replace('\n', " ")
         )
     })?;
-    if let Some(c) = &opts.compare {
-        if c != "cpu" {
+    // A saved reference is read before the run: a file that does not fit
+    // the model is a wrong argument, not a comparison that failed.
+    let saved = match opts.compare.as_deref() {
+        None | Some("cpu") => None,
+        Some(file) if !Path::new(file).is_file() => {
             return Err(format!(
-                "--compare {c:?}: only `cpu` (rlx-runtime's CPU backend) is a reference"
-            ));
+                "--compare {file:?}: neither `cpu` (rlx-runtime's CPU backend) nor a file \
+                 of outputs `run --output` wrote"
+            ))
         }
-    }
+        Some(file) => Some(
+            crate::tensor_files::read_outputs(&graph, Path::new(file))
+                .map_err(|e| format!("--compare {file}: {e}"))?,
+        ),
+    };
     let mut data = random_data(&graph, opts.seed)?;
     if let Some(p) = &opts.params {
         load_params(&graph, p, &mut data)?;
@@ -594,12 +603,13 @@ pub fn run_model_file(model: &Path, opts: &RunOptions) -> Result<RunReport, Stri
             .collect();
         crate::tensor_files::write_f32_safetensors(p, &named)?;
     }
-    let (reference, reference_error) = match &opts.compare {
-        Some(_) => match reference_in_child(model, opts, graph.outputs.len()) {
+    let (reference, reference_error) = match (&opts.compare, saved) {
+        (_, Some(r)) => (Some(r), None),
+        (Some(_), None) => match reference_in_child(model, opts, graph.outputs.len()) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         },
-        None => (None, None),
+        (None, None) => (None, None),
     };
     let infos = output_infos(&graph, &exec.outputs);
     if exec.outputs.len() != infos.len() {

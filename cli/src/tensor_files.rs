@@ -16,7 +16,8 @@
 //!   are ignored with a warning.
 //!
 //! Outputs are written in their declared dtype (f64 outputs from the f32
-//! values rlx-runtime returned; complex ones as `[.., 2]` float tensors).
+//! values rlx-runtime returned; complex ones as `[.., 2]` float tensors),
+//! and read back by the same rules as a saved reference.
 
 use crate::model_data::{dims_of as static_dims, fmt_dims, output_infos, ModelData};
 use rlx_ir::{DType, Graph, Op};
@@ -457,6 +458,41 @@ pub fn write_outputs(graph: &Graph, outputs: &[Vec<f32>], path: &Path) -> Result
         .collect::<Result<Vec<_>, String>>()?;
     safetensors::serialize_to_file(views, &None, path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Read back outputs [`write_outputs`] wrote (`run --output`), one per
+/// graph output by name, as [`ModelData`]'s f32 values: a saved reference
+/// for `run --compare FILE`. Each must be there in its declared shape;
+/// other tensors in the file are an error, as a file of another model's
+/// outputs would be.
+pub fn read_outputs(graph: &Graph, path: &Path) -> Result<Vec<Vec<f32>>, String> {
+    let tensors = read_safetensors(path)?;
+    let names: Vec<String> = output_infos(graph, &[])
+        .into_iter()
+        .map(|(n, ..)| n)
+        .collect();
+    if let Some((extra, _)) = tensors.iter().find(|(n, _)| !names.contains(n)) {
+        return Err(format!(
+            "{}: tensor {extra:?} is not an output of the model (its outputs: {})",
+            path.display(),
+            names.join(", ")
+        ));
+    }
+    names
+        .iter()
+        .zip(&graph.outputs)
+        .map(|(name, id)| {
+            let what = format!("output {name:?}");
+            let t = tensors
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t)
+                .ok_or_else(|| format!("{what} is not in {}", path.display()))?;
+            let shape = graph.shape(*id);
+            check_shape(t, shape, &what, path)?;
+            to_values(t, shape.dtype(), &what, path)
+        })
+        .collect()
 }
 
 /// Write `tensors` (f32), each flat under its name, as one safetensors

@@ -207,6 +207,65 @@ fn a_reference_that_crashes_is_reported_as_the_references_and_the_result_stands(
     assert!(text.contains("[4, 6]"), "{text}");
 }
 
+/// `--compare FILE`: outputs saved with `--output` by one run are the
+/// reference of another (here the CPU backend's, then the fixture's
+/// against them); a file that is not that model's outputs is refused
+/// before anything runs.
+#[test]
+fn outputs_saved_by_one_run_are_the_reference_of_another() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let env = Env::new();
+    let model = env.model();
+    let fixture = common::fixture_path();
+    let saved = env.path("cpu.safetensors");
+    let o = env.rlx_host(&["run", s(&model), "--backend", "cpu", "--output", s(&saved)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let against = |file: &Path, seed: &str| {
+        env.rlx_host(&[
+            "run",
+            s(&model),
+            "--backend",
+            "fixture",
+            "--plugin",
+            s(&fixture),
+            "--seed",
+            seed,
+            "--compare",
+            s(file),
+            "--json",
+        ])
+    };
+    let v = json(&against(&saved, "0"));
+    assert!(v["reference_error"].is_null(), "{v}");
+    assert!(
+        v["outputs"][0]["max_abs_err"].as_f64().unwrap() <= 1e-5,
+        "{v}"
+    );
+    // Other inputs give other outputs: the saved ones are what is compared.
+    let v = json(&against(&saved, "7"));
+    assert!(
+        v["outputs"][0]["max_abs_err"].as_f64().unwrap() > 1e-2,
+        "{v}"
+    );
+    // A tensor of the wrong shape, another name, a path that is not there.
+    let write = |name: &str, shape: Vec<usize>| {
+        let bytes = vec![0u8; shape.iter().product::<usize>() * 4];
+        let p = env.path(&format!("{name}.safetensors"));
+        let view = TensorView::new(Dtype::F32, shape, &bytes).unwrap();
+        safetensors::serialize_to_file([(name.to_string(), view)], &None, &p).unwrap();
+        p
+    };
+    let line = assert_one_line_failure(&against(&write("y", vec![6, 4]), "0"), &["--compare"]);
+    assert!(
+        line.contains("shape [4, 6]") && line.contains("[6, 4]"),
+        "{line}"
+    );
+    let line = assert_one_line_failure(&against(&write("z", vec![4, 6]), "0"), &["--compare"]);
+    assert!(line.contains("\"z\" is not an output"), "{line}");
+    let line = assert_one_line_failure(&against(&env.path("none.safetensors"), "0"), &[]);
+    assert!(line.contains("neither `cpu`"), "{line}");
+}
+
 #[test]
 fn the_cpu_backend_and_the_readable_report() {
     let env = Env::new();

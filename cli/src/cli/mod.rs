@@ -55,9 +55,11 @@ pub enum Command {
         /// The plugin's execution mode: lazy, eager or compiled.
         #[arg(long, default_value = "lazy")]
         mode: String,
-        /// Also run on this reference backend (only `cpu`) and report the
-        /// max abs / max rel error of each output.
-        #[arg(long, value_name = "BACKEND")]
+        /// Compare each output with a reference and report its max abs /
+        /// max rel error: `cpu` runs rlx-runtime's CPU backend (in a child
+        /// process, the same seed and files); a path reads outputs saved
+        /// with `--output` (by another run, machine or build).
+        #[arg(long, value_name = "cpu|FILE.safetensors")]
         compare: Option<String>,
         /// Seed of the random inputs and params.
         #[arg(long, default_value_t = 0)]
@@ -317,9 +319,9 @@ pub fn dispatch(cli: Cli) -> CliResult {
             }
             // The backend's result is shown above; a comparison asked for
             // and not made is still a failure.
-            match &report.reference_error {
-                Some(e) => Err(format!("--compare cpu: {e}")),
-                None => Ok(()),
+            match (&report.reference_error, &report.compare) {
+                (Some(e), Some(c)) => Err(format!("--compare {c}: {e}")),
+                _ => Ok(()),
             }
         }
         Command::Demo {
