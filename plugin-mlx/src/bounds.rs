@@ -67,10 +67,13 @@ fn check_declared(g: &Graph, n: &Node) -> PluginResult<()> {
         return Ok(());
     }
     let bad = |what: String| PluginError::invalid_argument(format!("{}: {what}", describe(g, n)));
-    // rlx-ir's rules compute in usize and i64; one that overflows is a
-    // node past its range.
-    match std::panic::catch_unwind(|| infer_output_shape_reporting(g, n)) {
-        Err(_) => Err(bad("rlx-ir's shape rule overflows on its attributes".into())),
+    // rlx-ir's rules index and multiply attributes unchecked: one that
+    // panics (an axis past the rank, a product past usize) is a node past
+    // its range.
+    match crate::expected_panic::catch(|| infer_output_shape_reporting(g, n)) {
+        Err(why) => Err(bad(format!(
+            "rlx-ir's shape rule fails on its attributes ({why})"
+        ))),
         Ok((_, Some(why))) => Err(bad(format!("rlx-ir's shape rule rejects it: {why}"))),
         Ok((_, None)) => Ok(()),
     }

@@ -14,6 +14,7 @@ pub mod devices;
 pub mod dtype;
 pub mod eager;
 pub mod executable;
+pub mod expected_panic;
 pub mod graph_check;
 pub mod graph_source;
 pub mod graph_text;

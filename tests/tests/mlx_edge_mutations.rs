@@ -14,11 +14,12 @@
 //! While, Scan...) have their bodies' integers mutated too.
 //!
 //! The release build: with `RLX_TEST_MLX_RELEASE_DIR` naming a release
-//! build's plugin directory (CI builds one after the tests), every case also
-//! runs there, and the two builds must agree (both refuse, or both run to
-//! the same shape and the same values): overflow checks are on in a debug
-//! build only, so a product that wraps would show as a release run that the
-//! debug build refused, or as values that differ.
+//! build's plugin directory, every case also runs there, and the two builds
+//! must agree (both refuse, or both run to the same shape and the same
+//! values). The debug run alone answers for release arithmetic (a product
+//! that overflows panics there, and rlx-ir keeps its overflow checks in
+//! release: docs/RELIABILITY.md); the comparison adds eager mode and the
+//! optimised C++.
 
 use rlx_ir::infer_shape::infer_output_shape_reporting;
 use rlx_ir::{Graph, NodeId, Op, OpKind};
@@ -236,7 +237,7 @@ fn every_claimed_ops_integers_at_the_edges() {
     if release.is_none() {
         eprintln!(
             "RLX_TEST_MLX_RELEASE_DIR is not set: the release build is not compared \
-             (CI sets it after building one)"
+             (docs/RELIABILITY.md says how)"
         );
     }
     let graphs = corpus();

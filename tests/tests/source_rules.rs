@@ -6,6 +6,10 @@
 //!   integers were bounded once (`plugin-mlx/src/bounds.rs`). An `as` cast
 //!   past the range is a wrapped value: a wrong shape or a wrong answer
 //!   without an error.
+//! - rlx-ir keeps its overflow checks in the release profile: its shape
+//!   rules are the plugin's check of a node's attributes, and one that
+//!   wrapped instead of panicking would pass a node the debug build, the
+//!   one the tests run, refuses.
 
 use std::path::{Path, PathBuf};
 
@@ -45,5 +49,25 @@ fn lowerings_never_cast_to_i32_with_as() {
         found.is_empty(),
         "`as i32` in the lowerings (use `I32::i32`, which cannot wrap):\n{}",
         found.join("\n")
+    );
+}
+
+#[test]
+fn rlx_ir_keeps_overflow_checks_in_release() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let manifest: toml::Table = text.parse().unwrap();
+    let checks = manifest
+        .get("profile")
+        .and_then(|p| p.get("release"))
+        .and_then(|r| r.get("package"))
+        .and_then(|p| p.get("rlx-ir"))
+        .and_then(|p| p.get("overflow-checks"))
+        .and_then(toml::Value::as_bool);
+    assert_eq!(
+        checks,
+        Some(true),
+        "{}: [profile.release.package.rlx-ir] overflow-checks = true is gone",
+        path.display()
     );
 }
