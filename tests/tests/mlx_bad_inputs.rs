@@ -191,6 +191,52 @@ fn attributes_past_int32_are_refused_naming_the_attribute() {
     );
 }
 
+/// rlx-ir's shape rule indexes a transpose's permutation unchecked: an
+/// axis past the rank panics there, and the plugin refuses the node with
+/// that panic's message (`bounds::check_declared`), in range of int32 as
+/// the axis is.
+#[test]
+fn a_node_rlx_irs_shape_rule_panics_on_is_refused_with_its_message() {
+    refused(
+        "  %x = input : f32[2, 3]\n  %1 = Transpose{perm: [0, 2]} %x : f32[3, 2]\n  return %1",
+        StatusCode::InvalidArgument,
+        &[
+            "node %1 (Transpose",
+            "rlx-ir's shape rule fails on its attributes",
+            "index out of bounds",
+        ],
+    );
+}
+
+/// Geometry derived from in-range attributes may pass int32: Im2Col's
+/// padded extent, 2 + 2 * 2^30 here, with a stride that keeps the output
+/// at 2 x 2 patches (the shape rlx-ir gives). The lowering computes it
+/// wide, and the extent past int32 is refused (by the lowering's checked
+/// conversion or by MLX's pad, which takes shapes as int32); in 32 bits
+/// it wrapped (a debug build panicked).
+#[test]
+fn geometry_past_int32_from_in_range_attributes_is_refused() {
+    let body = "  %x = input : f32[1, 1, 2, 2]\n  \
+                %1 = Im2Col{kernel_size: [1, 1], stride: [2147483647, 2147483647], \
+                padding: [1073741824, 1073741824], dilation: [1, 1]} %x : f32[4, 1]\n  return %1";
+    let x = f32s(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    for mode in MODES {
+        let e = match mlx().compile(&text(body), mode) {
+            Err(e) => e,
+            Ok(mut exe) => exe
+                .run(&[("x", &x)])
+                .expect_err("a padded extent past int32 ran"),
+        };
+        assert_ne!(e.code, StatusCode::Panic, "[{}] {e}", mode.name());
+        assert!(
+            e.message.contains("int32") || e.message.contains("32-bit"),
+            "[{}] {e}",
+            mode.name()
+        );
+    }
+    still_works();
+}
+
 #[test]
 fn shapes_past_the_bounds_are_refused() {
     refused(

@@ -183,21 +183,23 @@ fn conv_cf(
     let mut pad_hi = Vec::with_capacity(nsp);
     let mut crop = Vec::with_capacity(nsp);
     for i in 0..nsp {
-        let in_ext = (xd[i + 2] - 1) * idil[i] + 1;
-        let k_ext = (wd[i + 2] - 1) * kdil[i] + 1;
+        // In i64: extents of in-range sizes, strides and dilations may not
+        // be in range; what MLX is given is converted through `I32`.
+        let in_ext = (xd[i + 2] as i64 - 1) * idil[i] as i64 + 1;
+        let k_ext = (wd[i + 2] as i64 - 1) * kdil[i] as i64 + 1;
         let (l, c) = if lo[i] >= 0 {
-            (lo[i], 0)
+            (lo[i] as i64, 0)
         } else {
             if stride[i] != 1 {
                 return Err("negative padding with a stride is not lowered".into());
             }
-            (0, -lo[i])
+            (0, -(lo[i] as i64))
         };
         // Padded extent needed for output position (crop + out - 1).
-        let need = (c + out_sp[i] - 1) * stride[i] + k_ext;
-        pad_lo.push(l);
-        pad_hi.push((need - in_ext - l).max(0));
-        crop.push(c);
+        let need = (c + out_sp[i] as i64 - 1) * stride[i] as i64 + k_ext;
+        pad_lo.push(l.i32()?);
+        pad_hi.push((need - in_ext - l).max(0).i32()?);
+        crop.push(c.i32()?);
     }
     let y = if nsp <= 2 || groups == 1 {
         ops::conv_general(&xt, &wt, stride, &pad_lo, &pad_hi, kdil, idil, groups, flip)?
@@ -230,16 +232,17 @@ fn conv_cf(
         let mut start = vec![0i32; nsp + 2];
         let mut stop = yd.clone();
         for i in 0..nsp {
-            start[i + 1] = crop[i];
-            stop[i + 1] = crop[i] + out_sp[i];
-            if stop[i + 1] > yd[i + 1] {
+            let end = crop[i] as i64 + out_sp[i] as i64;
+            if end > yd[i + 1] as i64 {
                 return Err(format!(
                     "the convolution gives {} positions along spatial dim {i}, the node needs {}",
-                    yd[i + 1] - crop[i],
+                    yd[i + 1] as i64 - crop[i] as i64,
                     out_sp[i]
                 )
                 .into());
             }
+            start[i + 1] = crop[i];
+            stop[i + 1] = end.i32()?;
         }
         y = ops::slice(&y, &start, &stop, &vec![1; nsp + 2])?;
     }
@@ -516,8 +519,8 @@ fn transposed(
     dims.extend_from_slice(k);
     let w = ops::reshape(&w, &dims)?;
     let lo: Vec<i32> = (0..nsp)
-        .map(|i| dilation[i] * (k[i] - 1) - padding[i])
-        .collect();
+        .map(|i| (dilation[i] as i64 * (k[i] as i64 - 1) - padding[i] as i64).i32())
+        .collect::<LResult<_>>()?;
     conv_cf(x, &w, &vec![1; nsp], dilation, stride, &lo, g, true, out_sp)
 }
 
@@ -638,15 +641,20 @@ fn im2col(cx: &Ctx, a: &[&Array]) -> LResult {
     let s = [at(stride, 0, 1)?, at(stride, 1, 1)?];
     let p = [at(padding, 0, 0)?, at(padding, 1, 0)?];
     let d = [at(dilation, 0, 1)?, at(dilation, 1, 1)?];
-    // rlx-cpu derives the patch grid from the geometry (conv output rule).
-    let out = |len: i32, i: usize| -> i32 {
-        let span = d[i] * (k[i] - 1);
-        ((len + 2 * p[i] - span - 1).max(0)) / s[i] + 1
+    // rlx-cpu derives the patch grid from the geometry (conv output rule),
+    // here in i64: spans and paddings of in-range values may not be.
+    let span = |i: usize| d[i] as i64 * (k[i] as i64 - 1);
+    let out = |len: i32, i: usize| -> LResult<i32> {
+        ((len as i64 + 2 * p[i] as i64 - span(i) - 1).max(0) / s[i] as i64 + 1).i32()
     };
-    let (ho, wo) = (out(h, 0), out(w, 1));
+    let (ho, wo) = (out(h, 0)?, out(w, 1)?);
     // Zero-pad so every patch lies inside.
-    let hi_h = ((ho - 1) * s[0] + d[0] * (k[0] - 1) + 1 - h - p[0]).max(0);
-    let hi_w = ((wo - 1) * s[1] + d[1] * (k[1] - 1) + 1 - w - p[1]).max(0);
+    let hi = |o: i32, len: i32, i: usize| -> LResult<i32> {
+        ((o as i64 - 1) * s[i] as i64 + span(i) + 1 - len as i64 - p[i] as i64)
+            .max(0)
+            .i32()
+    };
+    let (hi_h, hi_w) = (hi(ho, h, 0)?, hi(wo, w, 1)?);
     let xp = ops::pad(a[0], &[2, 3], &[p[0], p[1]], &[hi_h, hi_w], 0.0)?;
     let xp = ops::contiguous(&xp)?;
     let pd = xp.shape();
@@ -665,7 +673,9 @@ fn im2col(cx: &Ctx, a: &[&Array]) -> LResult {
         ],
         0,
     )?;
-    Ok(ops::reshape(&patches, &[n * ho * wo, c * k[0] * k[1]])?)
+    let rows = (n as i64 * ho as i64 * wo as i64).i32()?;
+    let cols = (c as i64 * k[0] as i64 * k[1] as i64).i32()?;
+    Ok(ops::reshape(&patches, &[rows, cols])?)
 }
 
 // ── pooling ─────────────────────────────────────────────────────────────
@@ -720,8 +730,12 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
         to_f32(a[0])?
     };
     let hi: Vec<i32> = (0..nsp)
-        .map(|i| ((osp[i] - 1) * s[i] + k[i] - sp[i] - p[i]).max(0))
-        .collect();
+        .map(|i| {
+            ((osp[i] as i64 - 1) * s[i] as i64 + k[i] as i64 - sp[i] as i64 - p[i] as i64)
+                .max(0)
+                .i32()
+        })
+        .collect::<LResult<_>>()?;
     let axes: Vec<i32> = (0..nsp.i32()?).map(|i| i + 2).collect();
     let fill = if is_max { f64::NEG_INFINITY } else { 0.0 };
     let xp = ops::pad(&x, &axes, &p, &hi, fill)?;
@@ -745,9 +759,14 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
     }
     if nsp == 3 {
         // rlx-cpu's 3-D mean divides by the whole kernel volume.
-        let vol: i32 = k.iter().product();
-        let vol = super::scalar(vol as f64, MxDType::F32)?;
+        let vol: f64 = k.iter().map(|k| *k as f64).product();
+        let vol = super::scalar(vol, MxDType::F32)?;
         return Ok(ops::divide(&sum, &vol)?);
+    }
+    // An empty output has nothing to divide; its window grid may still be
+    // past what a table of counts could hold.
+    if od.contains(&0) {
+        return Ok(sum);
     }
     // 1-D / 2-D mean: divide by the number of in-bounds taps (rlx-cpu,
     // ONNX count_include_pad = 0), at least 1.
@@ -757,8 +776,8 @@ fn pool(cx: &Ctx, a: &[&Array]) -> LResult {
                 .map(|o| {
                     (0..k[i])
                         .filter(|t| {
-                            let pos = o * s[i] + t - p[i];
-                            pos >= 0 && pos < sp[i]
+                            let pos = o as i64 * s[i] as i64 + *t as i64 - p[i] as i64;
+                            pos >= 0 && pos < sp[i] as i64
                         })
                         .count() as f32
                 })
@@ -798,7 +817,10 @@ fn resize_nearest2x(cx: &Ctx, a: &[&Array]) -> LResult {
     let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
     let e = ops::reshape(a[0], &[n, c, h, 1, w, 1])?;
     let b = ops::broadcast_to(&e, &[n, c, h, 2, w, 2])?;
-    Ok(ops::reshape(&b, &[n, c, 2 * h, 2 * w])?)
+    Ok(ops::reshape(
+        &b,
+        &[n, c, (2 * h as i64).i32()?, (2 * w as i64).i32()?],
+    )?)
 }
 
 fn interpolate3d(cx: &Ctx, a: &[&Array]) -> LResult {

@@ -304,9 +304,11 @@ fn linear(op: &str, name: &str, x: &Array, w: &Array, bias: Option<&Array>, n: i
 
 /// Split `qkv [B*S, 3*inner]` into Q, K, V as `(B, H, S, D)`.
 fn split_heads(qkv: &Array, b: i32, s: i32, nh: i32, dh: i32) -> LResult<[A; 3]> {
-    let inner = nh * dh;
-    let part = |i: i32| -> LResult {
-        let p = ops::slice(qkv, &[0, i * inner], &[b * s, (i + 1) * inner], &[1, 1])?;
+    let inner = nh as i64 * dh as i64;
+    let rows = (b as i64 * s as i64).i32()?;
+    let part = |i: i64| -> LResult {
+        let (lo, hi) = ((i * inner).i32()?, ((i + 1) * inner).i32()?);
+        let p = ops::slice(qkv, &[0, lo], &[rows, hi], &[1, 1])?;
         let p = ops::reshape(&p, &[b, s, nh, dh])?;
         Ok(ops::transpose(&p, &[0, 2, 1, 3])?)
     };
@@ -317,7 +319,9 @@ fn split_heads(qkv: &Array, b: i32, s: i32, nh: i32, dh: i32) -> LResult<[A; 3]>
 fn merge_heads(o: &Array) -> LResult {
     let d = o.shape();
     let t = ops::transpose(o, &[0, 2, 1, 3])?;
-    Ok(ops::reshape(&t, &[d[0] * d[2], d[1] * d[3]])?)
+    let rows = (d[0] as i64 * d[2] as i64).i32()?;
+    let cols = (d[1] as i64 * d[3] as i64).i32()?;
+    Ok(ops::reshape(&t, &[rows, cols])?)
 }
 
 /// The mask of a fused block (see the module docs): a rank-4 mask

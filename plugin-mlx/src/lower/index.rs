@@ -138,13 +138,14 @@ fn prod(d: &[i32]) -> i64 {
     d.iter().map(|&x| x as i64).product()
 }
 
-/// Row-major element strides.
-fn strides(d: &[i32]) -> Vec<i32> {
-    let mut s = vec![1i32; d.len()];
+/// Row-major element strides, for flat `int32` indices: a tensor whose
+/// strides pass that range cannot be indexed so, and is refused.
+fn strides(d: &[i32]) -> LResult<Vec<i32>> {
+    let mut s = vec![1i64; d.len()];
     for i in (0..d.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * d[i + 1];
+        s[i] = s[i + 1] * d[i + 1] as i64;
     }
-    s
+    s.into_iter().map(|x| x.i32()).collect()
 }
 
 fn zeros(dims: &[i32], dt: MxDType) -> LResult {
@@ -259,7 +260,7 @@ fn tuple_rows(idx: &Array, dims: &[i32]) -> LResult {
         return zeros(&shape, MxDType::I32);
     }
     let comp = wrap_clamp(idx, &*i32_vec(dims)?)?;
-    let weighted = ops::multiply(&comp, &*i32_vec(&strides(dims))?)?;
+    let weighted = ops::multiply(&comp, &*i32_vec(&strides(dims)?)?)?;
     let rows = ops::sum(&weighted, &[-1], false)?;
     cast(&rows, MxDType::I32)
 }
@@ -479,7 +480,7 @@ fn scatter_elements(cx: &Ctx, a: &[&Array]) -> LResult {
         )?);
     }
     // Rank >= 2: every coordinate clamps into data's extent.
-    let st = strides(&dd);
+    let st = strides(&dd)?;
     let mut off = ops::multiply(
         &*clamp_to(&idx, &*i32_scalar(dd[ax] as i64)?)?,
         &*i32_scalar(st[ax] as i64)?,
@@ -569,7 +570,7 @@ fn gather_elements(cx: &Ctx, a: &[&Array]) -> LResult {
     if prod(&dd) == 0 {
         return Err(format!("{OP}: gathering from empty data {dd:?} is not supported").into());
     }
-    let st = strides(&dd);
+    let st = strides(&dd)?;
     let idx = index_i32(a[1], cx.in_dtype(1), OP)?;
     let mut off = ops::multiply(
         &*wrap_clamp(&idx, &*i32_scalar(dd[ax] as i64)?)?,

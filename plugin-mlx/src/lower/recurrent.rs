@@ -214,7 +214,8 @@ fn recurrent(
             };
             let whh_t = ops::transpose(&whh, &[1, 0])?;
             // The sequence's input projection in one GEMM: [B, S, G·H].
-            let x2 = ops::reshape(&layer_in, &[bsz * d.seq.i32()?, in_l.i32()?])?;
+            let rows = (d.batch as u64 * d.seq as u64).i32()?;
+            let x2 = ops::reshape(&layer_in, &[rows, in_l.i32()?])?;
             let zx = ops::matmul(&x2, &*ops::transpose(&wih, &[1, 0])?)?;
             let zx = ops::add(&zx, &bih)?;
             let zx = ops::reshape(&zx, &[bsz, d.seq.i32()?, gh])?;
