@@ -1,6 +1,8 @@
 //! The RLX plugin conformance kit: every check of the plugin ABI
 //! (`docs/ABI.md`, `plugin-api/include/rlx_plugin.h`) run against one
-//! plugin library, each reported as ok, failed or skipped. `rlx-host
+//! plugin library, each reported as ok, failed or skipped. It sees a
+//! plugin only as a library through the loader: it must not depend on any
+//! plugin's crates (the MLX plugin's included) or on the command line. `rlx-host
 //! plugins check PATH` prints it; a plugin's own tests call it:
 //!
 //! ```no_run

@@ -1,4 +1,7 @@
-//! Backend plugins for any program that uses rlx-runtime.
+//! Backend plugins for any program that uses rlx-runtime: the adapter
+//! between rlx-runtime's `Backend` and a loaded plugin. It must not depend
+//! on a plugin's own crates (plugins are reached through the loader) or on
+//! the command line.
 //!
 //! One call, [`install`], discovers plugins (the order and rules of
 //! `rlx_plugin_loader::discover`: explicit paths, `RLX_BACKEND_PLUGINS`,

@@ -1,4 +1,6 @@
-//! The release-archive format of the RLX MLX plugin.
+//! The release-archive format of the RLX MLX plugin. It reads plugin
+//! directories as files (and manifests through the loader): it must not
+//! depend on rlx-runtime, the adapter or a plugin's crates.
 //!
 //! A release is one `rlx-mlx-<version>-<platform>.tar.xz` per platform, a
 //! `SHA256SUMS` naming them, and its minisign signature. `cargo xtask

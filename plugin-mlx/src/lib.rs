@@ -5,6 +5,9 @@
 //! `lower/`), and compiled into an [`executable::MlxExecutable`] that runs
 //! lazily (one MLX graph, one eval), eagerly (node by node) or through
 //! `mx::compile`. MLX itself is reached only through `rlx-mlx-shim`.
+//! A plugin links the ABI crate (`rlx-plugin-api`) alone of this
+//! workspace: it must not depend on the loader, the runtime adapter or
+//! rlx-runtime, which are the host's.
 
 pub mod blas;
 pub mod bounds;

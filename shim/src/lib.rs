@@ -1,5 +1,7 @@
 //! `rlx-mlx-shim`: a hand-written C++20 shim over Apple MLX's C++ API
-//! (MLX 0.32.4), bridged to Rust with `cxx`.
+//! (MLX 0.32.4), bridged to Rust with `cxx`. It knows MLX only: it must
+//! not depend on rlx's crates or on the plugin ABI (the plugin maps graphs
+//! onto it).
 //!
 //! One cxx bridge per area, each in its module as `ffi` (raw; errors are
 //! `cxx::Exception`), plus safe wrappers of the same names whose errors are

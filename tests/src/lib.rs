@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests: where the built plugin
 //! libraries are, temp plugin directories, a log capture, and the parity
-//! harness.
+//! harness. This crate's tests load plugins as a user's program would,
+//! through the loader: they must not link a plugin crate (the MLX plugin
+//! is a dev-dependency only so that cargo builds its library). Linking it
+//! is for `static-host/`, which tests exactly that.
 
 pub mod decoder_package;
 pub mod mlp_reference;
