@@ -13,7 +13,16 @@
 //! one (the rest of the old string becomes NULs), and the old string must
 //! not be shared as the tail of another string (linkers merge string
 //! tails). Only 64-bit little-endian ELF (x86-64, AArch64 Linux) is handled;
-//! other files are an error, never a silent no-op.
+//! other files are an error, never a silent no-op. The headers and tables
+//! are read with the `object` crate; only the rewrite is done here.
+
+use object::elf::{
+    FileHeader64, DT_NEEDED, DT_NULL, DT_SONAME, DT_STRSZ, DT_STRTAB, ELFMAG, PT_DYNAMIC, PT_LOAD,
+};
+use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+use object::{LittleEndian, ReadRef, StringTable};
+use std::mem::size_of;
+use std::ops::Range;
 
 /// The soname (and file name) of the CUDA build's libmlx in the
 /// `mlx-cuda` plugin directory. No longer than `libmlx.so`, so that the
@@ -22,13 +31,9 @@ pub const CUDA_LIBMLX: &str = "mlx-cu.so";
 /// The soname both MLX wheels give libmlx.
 pub const WHEEL_LIBMLX: &str = "libmlx.so";
 
-const PT_LOAD: u32 = 1;
-const PT_DYNAMIC: u32 = 2;
-const DT_NULL: u64 = 0;
-const DT_NEEDED: u64 = 1;
-const DT_STRTAB: u64 = 5;
-const DT_STRSZ: u64 = 10;
-const DT_SONAME: u64 = 14;
+/// The one layout handled (see above).
+type Elf = FileHeader64<LittleEndian>;
+const LE: LittleEndian = LittleEndian;
 
 /// Which dynamic entries to rewrite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,117 +44,94 @@ pub enum Entry {
     Needed,
 }
 
-fn u16_at(b: &[u8], off: usize) -> Result<u16, String> {
-    b.get(off..off + 2)
-        .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .ok_or_else(|| format!("the file ends inside the ELF header (byte {off})"))
-}
-
-fn u32_at(b: &[u8], off: usize) -> Result<u32, String> {
-    b.get(off..off + 4)
-        .map(|s| u32::from_le_bytes(s.try_into().unwrap()))
-        .ok_or_else(|| format!("the file ends inside an ELF table (byte {off})"))
-}
-
-fn u64_at(b: &[u8], off: usize) -> Result<u64, String> {
-    b.get(off..off + 8)
-        .map(|s| u64::from_le_bytes(s.try_into().unwrap()))
-        .ok_or_else(|| format!("the file ends inside an ELF table (byte {off})"))
-}
-
-struct Segment {
-    kind: u32,
-    offset: u64,
-    vaddr: u64,
-    filesz: u64,
-}
-
-fn segments(b: &[u8]) -> Result<Vec<Segment>, String> {
-    if !b.starts_with(b"\x7fELF") {
-        return Err("not an ELF file".into());
+impl Entry {
+    fn tag(self) -> i64 {
+        match self {
+            Entry::Soname => DT_SONAME,
+            Entry::Needed => DT_NEEDED,
+        }
     }
-    if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
-        return Err("not a 64-bit little-endian ELF file".into());
-    }
-    let phoff = u64_at(b, 0x20)? as usize;
-    let phentsize = u16_at(b, 0x36)? as usize;
-    let phnum = u16_at(b, 0x38)? as usize;
-    (0..phnum)
-        .map(|i| {
-            let p = phoff + i * phentsize;
-            Ok(Segment {
-                kind: u32_at(b, p)?,
-                offset: u64_at(b, p + 8)?,
-                vaddr: u64_at(b, p + 16)?,
-                filesz: u64_at(b, p + 32)?,
-            })
-        })
-        .collect()
 }
 
 /// The dynamic entries (tag, value) and the file range of the dynamic
 /// string table.
 struct Dynamic {
-    entries: Vec<(u64, u64)>,
-    strtab: std::ops::Range<usize>,
+    entries: Vec<(i64, u64)>,
+    strtab: Range<usize>,
 }
 
 fn dynamic(b: &[u8]) -> Result<Dynamic, String> {
-    let segs = segments(b)?;
+    if !b.starts_with(&ELFMAG) {
+        return Err("not an ELF file".into());
+    }
+    // Not `FileHeader::parse`: it also refuses an `EI_VERSION` other than
+    // 1, which the rewrite has no reason to.
+    let h: &Elf = b
+        .read_at(0)
+        .map_err(|()| "the file ends inside the ELF header")?;
+    if !h.is_class_64() || !h.is_little_endian() {
+        return Err("not a 64-bit little-endian ELF file".into());
+    }
+    let segs = h.program_headers(LE, b).map_err(|e| e.to_string())?;
     let dynseg = segs
         .iter()
-        .find(|s| s.kind == PT_DYNAMIC)
+        .find(|s| s.p_type(LE) == PT_DYNAMIC)
         .ok_or("no dynamic segment (a static executable?)")?;
-    let mut entries = Vec::new();
-    let mut off = dynseg.offset as usize;
-    let end = off + dynseg.filesz as usize;
-    while off + 16 <= end {
-        let tag = u64_at(b, off)?;
-        if tag == DT_NULL {
-            break;
-        }
-        entries.push((tag, u64_at(b, off + 8)?));
-        off += 16;
-    }
-    let find = |t: u64| entries.iter().find(|e| e.0 == t).map(|e| e.1);
+    let bytes = dynseg
+        .data(LE, b)
+        .map_err(|()| "the dynamic segment runs past the end of the file")?;
+    // Entries up to DT_NULL, as the loader reads them; a partial entry at
+    // the end of the segment is none.
+    let count = bytes.len() / size_of::<<Elf as FileHeader>::Dyn>();
+    let (dyns, _) = object::slice_from_bytes::<<Elf as FileHeader>::Dyn>(bytes, count)
+        .map_err(|()| "the dynamic segment cannot be read")?;
+    let entries: Vec<(i64, u64)> = dyns
+        .iter()
+        .map(|d| (d.tag(LE), d.val(LE)))
+        .take_while(|e| e.0 != DT_NULL)
+        .collect();
+    let find = |t: i64| entries.iter().find(|e| e.0 == t).map(|e| e.1);
     let strtab = find(DT_STRTAB).ok_or("no DT_STRTAB")?;
     let strsz = find(DT_STRSZ).ok_or("no DT_STRSZ")?;
     // DT_STRTAB is an address; the loadable segment holding it maps it to
     // a file offset.
     let seg = segs
         .iter()
-        .find(|s| s.kind == PT_LOAD && s.vaddr <= strtab && strtab < s.vaddr + s.filesz)
+        .find(|s| {
+            s.p_type(LE) == PT_LOAD
+                && s.p_vaddr(LE) <= strtab
+                && strtab - s.p_vaddr(LE) < s.p_filesz(LE)
+        })
         .ok_or("DT_STRTAB lies in no loadable segment")?;
-    let start = (strtab - seg.vaddr + seg.offset) as usize;
-    let range = start..start + strsz as usize;
-    if range.end > b.len() {
-        return Err("the dynamic string table runs past the end of the file".into());
-    }
+    let past_end = "the dynamic string table runs past the end of the file";
+    let start = (strtab - seg.p_vaddr(LE))
+        .checked_add(seg.p_offset(LE))
+        .and_then(|s| usize::try_from(s).ok())
+        .ok_or(past_end)?;
+    let end = usize::try_from(strsz)
+        .ok()
+        .and_then(|n| start.checked_add(n))
+        .filter(|&e| e <= b.len())
+        .ok_or(past_end)?;
     Ok(Dynamic {
         entries,
-        strtab: range,
+        strtab: start..end,
     })
 }
 
-fn string_at(b: &[u8], strtab: &std::ops::Range<usize>, off: u64) -> Result<String, String> {
-    let start = strtab.start + off as usize;
-    let tail = b
-        .get(start..strtab.end)
-        .ok_or("a dynamic entry points past the string table")?;
-    let len = tail
-        .iter()
-        .position(|&c| c == 0)
-        .ok_or("an unterminated string")?;
-    Ok(String::from_utf8_lossy(&tail[..len]).into_owned())
+fn string_at(b: &[u8], strtab: &Range<usize>, off: u64) -> Result<String, String> {
+    let table = StringTable::new(b, strtab.start as u64, strtab.end as u64);
+    match u32::try_from(off).map(|o| table.get(o)) {
+        Ok(Ok(s)) => Ok(String::from_utf8_lossy(s).into_owned()),
+        _ if off < strtab.len() as u64 => Err("an unterminated string".into()),
+        _ => Err("a dynamic entry points past the string table".into()),
+    }
 }
 
 /// The names the `which` entries hold (the sonames it needs, or its own).
 pub fn names(b: &[u8], which: Entry) -> Result<Vec<String>, String> {
     let Dynamic { entries, strtab } = dynamic(b)?;
-    let tag = match which {
-        Entry::Soname => DT_SONAME,
-        Entry::Needed => DT_NEEDED,
-    };
+    let tag = which.tag();
     entries
         .iter()
         .filter(|e| e.0 == tag)
@@ -169,10 +151,7 @@ pub fn rename(b: &mut [u8], which: Entry, from: &str, to: &str) -> Result<(), St
         ));
     }
     let Dynamic { entries, strtab } = dynamic(b)?;
-    let tag = match which {
-        Entry::Soname => DT_SONAME,
-        Entry::Needed => DT_NEEDED,
-    };
+    let tag = which.tag();
     let mut offsets = Vec::new();
     for e in entries.iter().filter(|e| e.0 == tag) {
         if string_at(b, &strtab, e.1)? == from {

@@ -20,7 +20,7 @@
 
 use object::macho;
 use object::read::macho::{LoadCommandVariant, MachHeader};
-use object::Endianness;
+use object::{Endianness, ReadCache};
 use std::path::{Path, PathBuf};
 
 /// How one `LC_LOAD_DYLIB` name resolves.
@@ -89,13 +89,17 @@ struct Image {
     rpaths: Vec<String>,
 }
 
+/// Read the header and load commands only (a `ReadCache` reads what the
+/// parser asks for, not the whole library).
 fn read_image(path: &Path) -> Result<Image, String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let header = macho::MachHeader64::<Endianness>::parse(&*data, 0)
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cache = ReadCache::new(file);
+    let data = &cache;
+    let header = macho::MachHeader64::<Endianness>::parse(data, 0)
         .map_err(|e| format!("{}: not a 64-bit Mach-O file: {e}", path.display()))?;
     let bad = |e: object::Error| format!("{}: {e}", path.display());
     let endian = header.endian().map_err(bad)?;
-    let mut cmds = header.load_commands(endian, &*data, 0).map_err(bad)?;
+    let mut cmds = header.load_commands(endian, data, 0).map_err(bad)?;
     let mut image = Image {
         loads: Vec::new(),
         rpaths: Vec::new(),
