@@ -40,6 +40,7 @@ mod macho;
 mod walk;
 
 pub use clash::{soname_clashes, SonameClash};
+pub(crate) use elf::check_elf_bounds;
 pub use elf::{ElfError, ElfKind};
 pub use env::SearchEnv;
 pub use ld_cache::{LdCache, LD_SO_CACHE};

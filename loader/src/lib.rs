@@ -9,7 +9,6 @@
 mod custom_ops;
 pub mod deps;
 pub mod discover;
-mod elf_check;
 pub mod executable;
 mod graph_forms;
 mod host_memory;

@@ -51,11 +51,10 @@ pub fn load_plugin_with(path: &Path, trust: TrustPolicy) -> Result<LoadedPlugin,
         }
     }
     check_header(path)?;
+    check_elf_bounds(path)?;
     let image = std::fs::read(path).map_err(|e| LoadError::NotALibrary {
         detail: format!("cannot read the file: {e}"),
     })?;
-    super::elf_check::check_elf_bounds(&image)
-        .map_err(|detail| LoadError::InvalidLibrary { detail })?;
     check_manifest(&image)?;
     drop(image);
     let lib = open_library(path)?;
@@ -149,6 +148,20 @@ fn check_manifest(image: &[u8]) -> Result<(), LoadError> {
         }
         Ok(None) | Err(ManifestReadError::Unreadable(_)) => Ok(()),
         Err(ManifestReadError::Malformed(e)) => Err(LoadError::InvalidManifest { detail: e.0 }),
+    }
+}
+
+/// Refuse an ELF file whose tables or loadable segments run past its end:
+/// `dlopen` would map it and fault on the missing pages (SIGBUS), taking
+/// the host down. Other formats are left to their loaders.
+fn check_elf_bounds(path: &Path) -> Result<(), LoadError> {
+    use super::deps::{self, ElfError};
+    match deps::check_elf_bounds(path) {
+        Ok(()) | Err(ElfError::NotElf(_)) => Ok(()),
+        Err(ElfError::Io(e)) => Err(LoadError::NotALibrary {
+            detail: format!("cannot read the file: {e}"),
+        }),
+        Err(ElfError::Malformed(detail)) => Err(LoadError::InvalidLibrary { detail }),
     }
 }
 

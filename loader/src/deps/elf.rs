@@ -9,9 +9,11 @@
 //! an error, not a panic. Both classes and both byte orders are read, so
 //! that a library of the wrong class can be named as such.
 
+mod bounds;
 mod kind;
 mod source;
 
+pub use bounds::check_elf_bounds;
 pub use kind::ElfKind;
 
 use object::elf::{
@@ -194,20 +196,20 @@ fn file_start<Elf: FileHeader>(src: &Source) -> Result<&Elf, ElfError> {
         .map_err(|()| src.failed("ELF header", 0, need, "cannot be read"))
 }
 
-fn dynamic<Elf: FileHeader<Endian = Endianness>>(
-    src: &Source,
+/// The program headers, each loadable segment checked to lie within the
+/// file: the loader maps them as described, and one that runs past the end
+/// (a truncated copy) would fault when touched.
+fn program_headers<'a, Elf: FileHeader<Endian = Endianness>>(
+    src: &'a Source,
+    h: &Elf,
     endian: Endianness,
-) -> Result<Dynamic, ElfError> {
-    let data = src.data();
-    let h: &Elf = file_start(src)?;
-    let segs = h.program_headers(endian, data).map_err(|e| {
-        let size = u64::from(h.e_phentsize(endian)) * u64::from(h.e_phnum(endian));
+) -> Result<&'a [Elf::ProgramHeader], ElfError> {
+    let segs = h.program_headers(endian, src.data()).map_err(|e| {
+        // The size object reads: with a wrong e_phentsize, its error says so.
+        let size = size_of::<Elf::ProgramHeader>() as u64 * u64::from(h.e_phnum(endian));
         src.failed("program header table", h.e_phoff(endian).into(), size, e)
     })?;
     for (i, seg) in segs.iter().enumerate() {
-        // The loader maps loadable segments as described; one that runs
-        // past the end of the file is a truncated copy (and would fault
-        // when touched).
         let (offset, size) = seg.file_range(endian);
         if seg.p_type(endian) == PT_LOAD && offset.checked_add(size).is_none_or(|e| e > src.len) {
             return Err(ElfError::Malformed(format!(
@@ -217,6 +219,15 @@ fn dynamic<Elf: FileHeader<Endian = Endianness>>(
             )));
         }
     }
+    Ok(segs)
+}
+
+fn dynamic<Elf: FileHeader<Endian = Endianness>>(
+    src: &Source,
+    endian: Endianness,
+) -> Result<Dynamic, ElfError> {
+    let h: &Elf = file_start(src)?;
+    let segs = program_headers(src, h, endian)?;
     let find_seg = |t: u32| segs.iter().find(|s| s.p_type(endian) == t);
     let mut out = Dynamic::default();
     if let Some(s) = find_seg(PT_INTERP) {
