@@ -6,6 +6,7 @@
 //! is for `static-host/`, which tests exactly that.
 
 pub mod decoder_package;
+pub mod edge;
 pub mod mlp_reference;
 pub mod parity;
 pub mod recurrent;

@@ -23,8 +23,9 @@
 
 use rlx_ir::infer_shape::infer_output_shape_reporting;
 use rlx_ir::{Graph, NodeId, Op, OpKind};
-use rlx_plugin_api::{HostTensor, Mode, Role, StatusCode};
+use rlx_plugin_api::Mode;
 use rlx_plugin_loader::{LoadedPlugin, PluginSet};
+use rlx_plugin_tests::edge::{outcome, Outcome};
 use rlx_plugin_tests::only_dir;
 use rlx_plugin_tests::parity::mlx;
 use serde_json::Value;
@@ -52,12 +53,9 @@ fn edges() -> Vec<Value> {
 
 /// Integers a case mutates per op, at most (the first ones in serde order).
 const MAX_LEAVES: usize = 8;
-/// Inputs larger than this are not generated (the case is compiled only).
-const MAX_INPUT_BYTES: usize = 1 << 20;
 /// The modes a case runs in when the release build is compared (compiled
 /// mode builds a C++ kernel per new fused graph on the CPU: seconds each);
-/// alone, the debug build runs lazy mode only (about half the time: CI runs
-/// the comparison after the tests, in both modes).
+/// alone, the debug build runs lazy mode only (about half the time).
 const MODES: [Mode; 2] = [Mode::Lazy, Mode::Eager];
 
 /// The compile/run corpus, parsed, smallest first.
@@ -151,68 +149,6 @@ fn cut(g: &Graph, id: NodeId, op: Op) -> (Graph, Rule) {
         h.node_mut(y).shape = s.clone();
     }
     (h, rule)
-}
-
-/// What one build did with one case in one mode.
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Refused,
-    Ran { shape: Vec<usize>, bits: Vec<u8> },
-}
-
-/// Compile and run `text` in `mode` on deterministic inputs.
-fn outcome(plugin: &Arc<LoadedPlugin>, text: &str, mode: Mode, tag: &str) -> Outcome {
-    let mut exe = match plugin.compile(text, mode) {
-        Ok(e) => e,
-        Err(e) => {
-            assert_ne!(e.code, StatusCode::Panic, "{tag}: compile: {e}");
-            return Outcome::Refused;
-        }
-    };
-    let mut tensors = Vec::new();
-    for v in exe.signature().to_vec() {
-        if v.role == Role::Output {
-            continue;
-        }
-        let Some(shape) = v.shape.iter().copied().collect::<Option<Vec<usize>>>() else {
-            return Outcome::Refused;
-        };
-        let bytes = shape
-            .iter()
-            .try_fold(v.dtype.size_bytes(), |n, d| n.checked_mul(*d))
-            .filter(|b| *b <= MAX_INPUT_BYTES);
-        let Some(bytes) = bytes else {
-            return Outcome::Refused;
-        };
-        // Small values of every byte pattern's low bits: finite floats,
-        // small integers (indices in range for small tables).
-        let data: Vec<u8> = (0..bytes)
-            .map(|i| [0x3c, 0x00, 0x01, 0x3f][i % 4])
-            .collect();
-        let t = HostTensor::new(v.dtype, shape, data).expect("a tensor of its own size");
-        tensors.push((v.name, v.role, t));
-    }
-    let mut inputs = Vec::new();
-    for (name, role, t) in &tensors {
-        if *role == Role::Param {
-            if let Err(e) = exe.bind_param(name, t) {
-                assert_ne!(e.code, StatusCode::Panic, "{tag}: bind {name}: {e}");
-                return Outcome::Refused;
-            }
-        } else {
-            inputs.push((name.as_str(), t));
-        }
-    }
-    match exe.run(&inputs) {
-        Ok(out) => Outcome::Ran {
-            shape: out[0].shape.clone(),
-            bits: out[0].data.clone(),
-        },
-        Err(e) => {
-            assert_ne!(e.code, StatusCode::Panic, "{tag}: run: {e}");
-            Outcome::Refused
-        }
-    }
 }
 
 /// The release build's plugin, when `RLX_TEST_MLX_RELEASE_DIR` names its
