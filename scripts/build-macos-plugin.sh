@@ -16,10 +16,12 @@ PROFILE=release
 PROFILE_FLAG=(--release)
 if [[ ${1:-} == --debug ]]; then
     PROFILE=debug
-    PROFILE_FLAG=()
     # No debug info: faster, and no build-machine path in the C++ objects'
-    # DWARF (the Rust side's is remapped below).
+    # DWARF (the Rust side's is remapped below). Dependencies unoptimised
+    # (the workspace's dev profile builds them at -O2 for the x86 tests'
+    # speed): this build is checked, never run.
     export CARGO_PROFILE_DEV_DEBUG=0
+    PROFILE_FLAG=(--config 'profile.dev.package."*".opt-level=0')
 elif [[ -n ${1:-} ]]; then
     echo "usage: build-macos-plugin.sh [--debug]" >&2
     exit 2

@@ -56,16 +56,21 @@ run "$host" --plugin "$dir" demo --model small --runs 1
 # compiled mode fuses (MLX's own kernels and the plugin's regions: one
 # kernel with several outputs), built for arm64 and loaded: each output
 # against the CPU backend within the demo's 1e-4 + 1e-3 * |cpu|.
-# The CPU backend's outputs are saved by a run of their own and compared
-# with `--compare FILE`: `--compare cpu` runs the reference in a child of
-# rlx-host, which an emulated process cannot start without the kernel's
-# binfmt handler for arm64 (absent in most containers).
+# The CPU backend's outputs are saved by a run of their own (one per
+# model) and compared with `--compare FILE`: `--compare cpu` runs the
+# reference in a child of rlx-host, which an emulated process cannot start
+# without the kernel's binfmt handler for arm64 (absent in most
+# containers). Each run's own outputs are kept too
+# (`$home/<model>-<mode>.safetensors`), for the byte-for-byte comparison
+# below: every process under emulation costs seconds.
 check() {
-    local model=$1 mode=$2
+    local model=$1 mode=$2 name
+    name=$(basename "$model" .rlxmodel)
     echo "== rlx-host run $model --mode $mode --compare (the CPU backend's saved outputs; under $(basename "$qemu"))"
-    run "$host" run "$model" --backend cpu --output "$home/cpu.safetensors" >/dev/null
+    [[ -f $home/$name-cpu.safetensors ]] ||
+        run "$host" run "$model" --backend cpu --output "$home/$name-cpu.safetensors" >/dev/null
     run "$host" --plugin "$dir" run "$model" --backend mlx --mode "$mode" \
-        --compare "$home/cpu.safetensors" --json |
+        --compare "$home/$name-cpu.safetensors" --output "$home/$name-$mode.safetensors" --json |
         python3 -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -82,27 +87,51 @@ for o in d["outputs"]:
         bad.append(o["name"])
 sys.exit("outputs beyond 1e-4 + 1e-3 * |cpu|: %s" % bad if bad else 0)'
 }
+# The NEON kernels against the portable loops (RLX_MLX_PORTABLE_KERNELS=1),
+# byte for byte: each NEON kernel does its portable loop's arithmetic lane
+# by lane (the NEON outputs are the lazy runs' of `check`).
+same_bytes() {
+    local model=$1 name
+    name=$(basename "$model" .rlxmodel)
+    RLX_MLX_PORTABLE_KERNELS=1 run "$host" --plugin "$dir" run "$model" --backend mlx --mode lazy \
+        --output "$home/$name-portable.safetensors" >/dev/null
+    cmp -s "$home/$name-lazy.safetensors" "$home/$name-portable.safetensors" ||
+        { echo "qemu-aarch64-check.sh: $model: the NEON kernels' outputs differ from the portable loops'" >&2; return 1; }
+    echo "  the NEON kernels give the portable loops' bytes"
+}
+# One graph's checks, as a job of the pool below (each command fails the
+# job: `set -e` holds in it, so no check may run as a condition).
+graph() {
+    check "$1" lazy
+    same_bytes "$1"
+}
 for mode in lazy eager; do check tests/qemu/kernels.rlxmodel "$mode"; done
+same_bytes tests/qemu/kernels.rlxmodel
 for mode in lazy compiled; do check tests/qemu/fused_chain.rlxmodel "$mode"; done
 # Every kernel with a portable path on the graphs that reach every branch
 # of its loops (tests/static-host/tests/kernel_graphs: products of 1 to 9
 # rows, unary kernels on lengths off every vector width, row kernels,
 # broadcast arithmetic, Fma, the scan, and the builtin transformer and
 # LSTM): on x86 they are compared with the AVX2 loops bit for bit; here
-# the NEON kernels against the CPU backend,
-for model in tests/qemu/portable/*.rlxmodel; do check "$model" lazy; done
-# and against the portable loops (RLX_MLX_PORTABLE_KERNELS=1), byte for
-# byte: each NEON kernel does its portable loop's arithmetic lane by lane.
-echo "== NEON kernels against the portable loops, byte for byte (under $(basename "$qemu"))"
-same=0
-for model in tests/qemu/kernels.rlxmodel tests/qemu/portable/*.rlxmodel; do
-    for p in 0 1; do
-        RLX_MLX_PORTABLE_KERNELS=$p run "$host" --plugin "$dir" run "$model" --backend mlx --mode lazy \
-            --output "$home/out$p.safetensors" >/dev/null
-    done
-    cmp -s "$home/out0.safetensors" "$home/out1.safetensors" ||
-        { echo "qemu-aarch64-check.sh: $model: the NEON kernels' outputs differ from the portable loops'" >&2; exit 1; }
-    same=$((same + 1))
+# the NEON kernels against the CPU backend and against the portable loops.
+# Each emulated process takes seconds, nearly all of one core: the graphs
+# run as jobs, one per core, each printing when all are done.
+models=(tests/qemu/portable/*.rlxmodel)
+for model in "${models[@]}"; do
+    name=$(basename "$model" .rlxmodel)
+    {
+        graph "$model"
+        touch "$home/$name.ok"
+    } >"$home/$name.log" 2>&1 &
+    while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
 done
-echo "  $same graphs: the same bytes"
+wait
+failed=0
+for model in "${models[@]}"; do
+    name=$(basename "$model" .rlxmodel)
+    cat "$home/$name.log"
+    [[ -f $home/$name.ok ]] || failed=$((failed + 1))
+done
+((failed == 0)) || { echo "qemu-aarch64-check.sh: $failed of ${#models[@]} graphs failed (above)" >&2; exit 1; }
+echo "== ${#models[@]} graphs: the NEON kernels agree with the CPU backend and give the portable loops' bytes"
 echo "== arm64: the conformance kit, the demo, the kernels and the fused chains agree with the CPU backend, the NEON kernels with the portable loops"

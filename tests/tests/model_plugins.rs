@@ -256,17 +256,23 @@ fn run_loader(host: &Path, home: &Path) -> LoaderRun {
 }
 
 /// The host program built with rlx-runtime's `model-plugins`
-/// (tests/model-host), by cargo in this build's target directory: only on
-/// request, since that feature must not reach the rest of the workspace.
+/// (tests/model-host), by cargo in this build's target directory, or in
+/// `RLX_TEST_MODEL_HOST_TARGET_DIR` where set (CI builds it there beside
+/// the tests: its features differ from the tests' build, so it compiles
+/// rlx-runtime and the crates below it once more): only on request, since
+/// that feature must not reach the rest of the workspace.
 fn loader_with_model_plugins() -> PathBuf {
     static HOST: OnceLock<PathBuf> = OnceLock::new();
     HOST.get_or_init(|| {
         let profile = profile_dir();
+        let target = std::env::var_os("RLX_TEST_MODEL_HOST_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| profile.parent().unwrap().to_path_buf());
         let mut cmd = Command::new(env!("CARGO"));
         cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(["build", "--locked", "-p", "rlx-test-model-host"])
             .args(["--features", "model-plugins", "--target-dir"])
-            .arg(profile.parent().unwrap());
+            .arg(&target);
         match profile.file_name().and_then(|n| n.to_str()) {
             Some("debug") => {}
             Some("release") => {
@@ -283,7 +289,9 @@ fn loader_with_model_plugins() -> PathBuf {
             "building tests/model-host failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        profile.join("rlx-test-model-host")
+        target
+            .join(profile.file_name().unwrap())
+            .join("rlx-test-model-host")
     })
     .clone()
 }
