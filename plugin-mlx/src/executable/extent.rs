@@ -1,4 +1,4 @@
-//! Active extents (ABI 1.9): a bucketed graph run on its live rows only.
+//! Active extents: a bucketed graph run on its live rows only.
 //!
 //! A graph compiled for `upper` rows (a bucket) often holds fewer live
 //! ones. When every op keeps rows independent along axis 0, the plugin

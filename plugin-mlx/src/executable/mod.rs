@@ -156,11 +156,11 @@ pub struct MlxExecutable {
     /// The params the compiled function's extra outputs write back (see
     /// [`ParamWrites`]), in output order; set when it is traced.
     compiled_writes: Arc<std::sync::Mutex<Vec<NodeId>>>,
-    /// (ABI 1.9) Inputs held across runs, and how they follow the runs.
+    /// Inputs held across runs, and how they follow the runs.
     states: States,
-    /// (ABI 1.9) Runs submitted and not yet waited for, oldest first.
+    /// Runs submitted and not yet waited for, oldest first.
     pending: std::collections::VecDeque<Pending>,
-    /// (ABI 1.9) `(active, upper)`: the rows along axis 0 the next runs
+    /// `(active, upper)`: the rows along axis 0 the next runs
     /// compute, where the graph allows it, and the graph narrowed for it.
     extent: Option<(usize, usize)>,
     narrowed: Vec<extent::Narrowed>,
@@ -739,7 +739,7 @@ impl MlxExecutable {
     ) -> PluginResult<(Built, InputSlots)> {
         // A failure left from an earlier run that failed before reading it.
         let _ = self.custom.failures().take();
-        // (ABI 1.9) The narrowed graph of the active extent, if one applies.
+        // The narrowed graph of the active extent, if one applies.
         self.narrowed()?;
         // One slot per graph input, in `self.inputs` order: a run has a
         // handful, found by a scan (hashing cost more than it saved on a

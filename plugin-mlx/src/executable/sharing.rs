@@ -1,4 +1,4 @@
-//! Clones, shared params, param ranges and RNG changes (ABI 1.9): what
+//! Clones, shared params, param ranges and RNG changes: what
 //! an executable shares with another, or changes without a recompile.
 
 use super::state::{flat, idx};

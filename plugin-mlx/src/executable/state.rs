@@ -1,4 +1,4 @@
-//! Executable state (ABI 1.9): graph inputs held as MLX arrays across
+//! Executable state: graph inputs held as MLX arrays across
 //! runs, and how each follows the runs.
 //!
 //! A state is an `mx::array` like any other: binding copies the host's

@@ -1,4 +1,4 @@
-//! The executable's state entries (ABI 1.9, `Executable::state_*`): each
+//! The executable's state entries (`Executable::state_*`): each
 //! checks its names and layouts, then acts on [`super::States`].
 
 use super::state::{read_range, Held};
@@ -74,7 +74,7 @@ impl MlxExecutable {
         }
     }
 
-    /// (ABI 1.13) Hold as the state `name` the array `src` (this
+    /// Hold as the state `name` the array `src` (this
     /// executable when `None`) keeps as its state or last output `value`:
     /// the same array, not a copy (MLX arrays are not written in place while
     /// another reference holds them, so each executable's runs replace only

@@ -1,4 +1,4 @@
-//! Submitted runs (ABI 1.9): a run's graph built and handed to MLX's
+//! Submitted runs: a run's graph built and handed to MLX's
 //! stream (`mx::async_eval`), its outputs taken by a later wait, so that
 //! the host prepares the next run while this one computes.
 //!

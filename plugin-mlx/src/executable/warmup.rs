@@ -58,7 +58,7 @@ enum Where {
 
 fn setting() -> Where {
     static ON: std::sync::OnceLock<Where> = std::sync::OnceLock::new();
-    // The host's view of the setting (ABI 1.10): a program's in-process
+    // The host's view of the setting: a program's in-process
     // `rlx_ir::env::set` reaches it as the environment does.
     *ON.get_or_init(|| {
         match rlx_plugin_api::setting(ENV_BACKGROUND)

@@ -3,7 +3,7 @@
 //! evaluation calls the kernel with the inputs read in place and the output
 //! MLX allocated (`rlx_mlx_shim::host_kernel`), on the calling thread when
 //! the plugin evaluates the graph itself, else on MLX's CPU stream thread.
-//! An ABI 1.1 kernel returns its output instead; that one is copied into
+//! A kernel that returns its output (an `OwnedKernel`) has it copied into
 //! MLX's buffer.
 
 use super::custom_scope::Failures;

@@ -17,7 +17,7 @@
 //! The seed: `RngOptions` is an *executable-level* option of rlx-runtime
 //! (`CompileOptions::rng`, `CompiledGraph::set_rng`), not part of the graph;
 //! it reaches the plugin in the ABI's compile options (`rng_policy`,
-//! `rng_seed`, ABI 1.2) and each lowering reads it from [`Ctx::rng`]. The
+//! `rng_seed`) and each lowering reads it from [`Ctx::rng`]. The
 //! per-node `key` is in the graph. `op_seed` only matters to the Ort backend and is ignored here, as
 //! it is by rlx-cpu's Philox path.
 //!

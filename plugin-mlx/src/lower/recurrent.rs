@@ -20,7 +20,7 @@
 //! and the gate math; the output (and, with `carry`, the final states) are
 //! cast back, so inputs and outputs stay f32 at the boundary and results
 //! differ from f32 by fp16 rounding. The switch is read at lowering time
-//! through the host (`rlx_plugin_api::setting_flag`, ABI 1.10), so the
+//! through the host (`rlx_plugin_api::setting_flag`), so the
 //! host's in-process `rlx_ir::env::set` reaches it; an older host's switch
 //! is read from the process environment.
 
