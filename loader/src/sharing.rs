@@ -36,10 +36,16 @@ impl PluginExecutable {
                 "clone succeeded but returned no executable",
             ));
         }
-        let mut copy = PluginExecutable::adopt(self.plugin.clone(), out)?;
-        // Params bound without a copy are the clone's too.
-        copy.keep_alive = self.keep_alive.clone();
-        Ok(copy)
+        // The same compiled program: its signature is the source's, not
+        // read through the plugin again (a clone per decode step is a
+        // client's way to rebuild its graph). Params bound without a copy
+        // are the clone's too.
+        Ok(PluginExecutable {
+            plugin: self.plugin.clone(),
+            exe: out,
+            signature: self.signature.clone(),
+            keep_alive: self.keep_alive.clone(),
+        })
     }
 
     /// Take `src`'s params (one copy on the device for both): how many.
